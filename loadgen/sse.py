@@ -1,0 +1,125 @@
+"""Incremental Server-Sent Events decoder: bytes in, ``data`` payloads out. No I/O, no clock.
+
+Follows the WHATWG event-stream rules that matter for OpenAI-compatible streams:
+
+- lines end with LF, CR or CRLF, and a read may split anywhere, even between CR and LF;
+- ``data:`` lines (with or without one space after the colon) accumulate; a blank line ends the
+  event and its data lines are joined with ``\\n``;
+- comment lines (``:...``) and the ``event``/``id``/``retry`` fields are skipped (we only need data);
+- an event without data, or with empty data, is not returned;
+- ``data: [DONE]`` is returned as the payload ``b"[DONE]"`` like any other.
+
+It is called per socket read on every stream, so it keeps only the incomplete tail between reads
+(as a list of pieces, joined once when a line end arrives: no quadratic re-copying of a long line)
+and works line by line with bytes methods, never byte by byte.
+"""
+
+from __future__ import annotations
+
+from loadgen.errors import MALFORMED_CHUNK, RequestError
+
+DEFAULT_MAX_LINE_BYTES = 1 << 20  # 1 MiB: far above any completion chunk, bounds a runaway line
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEDecoder:
+    """Feed bytes as they arrive; get back the ``data`` payload of every completed event.
+
+    ``max_line_bytes`` bounds one line and one event's data; beyond it ``feed`` raises
+    ``RequestError(MALFORMED_CHUNK)`` instead of buffering without limit.
+    """
+
+    __slots__ = ("max_line_bytes", "_pending", "_pending_len", "_data", "_data_len", "_skip_lf", "_started")
+
+    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be >= 1, got {max_line_bytes}")
+        self.max_line_bytes = max_line_bytes
+        self._pending: list[bytes] = []  # pieces of the incomplete last line
+        self._pending_len = 0
+        self._data: list[bytes] = []  # data lines of the event in progress
+        self._data_len = 0
+        self._skip_lf = False  # the previous read ended with CR: a leading LF belongs to it
+        self._started = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Decode one read; return the payloads of the events it completed (often none or one)."""
+        if not data:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[:1] == b"\n":
+                data = data[1:]
+        if b"\n" not in data and b"\r" not in data:
+            if data:  # no line end yet: keep the piece, join later
+                self._pending.append(data)
+                self._pending_len += len(data)
+                if self._pending_len > self.max_line_bytes:
+                    self._too_long(self._pending_len)
+            return []
+        if self._pending:
+            self._pending.append(data)
+            buf = b"".join(self._pending)
+            self._pending = []
+            self._pending_len = 0
+        else:
+            buf = data
+        if b"\r" in buf:
+            self._skip_lf = buf.endswith(b"\r")
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buf.split(b"\n")
+        tail = lines.pop()
+        if tail:
+            self._pending.append(tail)
+            self._pending_len = len(tail)
+        if len(buf) > self.max_line_bytes:  # only then can a line be too long: check each
+            for line in lines:
+                if len(line) > self.max_line_bytes:
+                    self._too_long(len(line))
+            if len(tail) > self.max_line_bytes:
+                self._too_long(len(tail))
+        return self._lines(lines)
+
+    def flush(self) -> list[bytes]:
+        """End of stream: return the last event if it lacked its closing blank line."""
+        lines = [b"".join(self._pending), b""] if self._pending else [b""]
+        self._pending = []
+        self._pending_len = 0
+        self._skip_lf = False
+        return self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> list[bytes]:
+        out: list[bytes] = []
+        data = self._data
+        if not self._started:  # the stream's first complete line: drop a UTF-8 byte order mark
+            self._started = True
+            if lines[0].startswith(_BOM):
+                lines[0] = lines[0][3:]
+        for line in lines:
+            if not line:  # blank line: dispatch the event in progress
+                if data:
+                    payload = data[0] if len(data) == 1 else b"\n".join(data)
+                    if payload:
+                        out.append(payload)
+                    data = []
+                    self._data_len = 0
+            elif line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data.append(value)
+                self._data_len += len(value)
+                if self._data_len > self.max_line_bytes:
+                    self._data = []
+                    self._too_long(self._data_len)
+            elif line == b"data":  # a field name without a colon has an empty value
+                data.append(b"")
+            # anything else: a comment (":...") or a field we do not use (event, id, retry)
+        self._data = data
+        return out
+
+    def _too_long(self, n: int) -> None:
+        raise RequestError(
+            MALFORMED_CHUNK,
+            f"SSE line or event of {n} bytes exceeds max_line_bytes={self.max_line_bytes}: the response "
+            "is not a stream of SSE events (or raise max_line_bytes if the server sends huge events)",
+        )

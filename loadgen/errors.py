@@ -76,7 +76,15 @@ class ConfigError(LoadgenError):
 
 
 class ServerUnusableError(LoadgenError):
-    """The target server cannot be load-tested at all (connection refused, not OpenAI-compatible)."""
+    """The target server cannot be load-tested at all (connection refused, not OpenAI-compatible).
+
+    ``kind`` is the failure category that showed it (e.g. CONNECT_FAILED), ``detail`` its text.
+    """
+
+    def __init__(self, message: str, kind: str = NOT_OPENAI, detail: str = ""):
+        self.kind = kind
+        self.detail = detail
+        super().__init__(message)
 
 
 class RequestError(LoadgenError):

@@ -1,0 +1,228 @@
+"""Streaming HTTP client: the only module that touches sockets and translates transport errors.
+
+One ``StreamClient`` per Locust user, one keep-alive connection each. A stream is read with
+``_read_available``: whatever body bytes the socket has delivered, as soon as they arrive. We do
+not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n bytes and delayed the
+first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on time but copies per line.
+Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` returns, then decoded by
+``SSEDecoder`` and interpreted by ``RequestRecord`` (pure code, below us).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import gevent
+import orjson
+from geventhttpclient import HTTPClient
+from geventhttpclient._parser import HTTPParseError
+
+from loadgen import errors
+from loadgen.errors import RequestError, ServerUnusableError
+from loadgen.records import RequestRecord, RequestResult
+from loadgen.sse import SSEDecoder
+
+# Large reads: at high token rates several events wait in the kernel buffer; one recv takes them all.
+RECV_BYTES = 256 * 1024
+ERROR_BODY_BYTES = 64 * 1024
+
+_RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN}
+_CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
+
+
+class _Closed(Exception):
+    """The peer closed the connection before the response body was complete."""
+
+
+def _read_available(resp) -> bytes:
+    """Return the body bytes available now, waiting only until at least one byte has arrived.
+
+    Returns b"" at the end of the body. Feeds raw socket bytes through the response's HTTP parser
+    (which undoes chunked framing into ``_body_buffer``) and hands over the whole buffer at once.
+    """
+    buf = resp._body_buffer
+    while not buf:
+        if resp.message_complete:
+            return b""
+        sock = resp._sock
+        if sock is None:
+            raise _Closed("connection closed")
+        data = sock.recv(RECV_BYTES)
+        resp.feed(data)
+        if not data:
+            if resp.message_complete or buf:
+                break
+            raise _Closed("connection closed mid-stream")
+    out = bytes(buf)
+    del buf[:]
+    return out
+
+
+def _discard(resp) -> None:
+    """Close the response's connection instead of returning it to the pool (body not consumed)."""
+    sock, pool = resp._sock, getattr(resp, "_pool", None)
+    resp._sock = None
+    if sock is not None:
+        if pool is not None:
+            resp._pool = None
+            pool.release_socket(sock)
+        else:
+            sock.close()
+
+
+def _http_failure(status: int, body: bytes) -> RequestError:
+    """Map an HTTP status before the stream to a failure category, with the server's message."""
+    message = f"HTTP {status}"
+    try:
+        err = orjson.loads(body).get("error")
+        detail = err.get("message") if isinstance(err, dict) else err
+        if detail:
+            message += f": {str(detail)[:200]}"
+    except (orjson.JSONDecodeError, AttributeError, TypeError):
+        if body:
+            message += f": {body[:200].decode('utf-8', 'replace')}"
+    if status == 429:
+        kind = errors.OVERLOAD_429
+    elif status == 503:
+        kind = errors.OVERLOAD_503
+    elif 400 <= status < 500:
+        kind = errors.HTTP_4XX
+    else:
+        kind = errors.HTTP_5XX
+    return RequestError(kind, message)
+
+
+def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
+    """Translate a socket/parser exception into a failure category."""
+    if isinstance(exc, socket.timeout | gevent.Timeout):
+        return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
+    if isinstance(exc, _Closed):
+        return RequestError(errors.CONNECTION_RESET, str(exc))
+    if isinstance(exc, HTTPParseError):
+        return RequestError(errors.NOT_OPENAI if not connected else errors.CONNECTION_RESET, "invalid HTTP")
+    if isinstance(exc, OSError):
+        if exc.errno in _CONNECT_ERRNOS or isinstance(exc, socket.gaierror):
+            return RequestError(errors.CONNECT_FAILED, exc.strerror or str(exc))
+        if exc.errno in _RESET_ERRNOS or isinstance(exc, ConnectionError):
+            return RequestError(errors.CONNECTION_RESET, exc.strerror or str(exc))
+        return RequestError(errors.CONNECTION_RESET, str(exc)[:200])
+    raise exc
+
+
+class StreamClient:
+    """Streaming POSTs to one OpenAI-compatible server over a keep-alive connection."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 120.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServerUnusableError(
+                f"--host must be an http(s) URL like http://127.0.0.1:30000, got {base_url!r}"
+            )
+        self.base_path = parts.path.rstrip("/")
+        self._clock = clock
+        headers = {
+            "Content-Type": "application/json",
+            "Accept-Encoding": "identity",  # streams must not be buffered by a decompressor
+        }
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = HTTPClient.from_url(
+            base_url,
+            concurrency=1,
+            connection_timeout=connect_timeout_s,
+            network_timeout=read_timeout_s,
+            headers=headers,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plain JSON calls (model discovery, chat calibration) ------------------------------------
+    def get_json(self, path: str) -> dict:
+        return self._json("GET", path, None)
+
+    def post_json(self, path: str, body: dict) -> dict:
+        return self._json("POST", path, orjson.dumps(body))
+
+    def _json(self, method: str, path: str, body: bytes | None) -> dict:
+        try:
+            resp = self._http.request(method, self.base_path + path, body=body or b"")
+            data = resp.read()
+        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+            raise _transport_failure(exc, connected=False) from None
+        if resp.status_code != 200:
+            raise _http_failure(resp.status_code, data)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise RequestError(errors.NOT_OPENAI, f"{path} did not answer JSON") from None
+
+    # -- the streaming request -------------------------------------------------------------------
+    def stream(
+        self,
+        path: str,
+        body: bytes,
+        record: RequestRecord,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> tuple[RequestResult, int]:
+        """POST ``body`` and feed the SSE stream into ``record``.
+
+        ``record.sent_s`` must be the send time on the same clock. ``on_tokens(n)`` is called as
+        tokens arrive (live throughput windows). Returns the record's result and the bytes read.
+        Never raises for a failed request: failures are in ``result.error_kind``.
+        """
+        clock = self._clock
+        nbytes = 0
+        resp = None
+        failure: RequestError | None = None
+        eof = False
+        t = record.sent_s
+        try:
+            resp = self._http.request("POST", self.base_path + path, body=body)
+            t = clock()
+            if resp.status_code != 200:
+                failure = _http_failure(resp.status_code, resp.read(ERROR_BODY_BYTES))
+            elif "event-stream" not in (resp.get("content-type") or ""):
+                failure = RequestError(
+                    errors.NOT_OPENAI,
+                    f"expected text/event-stream, got {resp.get('content-type')!r}",
+                )
+            else:
+                decoder = SSEDecoder()
+                seen = 0
+                while True:
+                    data = _read_available(resp)
+                    t = clock()
+                    if not data:
+                        eof = True
+                        break
+                    nbytes += len(data)
+                    for payload in decoder.feed(data):
+                        record.on_payload(payload, t)
+                    if on_tokens is not None and record.chunk_tokens_seen != seen:
+                        on_tokens(record.chunk_tokens_seen - seen)
+                        seen = record.chunk_tokens_seen
+                for payload in decoder.flush():
+                    record.on_payload(payload, t)
+        except RequestError as exc:  # raised by the decoder/record for malformed data
+            failure, t = exc, clock()
+        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+            failure, t = _transport_failure(exc, connected=resp is not None), clock()
+        finally:
+            if resp is not None and not eof:
+                _discard(resp)
+        if failure is not None:
+            return record.fail(failure, t), nbytes
+        return record.finish(t, eof=True), nbytes

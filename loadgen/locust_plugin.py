@@ -1,0 +1,33 @@
+"""Locust event listeners: command-line options, the per-process Runtime, and the run's Session.
+
+Imported by ``locustfile.py`` for its side effects (listeners on Locust's global ``events``).
+"""
+
+from __future__ import annotations
+
+from locust import events
+
+from loadgen.config import ConfigError, exit_on_config_error, register_options
+from loadgen.runtime import install
+from loadgen.session import Session
+
+__all__: list[str] = []
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser, **_):
+    register_options(parser)
+
+
+@events.init.add_listener
+def _init(environment, **_):
+    try:
+        rt = install(environment)
+    except ConfigError as err:
+        exit_on_config_error(err)
+    if not rt.is_worker:
+        rt.session = Session(rt)
+
+        @environment.events.quitting.add_listener
+        def _quitting(environment, **_):
+            rt.session.on_quitting()

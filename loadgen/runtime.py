@@ -1,0 +1,234 @@
+"""Per-process run state and its wiring into Locust's events.
+
+Every process (local runner, master, worker) has one ``Runtime``, reachable from Locust users as
+``environment.llm``. It holds the scenario, the ``Collector`` of request statistics, the current
+phase, and the client-health monitor.
+
+Stage membership (docs/ARCHITECTURE.md): the shape on the master owns the phase ``(stage, kind)``
+and broadcasts it (message ``llm_phase``, re-sent on every tick so late-joining workers catch up).
+A request belongs to stage k when it was sent during (k, "measure") as this process knew it; tokens
+count toward stage k's throughput when they arrived during (k, "measure").
+
+Workers ship deltas (request stats, health, in-flight counts) on Locust's report cycle
+(``report_to_master``, every 3 s and once when they quit); the master merges them
+(``worker_report``), so master totals are exactly the sum of every worker's samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from gevent.lock import Semaphore
+
+from loadgen.config import Scenario, scenario_from_options
+from loadgen.health import HealthMonitor, StageHealth
+from loadgen.stats import Collector
+
+log = logging.getLogger("llm_loadgen")
+
+PHASE_MESSAGE = "llm_phase"
+MEASURE = "measure"
+
+
+class Runtime:
+    """The state one process needs to generate load and account for it."""
+
+    def __init__(self, environment, scenario: Scenario):
+        self.environment = environment
+        self.scenario = scenario
+        self.collector = Collector()
+        self.stage: int | None = None  # stage index of the current phase
+        self.kind: str = "idle"  # idle | ramp | warmup | measure | drain | done
+        self.phase_seq = 0
+        self.measuring: int | None = None  # == stage while kind == "measure", else None
+        self.health = HealthMonitor(lambda: self.measuring)
+        # Master only: per-worker in-flight (absolute, from the latest report) and phase seq.
+        self.worker_inflight: dict[str, dict] = {}
+        self.worker_phase_seq: dict[str, int] = {}
+        self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
+        self._model: str | None = scenario.model
+        self._model_lock = Semaphore()
+        self.api_key = os.environ.get(scenario.api_key_env) or None
+        self.session = None  # loadgen.session.Session on the process that owns the run
+
+    # -- role ------------------------------------------------------------------------------------
+    @property
+    def is_worker(self) -> bool:
+        from locust.runners import WorkerRunner
+
+        return isinstance(self.environment.runner, WorkerRunner)
+
+    @property
+    def is_master(self) -> bool:
+        from locust.runners import MasterRunner
+
+        return isinstance(self.environment.runner, MasterRunner)
+
+    # -- phase -----------------------------------------------------------------------------------
+    def set_phase(self, stage: int | None, kind: str, seq: int | None = None) -> None:
+        """Adopt a phase (locally, or from the master's message). Older messages are ignored."""
+        if seq is None:
+            self.phase_seq += 1
+        elif seq <= self.phase_seq:
+            return
+        else:
+            self.phase_seq = seq
+        self.stage, self.kind = stage, kind
+        self.measuring = stage if kind == MEASURE else None
+
+    def broadcast_phase(self) -> None:
+        """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
+        runner = self.environment.runner
+        if self.is_master and runner.clients:
+            runner.send_message(
+                PHASE_MESSAGE, {"stage": self.stage, "kind": self.kind, "seq": self.phase_seq}
+            )
+
+    def on_tokens(self, n: int) -> None:
+        """Live token arrival: counts toward the window of the stage being measured."""
+        self.collector.add_window_tokens(self.measuring, n)
+
+    def finished(self, stage: int) -> int:
+        """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""
+        stats = self.collector.stages.get(stage)
+        return 0 if stats is None else stats.requests_ok + sum(stats.errors.values())
+
+    def stage_done(self, stage: int) -> bool:
+        """No request of ``stage`` is still running anywhere.
+
+        On the master this needs, from every live worker, a report sent after the worker learned
+        that the stage's window closed (its phase seq), so a stale report cannot finalize early.
+        """
+        if not self.is_master:
+            return self.collector.inflight.get(stage, 0) == 0
+        needed = self.session.close_seq.get(stage, 0)
+        for client_id in self.live_workers():
+            if self.worker_phase_seq.get(client_id, 0) < needed:
+                return False
+        return self.inflight(stage) == 0
+
+    def live_workers(self) -> list[str]:
+        """Master: ids of workers that are connected (not missing)."""
+        from locust.runners import STATE_MISSING
+
+        return [c.id for c in self.environment.runner.clients.values() if c.state != STATE_MISSING]
+
+    def fatal(self, exc: Exception) -> None:
+        """The target cannot be load-tested: stop the run with a clear message (exit code 4)."""
+        from loadgen.errors import EXIT_SERVER_UNUSABLE
+
+        session = getattr(self, "session", None)
+        if session is not None:
+            session.fatal(EXIT_SERVER_UNUSABLE, str(exc))
+        else:
+            log.error("llm-loadgen: %s", exc)
+
+    # -- model discovery (each process, once) ------------------------------------------------------
+    def model(self, client) -> str:
+        if self._model is None:
+            with self._model_lock:
+                if self._model is None:
+                    self._model = discover_model(client)
+        return self._model
+
+    # -- distributed plumbing ----------------------------------------------------------------------
+    def report(self) -> dict:
+        """Worker: everything since the last report, plus absolute in-flight counts."""
+        return {
+            "delta": self.collector.take_delta(),
+            "health": self.health.take_delta(),
+            "inflight": dict(self.collector.inflight),
+            "phase_seq": self.phase_seq,
+        }
+
+    def merge_report(self, client_id: str, data: dict) -> None:
+        """Master: merge one worker report."""
+        self.collector.merge_delta(data["delta"])
+        self.merge_health(client_id, data["health"])
+        self.worker_inflight[client_id] = data["inflight"]
+        self.worker_phase_seq[client_id] = data["phase_seq"]
+
+    def merge_health(self, client_id: str, health: dict) -> None:
+        """Fold one process's health delta into the per-stage, per-process table."""
+        for key, wire in health.items():
+            per_worker = self.health_by_stage.setdefault(key, {})
+            h = StageHealth.from_wire(wire)
+            if client_id in per_worker:
+                per_worker[client_id].merge(h)
+            else:
+                per_worker[client_id] = h
+
+    def inflight(self, stage: int) -> int:
+        """Requests of ``stage`` still running, over every load-generating process."""
+        if self.is_master:
+            return sum(int(d.get(stage, 0)) for d in self.worker_inflight.values())
+        return int(self.collector.inflight.get(stage, 0))
+
+    def stage_health(self, stage: int) -> dict:
+        """The worst load-generating process's health summary during ``stage``."""
+        per_worker = self.health_by_stage.get(stage, {})
+        summaries = [h.summary() for h in per_worker.values()]
+        if not summaries:
+            return {"cpu_percent": None, "loop_lag_p50_s": None, "loop_lag_p99_s": None, "processes": 0}
+        worst = max(summaries, key=lambda s: (s["cpu_percent"], s["loop_lag_p99_s"] or 0))
+        return {**worst, "processes": len(summaries)}
+
+
+def discover_model(client) -> str:
+    """The first model id from GET /v1/models; ServerUnusableError (with ``kind``) if none."""
+    from loadgen.errors import NOT_OPENAI, RequestError, ServerUnusableError
+
+    try:
+        data = client.get_json("/v1/models")
+        return data["data"][0]["id"]
+    except RequestError as exc:
+        raise ServerUnusableError(
+            f"GET /v1/models failed ({exc}); set the model with --model or `model:` in the scenario",
+            kind=exc.kind, detail=exc.message,
+        ) from None
+    except (KeyError, IndexError, TypeError):
+        raise ServerUnusableError(
+            "GET /v1/models did not list a model; is this an OpenAI-compatible server? "
+            "Set --model to skip discovery", kind=NOT_OPENAI,
+        ) from None
+
+
+def install(environment) -> Runtime:
+    """Create this process's Runtime from the parsed options and hook it into Locust's events."""
+    scenario = scenario_from_options(environment.parsed_options)
+    rt = Runtime(environment, scenario)
+    environment.llm = rt
+    events = environment.events
+
+    @events.test_start.add_listener
+    def _on_test_start(environment, **_):
+        # A separately started worker saw default options at init; the master's arrive now.
+        if rt.is_worker:
+            rt.scenario = scenario_from_options(environment.parsed_options)
+            rt._model = rt.scenario.model
+            rt.api_key = os.environ.get(rt.scenario.api_key_env) or None
+        if not rt.is_master:
+            rt.health.start()
+
+    @events.test_stop.add_listener
+    def _on_test_stop(environment, **_):
+        rt.health.stop()
+
+    @events.report_to_master.add_listener
+    def _on_report_to_master(client_id, data, **_):
+        data["llm"] = rt.report()
+
+    @events.worker_report.add_listener
+    def _on_worker_report(client_id, data, **_):
+        if "llm" in data:
+            rt.merge_report(client_id, data["llm"])
+
+    def _on_phase(environment, msg, **_):
+        d = msg.data
+        rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
+
+    if environment.runner is not None and rt.is_worker:
+        environment.runner.register_message(PHASE_MESSAGE, _on_phase)
+    return rt
+

@@ -1,0 +1,274 @@
+"""The run as the owning process (local runner or master) sees it: from start checks to results.
+
+``Session`` turns the sweep plan's events into what users get: a phase for every process, a guard
+decision before each stage, a row per stage printed when its last request finishes, and
+``summary.json`` / ``stages.csv`` / ``report.html`` rewritten after every stage and on every stop
+path (normal end, guard abort, Ctrl-C / SIGTERM, fatal error), so nothing gathered is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+
+import gevent
+
+from loadgen import errors
+from loadgen.client import StreamClient
+from loadgen.errors import ServerUnusableError
+from loadgen.guard import ServerWatch, decide, resolve_capacity
+from loadgen.health import is_client_bound
+from loadgen.report.files import write_results
+from loadgen.report.knee import find_knee
+from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
+from loadgen.runtime import discover_model
+
+log = logging.getLogger("llm_loadgen")
+
+
+def _iso(ts: float | None) -> str | None:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
+
+
+def say(line: str) -> None:
+    """User-facing progress: stderr, one line, flushed (Locust's stats go to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class Session:
+    def __init__(self, rt):
+        self.rt = rt
+        self.started_wall = time.time()
+        self.capacity = None  # guard.Capacity
+        self.watch: ServerWatch | None = None
+        self.stage_info: dict[int, dict] = {}
+        self.rows: list[dict] = []
+        self.guard_state = {"stopped_before": None, "clamped_to": None, "breaches": 0, "warned": []}
+        self.stop_reason: str | None = None
+        self.exit_code: int | None = None
+        self.close_seq: dict[int, int] = {}
+        self.worker_losses: list[dict] = []
+        self.finished_run = False
+        self.started = False
+        self.last_decision = None
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Before the first stage: can we talk to the server, which model, what KV capacity.
+
+        Returns False when the run must not start (the reason is printed and the exit code set).
+        """
+        self.started = True
+        rt, sc = self.rt, self.rt.scenario
+        host = rt.environment.host
+        if not host:
+            self.fatal(errors.EXIT_CONFIG, "no target: pass --host http://HOST:PORT of the server")
+            return False
+        try:
+            client = StreamClient(host, api_key=rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
+                                  read_timeout_s=sc.request.read_timeout_s)
+        except ServerUnusableError as exc:
+            self.fatal(errors.EXIT_CONFIG, str(exc))
+            return False
+        try:
+            discovered = discover_model(client)
+            if rt._model is None:
+                rt._model = discovered
+        except ServerUnusableError as exc:
+            if exc.kind == errors.CONNECT_FAILED:
+                self.fatal(errors.EXIT_SERVER_UNUSABLE, f"cannot connect to {host} ({exc.detail}); "
+                           "is the server running? check --host")
+                return False
+            if rt._model is None:
+                self.fatal(errors.EXIT_SERVER_UNUSABLE, str(exc))
+                return False
+            say(f"llm-loadgen: warning: {exc}")
+        finally:
+            client.close()
+        headers = {"Authorization": f"Bearer {rt.api_key}"} if rt.api_key else {}
+        self._start_guard(host, headers)
+        return self.exit_code is None
+
+    def _start_guard(self, host: str, headers: dict) -> None:
+        sc = self.rt.scenario
+        self.capacity = resolve_capacity(sc.guard.kv_capacity_tokens, host, headers)
+        cap = self.capacity
+        if cap.tokens is None:
+            say(f"llm-loadgen: KV capacity unknown ({cap.detail}); running UNGUARDED "
+                "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")
+            if sc.guard.require:
+                self.fatal(errors.EXIT_GUARD_ABORT, "--require-guard is set and the server reports no "
+                           "KV capacity; set --kv-capacity-tokens to the server's KV tokens")
+                return
+        else:
+            say(f"llm-loadgen: KV capacity {cap.tokens:,} tokens (source: {cap.source})")
+        if sc.guard.watch and cap.flavor:
+            self.watch = ServerWatch(host, headers, cap.flavor, sc.guard.watch_interval_s)
+            self.watch.start()
+
+    def decide(self, concurrency: int):
+        sc = self.rt.scenario
+        return decide(concurrency, self.capacity.tokens if self.capacity else None, sc.input_tokens,
+                      sc.output_tokens, sc.guard.margin, sc.guard.action)
+
+    # -- sweep events --------------------------------------------------------------------------------
+    def on_event(self, ev, now: float) -> None:
+        rt = self.rt
+        if ev.kind == "phase":
+            rt.set_phase(ev.stage, ev.data["kind"])
+            if ev.data["kind"] == "ramp":
+                self.stage_info[ev.stage] = {"concurrency": ev.data["concurrency"], "flags": []}
+                say(f"llm-loadgen: stage {ev.stage} C={ev.data['concurrency']}: ramp")
+        elif ev.kind == "guard":
+            self._on_guard(ev)
+        elif ev.kind == "window_open":
+            info = self.stage_info[ev.stage]
+            info["open_t"], info["open_wall"] = ev.data["t"], time.time()
+            if self.watch:
+                self.watch.begin_stage(ev.stage)
+        elif ev.kind == "window_close":
+            info = self.stage_info[ev.stage]
+            info["window_s"] = ev.data["t"] - info["open_t"]
+            info["users"] = ev.data["users"]
+            self.close_seq[ev.stage] = rt.phase_seq + 1  # the next phase's seq
+            if self.watch:
+                info["server"] = self.watch.end_stage(ev.stage)
+        elif ev.kind == "final":
+            self._finalize(ev.stage, forced=ev.data.get("forced", False))
+        elif ev.kind == "done":
+            self.stop_reason = ev.data["reason"]
+            if self.stop_reason == "guard_abort":
+                self.exit_code = errors.EXIT_GUARD_ABORT
+            self.finished_run = True
+
+    def _on_guard(self, ev) -> None:
+        d = ev.data["decision"]
+        if d.breach:
+            self.guard_state["breaches"] += 1
+            say(f"llm-loadgen: guard: {d.message}")
+        if not d.allowed:
+            self.guard_state["stopped_before"] = d.concurrency
+        elif d.run_concurrency and d.run_concurrency != d.concurrency:
+            self.guard_state["clamped_to"] = d.run_concurrency
+            self.guard_state["stopped_before"] = d.concurrency
+        elif d.breach:
+            self.guard_state["warned"].append(d.concurrency)
+        self.last_decision = d
+
+    def _finalize(self, k: int, forced: bool) -> None:
+        rt, sc = self.rt, self.rt.scenario
+        info = self.stage_info[k]
+        stats = rt.collector.stages.get(k)
+        from loadgen.stats import StageStats
+
+        row = (stats or StageStats()).row(info["window_s"])
+        row = {"index": k, "concurrency": info["concurrency"], **row}
+        flags = list(info["flags"])
+        if self.guard_state["clamped_to"] == info["concurrency"]:
+            flags.append("guard_clamped")
+        if info["concurrency"] in self.guard_state["warned"]:
+            flags.append("guard_warn")
+        server = info.get("server")
+        if server:
+            row["server"] = server
+            if server.get("over_capacity"):
+                flags.append("server_over_capacity")
+        client = rt.stage_health(k)
+        row["client"] = client
+        if client["cpu_percent"] is not None and is_client_bound(
+            client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max
+        ):
+            flags.append("client_bound")
+        if forced:
+            row["unfinished_requests"] = rt.inflight(k)
+            flags.append("drain_timeout")
+        if info.get("users") is not None and info["users"] < info["concurrency"]:
+            flags.append("users_short")
+        row["users"] = info.get("users")
+        row["window_s"] = info["window_s"]
+        row["flags"] = flags
+        self.rows.append(row)
+        if len(self.rows) == 1:
+            say(format_stage_header())
+        say(format_stage_row(row))
+        if "client_bound" in flags:
+            say(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {client['cpu_percent']}%, loop lag p99 "
+                f"{client['loop_lag_p99_s']} s): its TTFT/ITL include client delays; add workers "
+                "(--processes N or more --worker processes)")
+        self.write()
+
+    # -- stop paths --------------------------------------------------------------------------------
+    def fatal(self, code: int, message: str) -> None:
+        """Stop the run now with a clear one-line message; results so far are written on quit."""
+        say(f"llm-loadgen: {message}")
+        self.stop_reason = self.stop_reason or "error"
+        self.exit_code = code
+        runner = self.rt.environment.runner
+        self.rt.environment.process_exit_code = code
+        if runner is not None:
+            gevent.spawn_later(0, runner.quit)
+
+    def on_quitting(self) -> None:
+        env = self.rt.environment
+        if self.stop_reason is None:
+            self.stop_reason = "interrupted"
+            self.exit_code = errors.EXIT_INTERRUPTED
+        if self.exit_code is not None:
+            env.process_exit_code = self.exit_code
+        if self.watch:
+            self.watch.stop()
+        self.write(final=True)
+        if self.rows:
+            say(format_stage_table(self.rows, self.knee()))
+        say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
+
+    # -- results -------------------------------------------------------------------------------------
+    def knee(self) -> int | None:
+        return find_knee(self.rows, self.rt.scenario.knee.threshold)
+
+    def summary(self, final: bool = False) -> dict:
+        rt, sc = self.rt, self.rt.scenario
+        cap = self.capacity
+        knee = self.knee()
+        rows = [dict(r, flags=r["flags"] + (["knee"] if r["concurrency"] == knee else [])) for r in self.rows]
+        env = rt.environment
+        return {
+            "schema": 1,
+            "tool": {"name": "llm-loadgen", "version": "0.1.0"},
+            "run": {
+                "started_at": _iso(self.started_wall),
+                "ended_at": _iso(time.time()) if final else None,
+                "host": env.host,
+                "model": rt._model,
+                "endpoint": sc.endpoint,
+                "exit_code": self.exit_code if self.exit_code is not None else (0 if final else None),
+                "stop_reason": self.stop_reason,
+                "workers": len(rt.worker_inflight) if rt.is_master else 1,
+                "worker_losses": self.worker_losses,
+            },
+            "scenario": sc.to_dict(),
+            "server": {
+                "flavor": cap.flavor if cap else None,
+                "max_model_len": cap.max_model_len if cap else None,
+                "capacity_detail": cap.detail if cap else None,
+            },
+            "guard": {
+                "capacity_tokens": cap.tokens if cap else None,
+                "capacity_source": cap.source if cap else None,
+                "margin": sc.guard.margin,
+                "action": sc.guard.action,
+                "stopped_before": self.guard_state["stopped_before"],
+                "clamped_to": self.guard_state["clamped_to"],
+                "breaches": self.guard_state["breaches"],
+            },
+            "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
+            "stages": rows,
+        }
+
+    def write(self, final: bool = False) -> None:
+        try:
+            write_results(self.rt.scenario.results_dir, self.summary(final), plots=final)
+        except Exception as exc:  # never lose the run to a report problem
+            log.exception("writing results failed: %s", exc)

@@ -1,0 +1,150 @@
+"""Locust users: glue between the streaming client, synthetic prompts, records and the runtime.
+
+Each user is one closed-loop stream: send, read to the end, record, send again (no think time), so
+the number of users is the concurrency. Each LLM request is one entry in Locust's own stats
+(name = endpoint path, response time = E2E in ms), so the web UI, ``--csv`` and ``--html`` keep
+working; TTFT/ITL/TPOT go into our own histograms (Locust rounds times to ~2 significant digits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import zlib
+
+import gevent
+import orjson
+from gevent.lock import Semaphore
+from locust import User, constant, task
+
+from loadgen.client import StreamClient
+from loadgen.errors import RequestError, ServerUnusableError
+from loadgen.prompts import ChatPrompts, TokenIdPrompts, fit_word_count
+from loadgen.records import RequestRecord
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+IDLE_KINDS = frozenset({"drain", "done"})
+_user_numbers = itertools.count()
+_calibration_lock = Semaphore()
+_chat_words: dict[int, int] = {}
+
+
+def _process_key(environment) -> int:
+    """A number unique to this process, so prompts differ across workers and hosts."""
+    client_id = getattr(environment.runner, "client_id", None)
+    return zlib.crc32(client_id.encode()) if client_id else os.getpid()
+
+
+def request_body(scenario, model: str, prompt) -> bytes:
+    """The JSON body of one streaming request that forces exactly ``output_tokens`` tokens."""
+    m = scenario.output_tokens
+    body = {
+        "model": model,
+        "max_tokens": m,
+        "min_tokens": m,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if scenario.request.continuous_usage:
+        body["stream_options"]["continuous_usage_stats"] = True
+    if scenario.endpoint == "chat":
+        body["messages"] = prompt
+    else:
+        body["prompt"] = prompt
+    body.update(scenario.request.extra_body)
+    return orjson.dumps(body)
+
+
+def chat_word_count(client: StreamClient, scenario, model: str) -> int:
+    """Words per chat prompt so the server counts exactly ``input_tokens`` (cached per process)."""
+    target = scenario.input_tokens
+    with _calibration_lock:
+        if target not in _chat_words:
+            probe = ChatPrompts(1, (scenario.prompt.seed, 0xCA1))
+
+            def measure(words: int) -> int:
+                body = {
+                    "model": model,
+                    "messages": [{"role": "user", "content": probe.text(words)}],
+                    "max_tokens": 1,
+                    "stream": False,
+                }
+                return int(client.post_json(PATHS["chat"], body)["usage"]["prompt_tokens"])
+
+            _chat_words[target], _ = fit_word_count(target, measure)
+        return _chat_words[target]
+
+
+class LLMUser(User):
+    """One closed-loop streaming client of an OpenAI-compatible server."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        rt = self.environment.llm
+        sc = rt.scenario
+        self.rt = rt
+        self.client = StreamClient(
+            self.host,
+            api_key=rt.api_key,
+            connect_timeout_s=sc.request.connect_timeout_s,
+            read_timeout_s=sc.request.read_timeout_s,
+        )
+        self.path = PATHS[sc.endpoint]
+        key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
+        self.model = None
+        if sc.endpoint == "chat":
+            self.prompts = None  # calibrated on first use (needs the model)
+            self._seed_key = key
+        else:
+            self.prompts = TokenIdPrompts(
+                sc.input_tokens, tuple(sc.prompt.token_id_range), key, sc.prompt.shared_prefix_tokens,
+                shared_seed=sc.prompt.seed,
+            )
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+    def _prepare(self) -> None:
+        rt, sc = self.rt, self.rt.scenario
+        try:
+            self.model = rt.model(self.client)
+            if self.prompts is None:
+                self.prompts = ChatPrompts(chat_word_count(self.client, sc, self.model), self._seed_key)
+        except (ServerUnusableError, RequestError) as exc:
+            rt.fatal(exc)
+            raise
+
+    @task
+    def generate(self) -> None:
+        rt = self.rt
+        if rt.kind in IDLE_KINDS:
+            gevent.sleep(0.2)
+            return
+        if self.model is None or self.prompts is None:
+            self._prepare()
+        sc = rt.scenario
+        body = request_body(sc, self.model, self.prompts.next())
+        stage = rt.measuring
+        collector = rt.collector
+        collector.request_started(stage)
+        start_wall = time.time()
+        record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
+        try:
+            result, nbytes = self.client.stream(self.path, body, record, on_tokens=rt.on_tokens)
+        finally:
+            collector.request_finished(stage)
+        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
+        self.environment.events.request.fire(
+            request_type="POST",
+            name=self.path,
+            response_time=(result.e2e_s or 0.0) * 1000.0,
+            response_length=nbytes,
+            response=None,
+            context={"stage": stage},
+            exception=None if result.ok else RequestError(result.error_kind),
+            start_time=start_wall,
+            url=self.path,
+        )

@@ -1,0 +1,8 @@
+"""llm-loadgen: `locust --headless -f locustfile.py --host http://127.0.0.1:30000`.
+
+Thin on purpose: the users, the sweep shape and the event wiring live in `loadgen/` and `shapes/`.
+"""
+
+from loadgen.locust_plugin import *  # noqa: F401,F403  (command-line options and event listeners)
+from loadgen.users import LLMUser  # noqa: F401
+from shapes.sweep import SweepShape  # noqa: F401

@@ -1,0 +1,59 @@
+"""``SweepShape``: the Locust LoadTestShape that runs the concurrency sweep.
+
+It runs on the master (or the local runner) only. Every tick (1 s) it observes users, finished and
+in-flight requests, asks the pure ``SweepPlan`` what to do, hands the plan's events to the
+``Session`` (phases, guard decisions, windows, final rows) and re-broadcasts the phase to workers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from locust import LoadTestShape
+
+from shapes.sweep_plan import Observation, SweepPlan
+
+log = logging.getLogger("llm_loadgen")
+
+
+class SweepShape(LoadTestShape):
+    """Geometric (or listed) concurrency stages with warmup, measurement window and KV guard."""
+
+    plan: SweepPlan | None = None
+
+    def _build_plan(self, rt) -> SweepPlan:
+        st = rt.scenario.stages
+        return SweepPlan(
+            rt.scenario.concurrencies(),
+            ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
+            min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
+            decide=rt.session.decide,
+        )
+
+    def tick(self):
+        rt = self.runner.environment.llm
+        session = rt.session
+        if session.finished_run or session.exit_code is not None and session.stop_reason == "error":
+            return None
+        try:
+            if not session.started and not session.start():
+                return None
+            if self.plan is None:
+                self.plan = self._build_plan(rt)
+            now = self.get_run_time()
+            tick = self.plan.tick(Observation(
+                now=now,
+                users=self.runner.user_count,
+                finished=rt.finished,
+                stage_done=rt.stage_done,
+            ))
+            for ev in tick.events:
+                session.on_event(ev, now)
+            rt.broadcast_phase()
+        except Exception as exc:  # a bug of ours must not lose the stages already measured
+            log.exception("sweep failed")
+            session.fatal(1, f"internal error in the sweep: {exc!r}")
+            return None
+        if tick.users is None:
+            return None
+        return tick.users, tick.spawn_rate

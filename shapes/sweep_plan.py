@@ -1,0 +1,128 @@
+"""The sweep's decisions, as a pure state machine: no Locust, no I/O, no clock of its own.
+
+Each stage runs ``ramp -> warmup -> measure``; after the last stage ``drain`` waits for measured
+requests still running, then the sweep is done. Before a stage starts, the guard decides whether it
+may run (``decide(concurrency) -> GuardDecision``): abort stops before it, clamp runs one last
+stage at the largest concurrency that fits, warn runs it flagged.
+
+- ramp: ask for C users; ends when C users run, or after ``ramp_s`` × 4 + 10 s (so a lost worker
+  cannot hang the sweep; the stage then records the users it really had).
+- warmup: ``warmup_s`` seconds; requests sent now are not measured.
+- measure: the window. Closes when ``duration_s`` has passed and at least ``min_requests`` measured
+  requests finished, or at ``max_window_s`` whatever the count.
+- A closed stage is *final* once none of its requests is still running (``stage_done(k)``);
+  requests of stage k finish during stage k+1's ramp/warmup, which exclude them from k+1.
+- drain: after the last window, no new requests; ends when every closed stage is final or after
+  ``drain_s``.
+
+``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+RAMP, WARMUP, MEASURE, DRAIN, DONE = "ramp", "warmup", "measure", "drain", "done"
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float  # seconds since the run started
+    users: int  # users running now
+    finished: Callable[[int], int]  # measured requests of stage k finished so far
+    stage_done: Callable[[int], bool]  # no request of stage k still running (everywhere)
+
+
+@dataclass
+class Event:
+    kind: str  # phase | window_open | window_close | final | guard | done
+    stage: int | None = None
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class Tick:
+    users: int | None
+    spawn_rate: float
+    events: list[Event]
+
+
+class SweepPlan:
+    """Drives a concurrency sweep; see the module docstring for the rules."""
+
+    def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
+                 min_requests: int, max_window_s: float, drain_s: float, decide: Callable):
+        self.concurrencies = list(concurrencies)
+        self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
+        self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
+        self.decide = decide
+        self.index = -1  # stage index (position in the sweep); -1 before the first
+        self.kind: str | None = None
+        self.since = 0.0  # when the current phase began
+        self.target = 0  # users wanted in this stage
+        self.last_stage = False
+        self.pending: list[int] = []  # closed, not yet final
+        self.stop_reason: str | None = None
+        self.exit_reason: str = "completed"
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _enter(self, kind: str, now: float, events: list[Event]) -> None:
+        self.kind, self.since = kind, now
+        events.append(Event("phase", self.index, {"kind": kind, "concurrency": self.target}))
+
+    def _next_stage(self, now: float, events: list[Event]) -> None:
+        nxt = self.index + 1
+        if self.last_stage or nxt >= len(self.concurrencies):
+            self._enter(DRAIN, now, events)
+            return
+        wanted = self.concurrencies[nxt]
+        decision = self.decide(wanted)
+        events.append(Event("guard", nxt, {"decision": decision, "concurrency": wanted}))
+        if not decision.allowed:
+            self.exit_reason = "guard_abort"
+            self._enter(DRAIN, now, events)
+            return
+        self.index = nxt
+        self.target = decision.run_concurrency or wanted
+        if self.target != wanted:  # clamped: this is the last stage
+            self.last_stage = True
+        self._enter(RAMP, now, events)
+
+    def _finalize_ready(self, obs: Observation, events: list[Event], force: bool = False) -> None:
+        for k in list(self.pending):
+            if force or obs.stage_done(k):
+                self.pending.remove(k)
+                events.append(Event("final", k, {"forced": force and not obs.stage_done(k)}))
+
+    # -- the decision ------------------------------------------------------------------------------
+    def tick(self, obs: Observation) -> Tick:
+        events: list[Event] = []
+        now = obs.now
+        if self.kind is None:
+            self._next_stage(now, events)
+        elapsed = now - self.since
+        if self.kind == RAMP:
+            if obs.users >= self.target or elapsed >= self.ramp_s * 4 + 10:
+                self._enter(WARMUP, now, events)
+        elif self.kind == WARMUP:
+            if elapsed >= self.warmup_s:
+                self._enter(MEASURE, now, events)
+                events.append(Event("window_open", self.index, {"t": now}))
+        elif self.kind == MEASURE:
+            enough = obs.finished(self.index) >= self.min_requests
+            if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
+                events.append(Event("window_close", self.index, {"t": now, "users": obs.users}))
+                self.pending.append(self.index)
+                self._next_stage(now, events)
+        if self.kind == DRAIN:
+            self._finalize_ready(obs, events, force=now - self.since >= self.drain_s)
+            if not self.pending:
+                self.kind = DONE
+                events.append(Event("done", None, {"reason": self.exit_reason}))
+        else:
+            self._finalize_ready(obs, events)
+        if self.kind == DONE:
+            return Tick(None, 0.0, events)
+        spawn_rate = max(self.target / max(self.ramp_s, 0.001), 1.0)
+        return Tick(self.target, spawn_rate, events)

@@ -1,0 +1,20 @@
+"""Results of a run: summary.json, stages.csv, the stage table, the knee, plots, report.html.
+
+The cheap parts are imported here; ``plots``, ``html`` and ``compare`` import matplotlib and are
+loaded only when a report is drawn, so the load generator does not pay for them at start.
+"""
+
+from loadgen.report.files import load_summary, write_results
+from loadgen.report.knee import find_knee, gain_per_doubling
+from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table, write_stages_csv
+
+__all__ = [
+    "find_knee",
+    "format_stage_header",
+    "format_stage_row",
+    "format_stage_table",
+    "gain_per_doubling",
+    "load_summary",
+    "write_results",
+    "write_stages_csv",
+]

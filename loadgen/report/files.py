@@ -1,0 +1,161 @@
+"""The results directory: summary.json, stages.csv, PNG plots and report.html.
+
+Every file is written atomically (temp file in the same directory, then ``os.replace``), so a
+crash or Ctrl-C mid-write leaves the previous complete file, never half of one. ``write_results``
+may be called after every stage; the last call wins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from loadgen.errors import ConfigError
+from loadgen.report.knee import find_knee
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "summary.json"
+STAGES_CSV = "stages.csv"
+REPORT_HTML = "report.html"
+SCHEMA = 1
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temp file in the same directory and an atomic rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_safe(value):
+    """NaN and infinities become null: strict JSON readers reject them, and a summary that cannot
+    be read back is worse than one with a missing number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def summary_json_text(summary: dict) -> str:
+    return json.dumps(_json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
+
+
+def knee_of(summary: dict) -> int | None:
+    """The knee recorded in the summary; computed from the stages when the summary has none."""
+    knee = summary.get("knee")
+    if isinstance(knee, dict) and "concurrency" in knee:
+        return knee["concurrency"]
+    return find_knee(summary.get("stages") or [])
+
+
+def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool = True) -> dict[str, Path]:
+    """Write the whole results directory for ``summary``; returns {name: path} of files written.
+
+    Order matters: summary.json and stages.csv first, so a failure in matplotlib or the HTML can
+    never lose them; plot and HTML errors are logged, not raised. ``plots=False`` skips the
+    matplotlib work (most of a second of CPU, which would stall a gevent loop measuring a stage)
+    and writes report.html without images; a final call with ``plots=True`` completes the report.
+    """
+    out = Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"summary": atomic_write_text(out / SUMMARY, summary_json_text(summary))}
+    written.update(write_derived(out, summary, plots=plots))
+    return written
+
+
+def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> dict[str, Path]:
+    """stages.csv, the PNG plots and report.html from ``summary`` (summary.json is not touched).
+
+    Keys of the result: ``stages_csv``, one per plot (``throughput``, ``latency``, ``tradeoff``)
+    and ``html``; a plot or HTML failure is logged and its key is missing.
+    """
+    from loadgen.report.table import write_stages_csv
+
+    out = Path(results_dir)
+    written = {"stages_csv": write_stages_csv(out / STAGES_CSV, summary.get("stages") or [])}
+    images: dict[str, bytes] = {}
+    if plots:
+        try:
+            from loadgen.report.plots import build_run_figures, save_figures
+
+            images = save_figures(build_run_figures(summary), out)
+            written.update({name: out / f"{name}.png" for name in images})
+        except Exception:
+            log.exception(
+                "report: drawing the plots in %s failed; summary.json and stages.csv are written", out
+            )
+    try:
+        from loadgen.report.html import render_report_html
+
+        html = render_report_html(summary, images, plots_pending=not plots)
+        written["html"] = atomic_write_text(out / REPORT_HTML, html)
+    except Exception:
+        log.exception("report: writing %s failed; summary.json and stages.csv are written", out / REPORT_HTML)
+    return written
+
+
+def load_summary(results_dir: str | os.PathLike) -> dict:
+    """Read and check ``<results_dir>/summary.json``; raise ConfigError naming the path and the fix."""
+    path = Path(results_dir)
+    if not path.is_dir():
+        raise ConfigError(
+            "results directory",
+            str(path),
+            "not found or not a directory",
+            "pass a directory written by a run, the one holding summary.json",
+        )
+    file = path / SUMMARY
+    if not file.is_file():
+        raise ConfigError(
+            "summary.json",
+            str(file),
+            "missing",
+            "pass a results directory of a run that completed at least its start",
+        )
+    try:
+        summary = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(
+            "summary.json",
+            str(file),
+            f"unreadable or invalid JSON ({exc})",
+            "restore the file or re-run; summary.json is written atomically by a run",
+        ) from None
+    if (
+        not isinstance(summary, dict)
+        or not isinstance(summary.get("stages"), list)
+        or not all(isinstance(stage, dict) for stage in summary["stages"])
+    ):
+        raise ConfigError(
+            "summary.json",
+            str(file),
+            "has no 'stages' list of objects",
+            "pass a summary.json written by llm-loadgen",
+        )
+    if summary.get("schema") != SCHEMA:
+        raise ConfigError(
+            "summary.json",
+            str(file),
+            f"has schema {summary.get('schema')!r}, expected {SCHEMA}",
+            "rebuild it with the llm-loadgen version that wrote it",
+        )
+    return summary

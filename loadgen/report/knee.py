@@ -1,0 +1,74 @@
+"""The saturation knee of a concurrency sweep: where more concurrency stops buying throughput.
+
+Pure: no I/O, no clock. Works on summary.json stage dicts (``concurrency``,
+``output_tokens_per_s``, ``requests``, ``error_count``).
+"""
+
+from __future__ import annotations
+
+import math
+
+DEFAULT_THRESHOLD = 0.10
+
+
+def gain_per_doubling(c_a: float, tput_a: float, c_b: float, tput_b: float) -> float:
+    """Relative throughput gain per doubling of concurrency between two stages.
+
+        gain = (tput_b / tput_a) ** (1 / log2(c_b / c_a)) - 1
+
+    So stages need not be exact doublings: going from C=4 to C=16 (two doublings) with a 2.25x
+    throughput is a 50% gain per doubling. A fall in throughput gives a negative gain; a fall to
+    zero gives -1. Requires ``c_b > c_a > 0`` and ``tput_a > 0``.
+    """
+    doublings = math.log2(c_b / c_a)
+    return (tput_b / tput_a) ** (1.0 / doublings) - 1.0
+
+
+def _curve(stages: list[dict]) -> list[tuple[float, float]]:
+    """(concurrency, throughput) points usable for the knee, sorted by concurrency.
+
+    Skipped: stages without a positive concurrency or a throughput value, and stages that measured
+    nothing (zero throughput with no requests and no errors: an empty window says nothing about
+    the server). A stage with zero throughput *and* errors is kept at 0: the server broke there,
+    which is the strongest possible "no gain". Repeated concurrencies keep the last stage.
+    """
+    points: dict[float, float] = {}
+    for stage in stages:
+        c = stage.get("concurrency")
+        tput = stage.get("output_tokens_per_s")
+        if not c or c <= 0 or tput is None or tput < 0:
+            continue
+        if tput == 0 and not stage.get("requests") and not stage.get("error_count"):
+            continue
+        points[float(c)] = float(tput)
+    return sorted(points.items())
+
+
+def find_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD) -> int | None:
+    """Concurrency of the stage after which more concurrency adds less than ``threshold`` throughput.
+
+    Rule: with stages sorted by concurrency, the knee is the lowest-concurrency stage k (with
+    positive throughput) such that, for *every* later stage j,
+
+        gain_per_doubling(k, j) = (tput_j / tput_k) ** (1 / log2(c_j / c_k)) - 1 < threshold
+
+    i.e. no later stage beats stage k by ``threshold`` (10%) or more per doubling of concurrency.
+    Comparing against every later stage, not only the next one, keeps a one-stage plateau followed
+    by a real rise (noise, a warm-up effect) from being called the knee. Consequences:
+
+    - a curve that rises then flattens -> the first stage of the flat part;
+    - a curve that peaks then falls -> the peak, or the start of the plateau before it;
+    - a stage where every request failed (throughput 0 with errors) counts as a fall to 0;
+    - a curve still rising at the last stage -> None (not saturated within the sweep);
+    - the last stage is never the knee: nothing after it shows the gain stopped.
+    """
+    if threshold <= 0:
+        raise ValueError(f"knee threshold must be > 0, got {threshold!r} (use 0.1 for 10% per doubling)")
+    curve = _curve(stages)
+    for k, (c_k, tput_k) in enumerate(curve[:-1]):
+        if tput_k <= 0:
+            continue
+        later = curve[k + 1 :]
+        if all(gain_per_doubling(c_k, tput_k, c_j, tput_j) < threshold for c_j, tput_j in later):
+            return int(c_k)
+    return None

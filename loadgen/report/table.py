@@ -1,0 +1,229 @@
+"""The per-stage text table (printed live as each stage ends, and at the end) and stages.csv.
+
+Pure formatting: stage dicts in summary.json form in, text out. Units are chosen for people:
+tokens/s, milliseconds for TTFT/ITL/TPOT, seconds for E2E.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from loadgen.errors import FAILURE_KINDS
+
+# Short names for error kinds in the compact "errors" column, e.g. "5 429:3 reset:2".
+ERROR_ABBREV = {
+    "http_4xx": "4xx",
+    "http_5xx": "5xx",
+    "overload_429": "429",
+    "overload_503": "503",
+    "stream_error": "stream",
+    "aborted": "abort",
+    "connection_reset": "reset",
+    "connect_failed": "connect",
+    "read_timeout": "timeout",
+    "malformed_chunk": "malformed",
+    "empty_stream": "empty",
+    "truncated": "trunc",
+    "not_openai": "not_openai",
+}
+
+
+def num(value: float | None) -> str:
+    """A number with about three significant digits and no exponent; "-" for missing."""
+    if value is None:
+        return "-"
+    mag = abs(value)
+    if mag >= 100 or value == 0:
+        return f"{value:.0f}"
+    if mag >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else num(seconds * 1000.0)
+
+
+def secs(seconds: float | None) -> str:
+    return num(seconds)
+
+
+def errors_compact(stage: dict) -> str:
+    """Total errors then the kinds, most frequent first: ``"5 429:3 reset:2"``; ``"0"`` if none."""
+    errors = {k: n for k, n in (stage.get("errors") or {}).items() if n}
+    total = stage.get("error_count")
+    if total is None:
+        total = sum(errors.values())
+    if not errors:
+        return str(total)
+    kinds = sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"{total} " + " ".join(f"{ERROR_ABBREV.get(k, k)}:{n}" for k, n in kinds)
+
+
+def mismatch_compact(stage: dict) -> str:
+    """Requests whose token counts differ from what was asked: ``"in:2 out:5 est:1"``; "0" if none.
+
+    ``est`` counts requests without server usage whose tokens were estimated from chunks.
+    """
+    tm = stage.get("token_mismatch")
+    if not tm:
+        return "-"
+    parts = [
+        f"{short}:{tm[key]}"
+        for key, short in (("input", "in"), ("output", "out"), ("estimated", "est"))
+        if tm.get(key)
+    ]
+    return " ".join(parts) if parts else "0"
+
+
+def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
+    """The stage's own flags (set by the run: guard, over capacity, client-bound...) plus ``knee``."""
+    flags = list(stage.get("flags") or [])
+    if knee is not None and stage.get("concurrency") == knee and "knee" not in flags:
+        flags.append("knee")
+    return flags
+
+
+# (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows.
+Column = tuple[str, str, int, Callable[[dict], str]]
+COLUMNS: list[Column] = [
+    ("C", "", 6, lambda s: str(s.get("concurrency", "-"))),
+    ("reqs", "", 6, lambda s: str(s.get("requests", "-"))),
+    ("out tok/s", "total", 10, lambda s: num(s.get("output_tokens_per_s"))),
+    ("req tok/s", "p50", 10, lambda s: num(s.get("decode_tps_p50"))),
+    ("TTFT p50", "ms", 9, lambda s: ms(s.get("ttft_p50_s"))),
+    ("p90", "ms", 7, lambda s: ms(s.get("ttft_p90_s"))),
+    ("p99", "ms", 7, lambda s: ms(s.get("ttft_p99_s"))),
+    ("ITL p50", "ms", 8, lambda s: ms(s.get("itl_p50_s"))),
+    ("p90", "ms", 6, lambda s: ms(s.get("itl_p90_s"))),
+    ("p99", "ms", 6, lambda s: ms(s.get("itl_p99_s"))),
+    ("TPOT p50", "ms", 9, lambda s: ms(s.get("tpot_p50_s"))),
+    ("E2E p50", "s", 8, lambda s: secs(s.get("e2e_p50_s"))),
+    ("p99", "s", 6, lambda s: secs(s.get("e2e_p99_s"))),
+]
+TAIL_COLUMNS = ("errors", "tok mismatch", "flags")  # variable width, left-aligned
+
+
+def format_stage_header() -> str:
+    """Two header lines (names, units) matching :func:`format_stage_row`."""
+    names = "".join(f"{name:>{width}}" for name, _, width, _ in COLUMNS)
+    units = "".join(f"{unit:>{width}}" for _, unit, width, _ in COLUMNS)
+    tail = f"  {TAIL_COLUMNS[0]:<24}{TAIL_COLUMNS[1]:<14}{TAIL_COLUMNS[2]}"
+    return names + tail + "\n" + units
+
+
+def format_stage_row(stage: dict, knee: int | None = None) -> str:
+    """One stage as a fixed-width line, for printing live when the stage ends."""
+    cells = "".join(f"{cell(stage):>{width}}" for _, _, width, cell in COLUMNS)
+    flags = ",".join(stage_flags(stage, knee)) or "-"
+    return f"{cells}  {errors_compact(stage):<23} {mismatch_compact(stage):<13} {flags}"
+
+
+def format_notes(
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1
+) -> list[str]:
+    """Lines under the table: the knee, and where the guard stopped the sweep."""
+    notes = []
+    if knee is not None:
+        notes.append(
+            f"knee: C={knee} (beyond it, output tok/s gains <{threshold:.0%} per doubling of concurrency)"
+        )
+    elif len(stages) >= 2:
+        notes.append("knee: none found (throughput still rising at the last stage)")
+    guard = guard or {}
+    if guard.get("stopped_before") is not None:
+        cap = guard.get("capacity_tokens")
+        cap_text = f"{cap:,} tokens ({guard.get('capacity_source') or 'unknown source'})" if cap else "?"
+        notes.append(
+            f"guard: stopped before C={guard['stopped_before']}: projected KV use exceeds capacity {cap_text}"
+        )
+    if guard.get("clamped_to") is not None:
+        notes.append(f"guard: last stage clamped to C={guard['clamped_to']}")
+    return notes
+
+
+def format_stage_table(
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1
+) -> str:
+    """The whole table: header, one row per stage, then notes on the knee and the guard stop
+    (``guard`` is summary.json's guard dict; ``threshold`` the knee's, for the note)."""
+    lines = [format_stage_header()]
+    lines += [format_stage_row(s, knee) for s in stages]
+    lines += format_notes(stages, knee, guard, threshold)
+    return "\n".join(lines)
+
+
+# --- stages.csv -----------------------------------------------------------------------------------
+
+NESTED = ("errors", "token_mismatch", "server", "client")
+# The summary.json stage fields in contract order; these columns are always present, in this order.
+BASE_COLUMNS = [
+    "index",
+    "concurrency",
+    "window_s",
+    "requests",
+    "error_count",
+    "input_tokens",
+    "output_tokens",
+    "output_tokens_per_s",
+    "decode_tps_p50",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "itl_p99_s",
+    "itl_chunk_p50_s",
+    "tpot_p50_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "token_mismatch.input",
+    "token_mismatch.output",
+    "token_mismatch.estimated",
+    "flags",
+    *(f"errors.{kind}" for kind in FAILURE_KINDS),
+    "client.cpu_percent",
+    "client.loop_lag_p99_s",
+]
+
+
+def flatten_stage(stage: dict) -> dict:
+    """One CSV row: nested dicts become dotted columns (``errors.read_timeout``,
+    ``token_mismatch.output``, ``server.kv_usage_max``), ``flags`` is ``;``-joined."""
+    row: dict = {}
+    for key, value in stage.items():
+        if key in NESTED and isinstance(value, dict):
+            for sub, v in value.items():
+                row[f"{key}.{sub}"] = v
+        elif key == "flags":
+            row[key] = ";".join(value or [])
+        elif isinstance(value, dict | list):
+            row[key] = repr(value)
+        else:
+            row[key] = value
+    for kind in FAILURE_KINDS:  # zero, not blank: every kind is counted in every stage
+        row.setdefault(f"errors.{kind}", 0)
+    return row
+
+
+def stages_csv_text(stages: list[dict]) -> str:
+    rows = [flatten_stage(s) for s in stages]
+    columns = list(BASE_COLUMNS)  # fixed leading columns so CSVs of different runs line up
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def write_stages_csv(path: str | os.PathLike, stages: list[dict]) -> Path:
+    """Write stages.csv atomically (temp file + rename)."""
+    from loadgen.report.files import atomic_write_text
+
+    return atomic_write_text(Path(path), stages_csv_text(stages))

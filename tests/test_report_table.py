@@ -1,0 +1,141 @@
+"""The stage table (text) and stages.csv."""
+
+import copy
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.errors import FAILURE_KINDS
+from loadgen.report.table import (
+    errors_compact,
+    format_stage_header,
+    format_stage_row,
+    format_stage_table,
+    mismatch_compact,
+    ms,
+    num,
+    write_stages_csv,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def seeds():
+    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+
+
+def test_humane_numbers():
+    assert num(None) == "-"
+    assert num(0) == "0"
+    assert num(2156.4) == "2156"
+    assert num(45.24) == "45.2"
+    assert num(0.0123) == "0.01"
+    assert ms(0.0106) == "10.6"  # seconds in, milliseconds out
+    assert ms(9.0) == "9000"
+    assert ms(None) == "-"
+
+
+def test_errors_and_mismatch_compact_forms():
+    stage = {
+        "errors": {"read_timeout": 2, "overload_429": 5, "connection_reset": 2, "aborted": 0},
+        "error_count": 9,
+    }
+    assert errors_compact(stage) == "9 429:5 reset:2 timeout:2"
+    assert errors_compact({"errors": {}, "error_count": 0}) == "0"
+    assert errors_compact({"errors": {"weird_kind": 1}}) == "1 weird_kind:1"  # total from kinds
+    assert mismatch_compact({"token_mismatch": {"input": 0, "output": 3, "estimated": 1}}) == "out:3 est:1"
+    assert mismatch_compact({"token_mismatch": {"input": 0, "output": 0, "estimated": 0}}) == "0"
+    assert mismatch_compact({}) == "-"
+
+
+def test_row_is_aligned_with_header_and_in_humane_units(seeds):
+    stage = next(s for s in seeds["stages"] if s["concurrency"] == 32)
+    header_names, header_units = format_stage_header().split("\n")
+    row = format_stage_row(stage)
+    # Each right-aligned numeric column ends at the same character as its header.
+    for name, value in (
+        ("out tok/s", num(stage["output_tokens_per_s"])),
+        ("TTFT p50", ms(stage["ttft_p50_s"])),
+        ("ITL p50", ms(stage["itl_p50_s"])),
+        ("E2E p50", num(stage["e2e_p50_s"])),
+    ):
+        end = header_names.index(name) + len(name)
+        assert row[:end].endswith(value), (name, value, row)
+    assert "ms" in header_units and " s" in header_units
+    assert row.split()[0] == "32"
+    assert row.split()[1] == str(stage["requests"])
+
+
+def test_table_has_every_stage_knee_flags_and_guard_note(seeds):
+    stages = seeds["stages"]
+    text = format_stage_table(stages, knee=256, guard=seeds["guard"])
+    lines = text.split("\n")
+    assert len(lines) == 2 + len(stages) + 2
+    rows = {int(line.split()[0]): line for line in lines[2 : 2 + len(stages)]}
+    assert sorted(rows) == [s["concurrency"] for s in stages]
+    assert rows[256].rstrip().endswith("knee")
+    assert "knee" not in rows[128]
+    assert "3 timeout:2 reset:1" in rows[512] and "server_over_capacity" in rows[512]
+    assert "out:3" in rows[512]
+    assert lines[-2].startswith("knee: C=256")
+    assert "stopped before C=1024" in lines[-1] and "1,570,000 tokens" in lines[-1]
+    assert "sglang_server_info" in lines[-1]
+
+
+def test_table_without_knee_or_guard_says_so():
+    stages = [{"concurrency": c, "output_tokens_per_s": 10.0 * c, "requests": 5} for c in (1, 2)]
+    text = format_stage_table(stages, knee=None, guard={"capacity_tokens": None, "stopped_before": None})
+    assert "knee: none found" in text
+    assert "guard:" not in text
+    assert format_stage_table([]).count("\n") == 1  # header only
+
+
+def test_row_tolerates_missing_fields():
+    row = format_stage_row({"concurrency": 4})
+    assert row.split()[0] == "4"
+    assert "-" in row
+
+
+def test_csv_flattens_nested_fields_and_keeps_every_error_kind(tmp_path, seeds):
+    stages = seeds["stages"]
+    path = write_stages_csv(tmp_path / "stages.csv", stages)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(stages)
+    columns = rows[0].keys()
+    for key in (
+        "concurrency",
+        "output_tokens_per_s",
+        "ttft_p99_s",
+        "itl_p50_s",
+        "itl_chunk_p50_s",
+        "token_mismatch.output",
+        "client.cpu_percent",
+        "server.num_retracted_requests",
+        "flags",
+    ):
+        assert key in columns, key
+    assert all(f"errors.{kind}" in columns for kind in FAILURE_KINDS)
+    last = rows[-1]
+    assert int(last["concurrency"]) == 512
+    assert int(last["errors.read_timeout"]) == 2 and int(last["errors.overload_429"]) == 0
+    assert last["flags"] == "server_over_capacity"
+    assert float(last["output_tokens_per_s"]) == stages[-1]["output_tokens_per_s"]
+    assert int(rows[0]["server.num_retracted_requests"]) == 0
+    assert not list(tmp_path.glob(".*.tmp"))  # temp file renamed away
+
+
+def test_csv_columns_are_stable_across_runs(tmp_path, seeds):
+    other = copy.deepcopy(seeds["stages"][:2])
+    for s in other:
+        s["server"] = {}
+    write_stages_csv(tmp_path / "a.csv", seeds["stages"])
+    write_stages_csv(tmp_path / "b.csv", other)
+    head_a = (tmp_path / "a.csv").read_text().split("\n")[0].split(",")
+    head_b = (tmp_path / "b.csv").read_text().split("\n")[0].split(",")
+    assert head_b == head_a[: len(head_b)]  # same leading columns; extras (server.*) only appended
+    write_stages_csv(tmp_path / "empty.csv", [])
+    assert (tmp_path / "empty.csv").read_text().startswith("index,concurrency,")

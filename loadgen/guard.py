@@ -1,0 +1,266 @@
+"""KV-capacity guard: refuse (or clamp) a stage whose requests cannot all fit in the server's KV cache.
+
+Pure logic, no I/O and no clock. Discovery of the capacity and the live `/metrics` poller live in
+``loadgen.server_probe``; this module decides from numbers and accumulates samples it is handed.
+
+A closed-loop stage at concurrency C keeps C requests in flight, each holding up to
+input + output tokens of KV cache at its end. If C of them do not fit, the server queues,
+preempts (vLLM) or retracts (SGLang) requests: the stage measures thrashing, not the server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from loadgen.errors import ConfigError
+
+GUARD_ACTIONS = ("abort", "clamp", "warn")
+
+
+def _exact(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> Fraction:
+    # Exact rational arithmetic: with floats, 3 x 1000 x 1.1 = 3300.0000000000005 > 3300 would
+    # refuse a stage that fits exactly. Fraction(str(0.1)) is 1/10, what the user wrote.
+    return concurrency * (input_tokens + output_tokens) * (1 + Fraction(str(margin)))
+
+
+def projected_kv_tokens(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> float:
+    """KV tokens a stage needs when every in-flight request reaches its last token.
+
+    projected = concurrency x (input_tokens + output_tokens) x (1 + margin)
+
+    e.g. 512 x (1000 + 1000) x 1.0 = 1,024,000. ``margin`` (>= 0) covers chat-template and
+    BOS tokens, block rounding and the server's own reservations.
+    """
+    return float(_exact(concurrency, input_tokens, output_tokens, margin))
+
+
+def max_fitting_concurrency(capacity: int, input_tokens: int, output_tokens: int, margin: float) -> int:
+    """Largest concurrency whose projection fits: floor(capacity / ((in + out) x (1 + margin)))."""
+    per_request = _exact(1, input_tokens, output_tokens, margin)
+    if per_request <= 0:
+        raise ConfigError("input_tokens + output_tokens", 0, "must be > 0 for the KV guard")
+    return math.floor(Fraction(capacity) / per_request)
+
+
+@dataclass(frozen=True)
+class GuardDecision:
+    """What to do with one stage. ``run_concurrency`` is None when the stage must not run."""
+
+    concurrency: int
+    allowed: bool
+    run_concurrency: int | None
+    projected_tokens: float
+    capacity_tokens: int | None
+    action: str
+    breach: bool
+    message: str
+
+
+def _check(margin: float, action: str) -> None:
+    if action not in GUARD_ACTIONS:
+        raise ConfigError("guard.action", action, "must be one of abort, clamp, warn", "abort is the default")
+    if not margin >= 0:  # also rejects NaN
+        raise ConfigError("guard.margin", margin, "must be >= 0", "e.g. 0.05 for 5% headroom")
+
+
+def decide(
+    concurrency: int,
+    capacity: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    margin: float,
+    action: str,
+) -> GuardDecision:
+    """Decide one stage: breach = projected_kv_tokens(...) > capacity.
+
+    No breach, or capacity None (unknown: unguarded) -> run as asked. On a breach: ``abort`` refuses
+    the stage; ``clamp`` runs max_fitting_concurrency(...) instead (refused if that is 0);
+    ``warn`` runs it anyway with breach=True.
+    """
+    _check(margin, action)
+    projected = projected_kv_tokens(concurrency, input_tokens, output_tokens, margin)
+    if capacity is None:
+        msg = (
+            f"KV guard off for concurrency {concurrency}: server KV capacity unknown "
+            f"(set guard.kv_capacity_tokens to enable it)"
+        )
+        return GuardDecision(concurrency, True, concurrency, projected, None, action, False, msg)
+    need = f"{concurrency} x ({input_tokens}+{output_tokens}) x {1 + margin:g} = {projected:,.0f}"
+    if _exact(concurrency, input_tokens, output_tokens, margin) <= capacity:
+        msg = f"stage concurrency {concurrency}: projected KV tokens {need} fit capacity {capacity:,}"
+        return GuardDecision(concurrency, True, concurrency, projected, capacity, action, False, msg)
+
+    fit = max_fitting_concurrency(capacity, input_tokens, output_tokens, margin)
+    head = f"stage concurrency {concurrency}: projected KV tokens {need} exceed capacity {capacity:,}"
+    if fit < 1:
+        msg = (
+            f"{head}; not even one request fits, refusing "
+            f"(lower input/output tokens, or check guard.kv_capacity_tokens)"
+        )
+        return GuardDecision(concurrency, False, None, projected, capacity, action, True, msg)
+    if action == "abort":
+        msg = f"{head}; refusing it (use --guard-action clamp or lower stages.max to {fit})"
+        return GuardDecision(concurrency, False, None, projected, capacity, action, True, msg)
+    if action == "clamp":
+        msg = f"{head}; clamped to concurrency {fit} (use stages.max {fit} to make this the plan)"
+        return GuardDecision(concurrency, True, fit, projected, capacity, action, True, msg)
+    msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
+    return GuardDecision(concurrency, True, concurrency, projected, capacity, action, True, msg)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The guard's verdict on a whole sweep, computed before the first stage starts.
+
+    ``decisions`` has one entry per requested stage, in order. ``runs`` is what will actually run:
+    stages up to the first breach; with ``abort`` the sweep stops before it (``stopped_before`` =
+    its concurrency); with ``clamp`` it runs at ``clamped_to`` and the sweep ends there (later
+    stages would only repeat the clamped concurrency; a clamp equal to the previous stage is
+    dropped as a repeat). ``warn`` runs everything.
+    """
+
+    decisions: list[GuardDecision]
+    runs: list[int]
+    stopped_before: int | None
+    clamped_to: int | None
+    capacity_tokens: int | None
+    margin: float
+    action: str
+    lines: list[str] = field(default_factory=list)
+
+    def summary(self, capacity_source: str | None) -> dict:
+        """The summary.json ``guard`` object."""
+        return {
+            "capacity_tokens": self.capacity_tokens,
+            "capacity_source": capacity_source,
+            "margin": self.margin,
+            "action": self.action,
+            "stopped_before": self.stopped_before,
+            "clamped_to": self.clamped_to,
+        }
+
+
+def plan_sweep(
+    concurrencies: list[int],
+    capacity: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    margin: float,
+    action: str,
+) -> SweepPlan:
+    """Decide every stage in order and where the sweep stops (see SweepPlan)."""
+    decisions = [decide(c, capacity, input_tokens, output_tokens, margin, action) for c in concurrencies]
+    runs: list[int] = []
+    stopped_before = clamped_to = end_index = None
+    end_verdict = ""
+    for i, d in enumerate(decisions):
+        if not d.breach or action == "warn":
+            runs.append(d.concurrency)
+            continue
+        end_index = i
+        if d.allowed and d.run_concurrency is not None and (not runs or d.run_concurrency > runs[-1]):
+            clamped_to = d.run_concurrency
+            runs.append(clamped_to)
+            end_verdict = f"CLAMPED to {clamped_to}"
+        elif d.allowed:
+            stopped_before = d.concurrency
+            end_verdict = f"REFUSED (clamp {d.run_concurrency} repeats the previous stage)"
+        else:
+            stopped_before = d.concurrency
+            end_verdict = "REFUSED"
+        break
+    lines = []
+    for i, d in enumerate(decisions):
+        if capacity is None:
+            verdict = "unguarded"
+        elif i == end_index:
+            verdict = end_verdict
+        elif end_index is not None and i > end_index:
+            verdict = "not run"
+        else:
+            verdict = "over capacity (warn)" if d.breach else "ok"
+        share = f" = {d.projected_tokens / capacity:.0%} of {capacity:,}" if capacity else ""
+        lines.append(f"C={d.concurrency}: {d.projected_tokens:,.0f} KV tokens{share}: {verdict}")
+    return SweepPlan(decisions, runs, stopped_before, clamped_to, capacity, margin, action, lines)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+class StageWatch:
+    """Per-stage server-side overload signals from a sequence of ``(t, sample)`` /metrics polls.
+
+    A sample (see ``server_probe.watch_sample``) holds ``preemptions_total`` (vLLM
+    num_preemptions_total, or SGLang num_retracted_requests_total: requests evicted for lack of
+    KV), ``waiting`` (queued requests), ``running`` and ``kv_usage`` (0-1); any may be None.
+
+    Per stage, between ``begin`` and ``end``:
+      preemptions   = sum of counter increases since the last poll before the stage began
+                      (a decrease is a server restart: the new value counts as the increase)
+      waiting_max / running_max / kv_usage_max = largest value polled
+      queued_polls_max = longest run of consecutive polls with waiting > 0
+      over_capacity = preemptions > 0 or queued_polls_max >= queued_polls (default 2);
+                      None when no poll arrived during the stage (unknown, not "fine")
+    The two-poll rule ignores a momentary queue (a request caught between arrival and the
+    scheduler's next step); a queue seen twice in a row means the server stopped admitting.
+    """
+
+    def __init__(self, queued_polls: int = 2):
+        self.queued_polls = queued_polls
+        self._last_counter: float | None = None
+        self._index: int | None = None
+        self._acc: dict = {}
+
+    def begin(self, index: int, t: float) -> None:
+        self._index = index
+        self._acc = {
+            "t0": t,
+            "polls": 0,
+            "preemptions": None,
+            "waiting_max": None,
+            "running_max": None,
+            "kv_usage_max": None,
+            "run": 0,
+            "queued_polls_max": 0,
+        }
+
+    def feed(self, t: float, sample: dict) -> None:
+        counter = sample.get("preemptions_total")
+        increase = None
+        if counter is not None:
+            if self._last_counter is not None:
+                increase = counter - self._last_counter if counter >= self._last_counter else counter
+            self._last_counter = counter
+        if self._index is None:
+            return  # between stages: only the counter baseline moves
+        acc = self._acc
+        acc["polls"] += 1
+        if counter is not None:
+            acc["preemptions"] = (acc["preemptions"] or 0) + (increase or 0)
+        waiting = sample.get("waiting")
+        acc["run"] = acc["run"] + 1 if waiting else 0
+        acc["queued_polls_max"] = max(acc["queued_polls_max"], acc["run"])
+        for key in ("waiting", "running", "kv_usage"):
+            acc[key + "_max"] = _max(acc[key + "_max"], sample.get(key))
+
+    def end(self, index: int, t: float) -> dict:
+        """The stage's server signals (summary.json ``stages[].server``); 0 polls if never begun."""
+        if index != self._index:
+            self.begin(index, t)
+        acc, self._index = self._acc, None
+        preempted = acc["preemptions"]
+        return {
+            "polls": acc["polls"],
+            "watched_s": max(0.0, t - acc["t0"]),
+            "preemptions": None if preempted is None else int(round(preempted)),
+            "waiting_max": acc["waiting_max"],
+            "running_max": acc["running_max"],
+            "kv_usage_max": acc["kv_usage_max"],
+            "queued_polls_max": acc["queued_polls_max"],
+            "over_capacity": None
+            if not acc["polls"]
+            else bool(preempted) or acc["queued_polls_max"] >= self.queued_polls,
+        }

@@ -1,7 +1,8 @@
 """KV-capacity guard: refuse (or clamp) a stage whose requests cannot all fit in the server's KV cache.
 
 Pure logic, no I/O and no clock. Discovery of the capacity and the live `/metrics` poller live in
-``loadgen.server_probe``; this module decides from numbers and accumulates samples it is handed.
+``loadgen.server_probe`` (also importable from here); this module decides from numbers and
+accumulates samples it is handed.
 
 A closed-loop stage at concurrency C keeps C requests in flight, each holding up to
 input + output tokens of KV cache at its end. If C of them do not fit, the server queues,
@@ -17,6 +18,17 @@ from fractions import Fraction
 from loadgen.errors import ConfigError
 
 GUARD_ACTIONS = ("abort", "clamp", "warn")
+# The I/O half lives in loadgen.server_probe (which imports StageWatch from here); callers may
+# still import it from loadgen.guard. Resolved lazily so neither module imports the other at load.
+_PROBE_NAMES = frozenset({"Capacity", "ServerWatch", "discover_capacity", "resolve_capacity"})
+
+
+def __getattr__(name: str):
+    if name in _PROBE_NAMES:
+        from loadgen import server_probe
+
+        return getattr(server_probe, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _exact(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> Fraction:

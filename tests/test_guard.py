@@ -406,6 +406,16 @@ def test_resolve_scenario_value_wins_and_quotes_the_server():
     assert (offline.tokens, offline.source, offline.flavor) == (4096, "scenario", None)
 
 
+def test_io_names_are_importable_from_guard():
+    from loadgen import guard, server_probe
+
+    assert guard.ServerWatch is server_probe.ServerWatch
+    assert guard.resolve_capacity is server_probe.resolve_capacity
+    assert guard.Capacity is server_probe.Capacity and guard.discover_capacity is discover_capacity
+    with pytest.raises(AttributeError):
+        guard.no_such_name  # noqa: B018
+
+
 def test_server_root():
     assert server_root("http://h:8000/v1/") == "http://h:8000"
     assert server_root("https://h/api/") == "https://h/api"

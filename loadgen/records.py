@@ -248,6 +248,13 @@ class RequestRecord:
             itl_token, itl_w, itl_chunk, self.finish_reason, n_chunks,
         )  # fmt: skip
 
+    def fail(self, error: RequestError, t: float) -> RequestResult:
+        """The reader stopped at ``t`` because of ``error``: ``finish(t, eof=False, error=error)``.
+
+        A stream that was already complete (finish reason or [DONE]) is still reported as ok.
+        """
+        return self.finish(t, eof=False, error=error)
+
     def _failure(self, t_end: float, eof: bool, error: RequestError | None) -> tuple:
         if self._raised is not None:
             return self._raised

@@ -140,4 +140,16 @@ def test_cumulative_le_off_edge_is_within_one_bucket():
     h.add_many(values)
     for e, got in zip([0.005, 0.025, 0.25, 2.5], h.cumulative_le([0.005, 0.025, 0.25, 2.5]), strict=True):
         assert int((values <= e / 10**0.01).sum()) <= got <= int((values <= e).sum())
-    assert h.cumulative_le([-1.0, 0.0, values.max(), 1e9]) == [0, 0, len(values), len(values)]
+    assert h.cumulative_le([-1.0, 0.0, 1e6, math.inf]) == [0, 0, len(values), len(values)]
+
+
+def test_cumulative_le_never_decreases_as_samples_arrive():
+    rng = np.random.default_rng(7)
+    edges = [0.001, 0.005, 0.0123, 0.1, 0.25, 1.0, math.inf]
+    h, before = LogHistogram(), [0] * len(edges)
+    for v in rng.lognormal(-3, 1.5, 300):
+        h.add(float(v))
+        now = h.cumulative_le(edges)
+        assert all(a <= b for a, b in zip(before, now, strict=True))
+        before = now
+    assert before[-1] == 300 and type(before[0]) is int

@@ -255,6 +255,13 @@ def test_transport_error_decides_kind_only_when_incomplete():
     assert r.ok and r.e2e_s == pytest.approx(0.1)
 
 
+def test_fail_before_any_payload_reports_the_transport_kind():
+    rec = RequestRecord(1.0, 10, CHAT)
+    r = rec.fail(RequestError(READ_TIMEOUT, "no bytes for 30 s"), 31.0)
+    assert not r.ok and r.error_kind == READ_TIMEOUT and r.e2e_s == pytest.approx(30.0)
+    assert r.ttft_s is None and r.completion_tokens == 0 and r.chunks == 0
+
+
 @pytest.mark.parametrize("bad", [b"{not json", b'{"choices": [', b"\xff\xfe"])
 def test_invalid_json_raises_malformed_and_finish_reports_it(bad):
     rec = RequestRecord(0.0, 10, CHAT)

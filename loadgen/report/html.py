@@ -1,0 +1,165 @@
+"""report.html: one self-contained file (inline CSS, plots as base64 PNG data URIs, no JavaScript,
+no external resources), so it can be mailed or archived alone. Every string from the summary is
+escaped with html.escape.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+
+from loadgen.report.files import knee_of
+from loadgen.report.table import COLUMNS, errors_compact, mismatch_compact, num, stage_flags
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.15em;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px}
+th{background:#f3f4f6;text-align:center}td.n{text-align:right;font-variant-numeric:tabular-nums}
+table.kv th{text-align:left;font-weight:600}tr.knee td{background:#fff7e0}
+.key{background:#f5f8ff;border:1px solid #cdd9f5;padding:10px 14px;margin:12px 0}
+.key div{margin:3px 0}.warn{color:#b42318}.muted{color:#777}
+img{max-width:100%;border:1px solid #eee;margin:6px 0}
+pre{background:#f6f6f6;padding:10px;font-size:12px;overflow-x:auto}
+"""
+
+SECTIONS_META = ("host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
+
+
+def _e(value) -> str:
+    return escape("-" if value is None else str(value))
+
+
+def kv_table(items: dict) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items.items())
+    return f'<table class="kv">{rows}</table>'
+
+
+def guard_lines(guard: dict) -> list[str]:
+    """Plain-text lines describing the KV guard (escaped by the caller)."""
+    cap = guard.get("capacity_tokens")
+    if not cap:
+        lines = ["unguarded: no capacity known"]
+    else:
+        lines = [
+            f"KV capacity {cap:,} tokens (source: {guard.get('capacity_source') or 'unknown'}),"
+            f" margin {guard.get('margin', '-')}, action {guard.get('action', '-')}"
+        ]
+    if guard.get("stopped_before") is not None:
+        lines.append(f"stopped before C={guard['stopped_before']}: its projected KV use exceeds the capacity")
+    if guard.get("clamped_to") is not None:
+        lines.append(f"last stage clamped to C={guard['clamped_to']}")
+    return lines
+
+
+def key_findings(summary: dict, knee: int | None) -> str:
+    """The answer first: where it saturates, where it breaks, where the guard stopped."""
+    stages = summary.get("stages") or []
+    rated = [s for s in stages if s.get("output_tokens_per_s") is not None]
+    lines = []
+    if knee is not None:
+        tput = next((s["output_tokens_per_s"] for s in rated if s.get("concurrency") == knee), None)
+        lines.append(
+            f"Saturation knee: C={knee} ({num(tput)} output tok/s); more concurrency adds"
+            f" &lt;{(summary.get('knee') or {}).get('threshold', 0.1):.0%} per doubling"
+        )
+    elif rated:
+        lines.append("Saturation knee: none found, throughput still rising at the last stage")
+    if rated:
+        peak = max(rated, key=lambda s: s["output_tokens_per_s"])
+        lines.append(
+            f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at C={_e(peak.get('concurrency'))}"
+        )
+    failing = [s for s in stages if s.get("error_count")]
+    if failing:
+        first = failing[0]
+        kinds = errors_compact(first).partition(" ")[2]
+        lines.append(
+            f'<span class="warn">Errors from C={_e(first.get("concurrency"))}:'
+            f" {_e(first.get('error_count'))} failed ({_e(kinds)}), {_e(first.get('requests'))} ok</span>"
+        )
+    else:
+        lines.append("Errors: none")
+    lines += [_e(f"Guard: {line}") for line in guard_lines(summary.get("guard") or {})]
+    return '<div class="key">' + "".join(f"<div>{line}</div>" for line in lines) + "</div>"
+
+
+def stage_table_html(stages: list[dict], knee: int | None) -> str:
+    heads = [
+        escape(name) + (f"<br><span class=muted>{escape(unit)}</span>" if unit else "")
+        for name, unit, _, _ in COLUMNS
+    ]
+    head = "".join(f"<th>{h}</th>" for h in heads + ["errors", "token mismatch", "flags"])
+    rows = []
+    for s in stages:
+        cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in COLUMNS)
+        cells += f"<td>{_e(errors_compact(s))}</td><td>{_e(mismatch_compact(s))}</td>"
+        cells += f"<td>{_e(', '.join(stage_flags(s, knee)))}</td>"
+        cls = ' class="knee"' if knee is not None and s.get("concurrency") == knee else ""
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    return f'<table id="stages"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def errors_table_html(stages: list[dict]) -> str:
+    kinds = sorted({k for s in stages for k, n in (s.get("errors") or {}).items() if n})
+    if not kinds:
+        return "<p>No failed requests.</p>"
+    head = "<th>C</th>" + "".join(f"<th>{_e(k)}</th>" for k in kinds)
+    rows = "".join(
+        "<tr><td class=n>"
+        + _e(s.get("concurrency"))
+        + "</td>"
+        + "".join(f'<td class="n">{_e((s.get("errors") or {}).get(k, 0))}</td>' for k in kinds)
+        + "</tr>"
+        for s in stages
+    )
+    return f'<table id="errors"><tr>{head}</tr>{rows}</table>'
+
+
+def images_html(images: dict[str, bytes], plots_pending: bool) -> str:
+    if not images:
+        why = "drawn at the end of the run" if plots_pending else "not available (see the run log)"
+        return f'<p class="muted">Plots {why}.</p>'
+    return "".join(
+        f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+        for name, png in images.items()
+    )
+
+
+def render_report_html(
+    summary: dict, images: dict[str, bytes] | None = None, plots_pending: bool = False
+) -> str:
+    """The full HTML document for one run; ``images`` maps plot name to PNG bytes."""
+    run = summary.get("run") or {}
+    stages = summary.get("stages") or []
+    knee = knee_of(summary)
+    title = f"llm-loadgen: {run.get('model') or 'unknown model'} @ {run.get('host') or '?'}"
+    meta = {k: run.get(k) for k in SECTIONS_META}
+    if run.get("worker_losses"):
+        meta["worker_losses"] = run["worker_losses"]
+    all_flags = sorted({f for s in stages for f in stage_flags(s, knee)})
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        key_findings(summary, knee),
+        "<h2>Plots</h2>",
+        images_html(images or {}, plots_pending),
+        "<h2>Stages</h2>",
+        stage_table_html(stages, knee),
+        f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
+        "<h2>Errors by kind</h2>",
+        errors_table_html(stages),
+        "<h2>Run</h2>",
+        kv_table(meta),
+        "<h2>KV guard</h2>",
+        "".join(f"<p>{_e(line)}</p>" for line in guard_lines(summary.get("guard") or {})),
+        "<h2>Server</h2>",
+        kv_table(summary.get("server") or {}),
+        "<h2>Scenario</h2>",
+        f"<pre>{_e(json.dumps(summary.get('scenario') or {}, indent=2, default=str))}</pre>",
+        f'<p class="muted">{_e(json.dumps(summary.get("tool") or {}, default=str))}</p>',
+    ]
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

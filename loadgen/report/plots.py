@@ -1,0 +1,209 @@
+"""Plots of a sweep, as matplotlib Figures (Agg canvas, no pyplot global state).
+
+Import this module lazily: matplotlib costs a second of CPU to import, which a load generator
+should not pay at start. Builders return Figures so tests can read the plotted series
+(``line.get_label()``, ``get_xdata()``, ``get_ydata()``); ``figure_png`` renders one to bytes.
+
+Figures of one run (names are also the PNG file names):
+- ``throughput``: aggregate output tok/s vs concurrency (log2 x), knee and guard stop marked;
+- ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
+- ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
+"""
+
+from __future__ import annotations
+
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
+
+from loadgen.report.files import knee_of
+
+SIZE_IN = (8.0, 4.5)
+DPI = 100
+
+
+def new_figure(ncols: int = 1, size: tuple[float, float] = SIZE_IN) -> Figure:
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.subplots(1, ncols)
+    return fig
+
+
+def figure_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def series(stages: list[dict], x_key: str, y_key: str, scale: float = 1.0) -> tuple[list, list]:
+    """(x, y) of the stages that have both values, sorted by x; y multiplied by ``scale``."""
+    points = sorted(
+        (s[x_key], s[y_key] * scale) for s in stages if s.get(x_key) is not None and s.get(y_key) is not None
+    )
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def concurrency_axis(ax, concurrencies: list[int]) -> None:
+    """Log2 x axis ticked at exactly the concurrencies that were run (1, 4, 16, 32, ...)."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted({c for c in concurrencies if c and c > 0})
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.set_xticklabels([str(c) for c in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.grid(True, alpha=0.3)
+
+
+class PlainLogFormatter(LogFormatter):
+    """matplotlib's log tick labelling (which minor ticks get a label), written as 20, 0.5, 1e+05."""
+
+    def _num_to_string(self, x, vmin, vmax):
+        return f"{x:g}"
+
+
+def plain_log_y(ax) -> None:
+    """Log y axis labelled 10, 100, 1000 rather than 10^1, 10^2: people read milliseconds."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+
+
+def _no_data(ax, text: str = "no measured stages") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def _capacity_text(guard: dict) -> str:
+    cap = guard.get("capacity_tokens")
+    if not cap:
+        return "capacity unknown"
+    return f"KV capacity {cap / 1e6:.2f}M tokens" if cap >= 1e6 else f"KV capacity {cap:,} tokens"
+
+
+def throughput_figure(
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, title: str = ""
+) -> Figure:
+    """Aggregate output tok/s vs concurrency. Lines: ``output tok/s``; ``knee C=..`` (one point);
+    ``guard stop C=..`` (a vertical line at ``guard.stopped_before``)."""
+    fig = new_figure()
+    ax = fig.axes[0]
+    xs, ys = series(stages, "concurrency", "output_tokens_per_s")
+    ticks = list(xs)
+    if xs:
+        ax.plot(xs, ys, marker="o", color="tab:blue", label="output tok/s")
+    else:
+        _no_data(ax)
+    if knee is not None and knee in xs:
+        ax.plot(
+            [knee],
+            [ys[xs.index(knee)]],
+            marker="*",
+            markersize=16,
+            linestyle="none",
+            color="tab:orange",
+            label=f"knee C={knee}",
+        )
+    stop = (guard or {}).get("stopped_before")
+    if stop:
+        ticks.append(stop)
+        ax.axvline(stop, color="tab:red", linestyle="--", label=f"guard stop C={stop}")
+        ax.annotate(
+            f"not run: C={stop}\nexceeds {_capacity_text(guard)}",
+            xy=(stop, 0.5),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="center",
+            color="tab:red",
+            fontsize=8,
+            xytext=(-4, 0),
+            textcoords="offset points",
+        )
+    concurrency_axis(ax, ticks)
+    ax.set_ylabel("output tokens/s (all requests)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or "Throughput vs concurrency")
+    if xs:
+        ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def latency_figure(stages: list[dict], title: str = "") -> Figure:
+    """Left axes: TTFT p50/p99 in ms; right axes: per-token ITL p50/p99 in ms; both vs concurrency
+    (log y). Line labels: ``TTFT p50``, ``TTFT p99``, ``ITL p50``, ``ITL p99``."""
+    fig = new_figure(ncols=2, size=(10.0, 4.2))
+    concurrencies = [s.get("concurrency") for s in stages]
+    for ax, metric, name in ((fig.axes[0], "ttft", "TTFT"), (fig.axes[1], "itl", "ITL")):
+        plotted = False
+        for q, style in (("p50", "-"), ("p99", "--")):
+            xs, ys = series(stages, "concurrency", f"{metric}_{q}_s", scale=1000.0)
+            if xs:
+                ax.plot(xs, ys, marker="o", linestyle=style, label=f"{name} {q}")
+                plotted = True
+        concurrency_axis(ax, concurrencies)
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_title(f"{name} {'(per token)' if metric == 'itl' else ''}".strip())
+        if plotted:
+            plain_log_y(ax)
+            ax.legend(fontsize=8)
+        else:
+            _no_data(ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = "") -> Figure:
+    """Per-request decode tok/s (p50) vs aggregate output tok/s: the serving trade-off curve.
+    One line ``stages``; each point annotated ``C=<concurrency>`` (``ax.texts``)."""
+    fig = new_figure()
+    ax = fig.axes[0]
+    points = sorted(
+        (s["concurrency"], s["output_tokens_per_s"], s["decode_tps_p50"])
+        for s in stages
+        if s.get("concurrency") is not None
+        and s.get("output_tokens_per_s") is not None
+        and s.get("decode_tps_p50") is not None
+    )
+    if points:
+        ax.plot([p[1] for p in points], [p[2] for p in points], marker="o", color="tab:green", label="stages")
+        for c, x, y in points:
+            weight = "bold" if c == knee else "normal"
+            ax.annotate(
+                f"C={c}", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8, fontweight=weight
+            )
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+    else:
+        _no_data(ax)
+    ax.set_xlabel("aggregate output tokens/s (all requests)")
+    ax.set_ylabel("per-request decode tokens/s (p50)")
+    ax.set_title(title or "Per-request speed vs total throughput")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def build_run_figures(summary: dict) -> dict[str, Figure]:
+    """The three figures of one run, keyed by PNG base name."""
+    stages = summary.get("stages") or []
+    knee = knee_of(summary)
+    guard = summary.get("guard") or {}
+    return {
+        "throughput": throughput_figure(stages, knee, guard),
+        "latency": latency_figure(stages),
+        "tradeoff": tradeoff_figure(stages, knee),
+    }
+
+
+def save_figures(figures: dict[str, Figure], out_dir) -> dict[str, bytes]:
+    """Render each figure to ``<out_dir>/<name>.png`` (atomically); returns the PNG bytes."""
+    from pathlib import Path
+
+    from loadgen.report.files import atomic_write_bytes
+
+    pngs = {}
+    for name, fig in figures.items():
+        pngs[name] = figure_png(fig)
+        atomic_write_bytes(Path(out_dir) / f"{name}.png", pngs[name])
+    return pngs

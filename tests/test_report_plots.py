@@ -1,0 +1,110 @@
+"""Plots: check the plotted series from the Figure objects, not the pixels."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.report.plots import (
+    build_run_figures,
+    figure_png,
+    latency_figure,
+    save_figures,
+    throughput_figure,
+    tradeoff_figure,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+
+
+def lines_by_label(ax):
+    return {line.get_label(): line for line in ax.lines}
+
+
+def test_throughput_series_knee_and_guard_stop(seeds):
+    stages = seeds["stages"]
+    fig = throughput_figure(stages, knee=256, guard=seeds["guard"])
+    ax = fig.axes[0]
+    lines = lines_by_label(ax)
+    main = lines["output tok/s"]
+    assert list(main.get_xdata()) == [s["concurrency"] for s in stages]
+    assert list(main.get_ydata()) == [s["output_tokens_per_s"] for s in stages]
+    knee = lines["knee C=256"]
+    tput_256 = next(s["output_tokens_per_s"] for s in stages if s["concurrency"] == 256)
+    assert list(knee.get_xdata()) == [256] and list(knee.get_ydata()) == [tput_256]
+    stop = lines["guard stop C=1024"]
+    assert list(stop.get_xdata()) == [1024, 1024]  # a vertical line at the stopped stage
+    notes = " ".join(t.get_text() for t in ax.texts)
+    assert "C=1024" in notes and "1.57M tokens" in notes
+    assert ax.get_xscale() == "log"
+    assert [int(t) for t in ax.get_xticks()] == [1, 4, 16, 32, 64, 128, 256, 512, 1024]
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "1024"
+
+
+def test_throughput_without_knee_or_guard_has_only_the_curve(seeds):
+    ax = throughput_figure(seeds["stages"][:3], knee=None, guard={"stopped_before": None}).axes[0]
+    assert list(lines_by_label(ax)) == ["output tok/s"]
+    # A knee that is not one of the plotted stages is not drawn.
+    ax = throughput_figure(seeds["stages"][:3], knee=999).axes[0]
+    assert list(lines_by_label(ax)) == ["output tok/s"]
+
+
+def test_latency_series_are_in_milliseconds(seeds):
+    stages = seeds["stages"]
+    fig = latency_figure(stages)
+    ttft = lines_by_label(fig.axes[0])
+    itl = lines_by_label(fig.axes[1])
+    assert set(ttft) == {"TTFT p50", "TTFT p99"} and set(itl) == {"ITL p50", "ITL p99"}
+    assert list(ttft["TTFT p99"].get_ydata()) == pytest.approx([s["ttft_p99_s"] * 1000 for s in stages])
+    assert list(itl["ITL p50"].get_ydata()) == pytest.approx([s["itl_p50_s"] * 1000 for s in stages])
+    assert list(itl["ITL p50"].get_xdata()) == [s["concurrency"] for s in stages]
+    assert fig.axes[0].get_yscale() == "log"
+
+
+def test_latency_skips_missing_points():
+    stages = [
+        {"concurrency": 1, "ttft_p50_s": 0.1, "ttft_p99_s": None, "itl_p50_s": 0.01},
+        {"concurrency": 2, "ttft_p50_s": 0.2, "ttft_p99_s": 0.5, "itl_p50_s": None},
+    ]
+    fig = latency_figure(stages)
+    ttft = lines_by_label(fig.axes[0])
+    assert list(ttft["TTFT p50"].get_xdata()) == [1, 2]
+    assert list(ttft["TTFT p99"].get_xdata()) == [2]
+    assert "ITL p99" not in lines_by_label(fig.axes[1])
+
+
+def test_tradeoff_points_are_labelled_by_concurrency(seeds):
+    stages = seeds["stages"]
+    ax = tradeoff_figure(stages, knee=256).axes[0]
+    line = lines_by_label(ax)["stages"]
+    assert list(line.get_xdata()) == [s["output_tokens_per_s"] for s in stages]
+    assert list(line.get_ydata()) == [s["decode_tps_p50"] for s in stages]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == [f"C={s['concurrency']}" for s in stages]
+    bold = [t.get_text() for t in ax.texts if t.get_fontweight() == "bold"]
+    assert bold == ["C=256"]
+
+
+def test_empty_run_still_draws(tmp_path):
+    figures = build_run_figures({"stages": [], "guard": {}})
+    assert set(figures) == {"throughput", "latency", "tradeoff"}
+    pngs = save_figures(figures, tmp_path)
+    for name, png in pngs.items():
+        assert png.startswith(PNG_MAGIC)
+        assert (tmp_path / f"{name}.png").read_bytes() == png
+    assert "no measured stages" in [t.get_text() for t in figures["throughput"].axes[0].texts]
+
+
+def test_build_run_figures_computes_knee_when_summary_has_none(seeds):
+    summary = dict(seeds)
+    del summary["knee"]
+    figures = build_run_figures(summary)
+    assert "knee C=256" in lines_by_label(figures["throughput"].axes[0])
+    png = figure_png(figures["tradeoff"])
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000

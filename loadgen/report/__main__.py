@@ -1,0 +1,86 @@
+"""Command line: rebuild a run's report, or compare runs.
+
+    python -m loadgen.report build RESULTS_DIR
+    python -m loadgen.report compare DIR1 DIR2 [...] [--out DIR]
+
+Exit codes: 0 done; 1 plots or HTML could not be written (see the log); 2 bad input (a missing
+directory or an invalid summary.json), with one line naming the path and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m loadgen.report", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="rebuild stages.csv, the plots and report.html from summary.json")
+    build.add_argument("results_dir", type=Path)
+    compare = sub.add_parser("compare", help="compare two or more results directories")
+    compare.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
+    compare.add_argument(
+        "--out",
+        type=Path,
+        default=Path("compare"),
+        help="directory for compare.txt, compare_*.png, compare.html (default: ./compare)",
+    )
+    return parser
+
+
+def build(results_dir: Path) -> int:
+    from loadgen.report.files import knee_of, load_summary, write_derived
+    from loadgen.report.table import format_stage_table
+
+    summary = load_summary(results_dir)
+    threshold = (summary.get("knee") or {}).get("threshold", 0.1)
+    print(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold))
+    written = write_derived(results_dir, summary)
+    missing = [name for name in ("throughput", "latency", "tradeoff", "html") if name not in written]
+    for path in written.values():
+        print(f"wrote {path}")
+    if missing:
+        print(
+            f"report: could not write {', '.join(missing)} in {results_dir} (see the error above)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURES
+    return EXIT_OK
+
+
+def compare(dirs: list[Path], out: Path) -> int:
+    from loadgen.report.compare import format_compare_table, load_runs, write_compare
+
+    if len(dirs) < 2:
+        raise ConfigError(
+            "compare",
+            [str(d) for d in dirs],
+            "needs at least two results directories",
+            "pass DIR1 DIR2 [...]",
+        )
+    runs = load_runs(dirs)
+    print(format_compare_table(runs))
+    for path in write_compare(out, runs).values():
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "build":
+            return build(args.results_dir)
+        return compare(args.dirs, args.out)
+    except ConfigError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

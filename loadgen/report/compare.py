@@ -1,0 +1,161 @@
+"""Compare two or more results directories: a side-by-side table, overlaid plots, an HTML page.
+
+Runs are matched by concurrency. Ratios are ``run / first run``: for tok/s above 1.00x is better,
+for TTFT and ITL below 1.00x is better.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from html import escape
+from pathlib import Path
+
+from loadgen.report.files import atomic_write_text, knee_of, load_summary
+from loadgen.report.table import ms, num
+
+# (group title, stage key, formatter) of the compared metrics.
+METRICS = (
+    ("output tok/s", "output_tokens_per_s", num),
+    ("TTFT p50 ms", "ttft_p50_s", ms),
+    ("ITL p50 ms", "itl_p50_s", ms),
+)
+
+
+def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
+    """Directory names; if two collide, scenario names; if those collide too, parent/name."""
+    names = [d.resolve().name for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    scen = [str((s.get("scenario") or {}).get("name") or "") for s in summaries]
+    if all(scen) and len(set(scen)) == len(scen):
+        return scen
+    return [f"{d.resolve().parent.name}/{d.resolve().name}" for d in dirs]
+
+
+def load_runs(dirs: list[str | os.PathLike]) -> list[tuple[str, dict]]:
+    """[(label, summary)] for each directory; raises ConfigError on a bad directory."""
+    paths = [Path(d) for d in dirs]
+    summaries = [load_summary(p) for p in paths]
+    return list(zip(run_labels(paths, summaries), summaries, strict=True))
+
+
+def _by_concurrency(summary: dict) -> dict[int, dict]:
+    return {s["concurrency"]: s for s in summary.get("stages") or [] if s.get("concurrency") is not None}
+
+
+def ratio(value: float | None, base: float | None) -> str:
+    if value is None or not base:
+        return "-"
+    return f"{value / base:.2f}x"
+
+
+def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
+    """One dict per concurrency seen in any run: ``{"concurrency": c, key: [value per run]}``."""
+    tables = [_by_concurrency(s) for _, s in runs]
+    rows = []
+    for c in sorted({c for t in tables for c in t}):
+        row = {"concurrency": c}
+        for _, key, _ in METRICS:
+            row[key] = [t[c].get(key) if c in t else None for t in tables]
+        rows.append(row)
+    return rows
+
+
+def format_compare_table(runs: list[tuple[str, dict]]) -> str:
+    """Text table: for each metric, each run's value and ``#k/#1`` ratios, one row per concurrency."""
+    n = len(runs)
+    legend = [f"#{i + 1} = {label}" for i, (label, _) in enumerate(runs)]
+    value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
+    group_w = 9 * len(value_heads)
+    line1 = f"{'':>6}" + "".join(f" | {title:^{group_w}}" for title, _, _ in METRICS)
+    line2 = f"{'C':>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in METRICS)
+    lines = legend + [line1, line2]
+    for row in compare_rows(runs):
+        text = f"{row['concurrency']:>6}"
+        for _, key, fmt in METRICS:
+            values = row[key]
+            cells = [fmt(v) for v in values] + [ratio(v, values[0]) for v in values[1:]]
+            text += " | " + "".join(f"{cell:>9}" for cell in cells)
+        lines.append(text)
+    for i, (_, summary) in enumerate(runs):
+        stop = (summary.get("guard") or {}).get("stopped_before")
+        lines.append(f"#{i + 1} knee: {_c(knee_of(summary))}; guard stop: {_c(stop)}")
+    return "\n".join(lines)
+
+
+def _c(c) -> str:
+    return "none" if c is None else f"C={c}"
+
+
+def compare_figures(runs: list[tuple[str, dict]]) -> dict:
+    """``compare_throughput`` (tok/s vs C) and ``compare_latency`` (TTFT p50, ITL p50 vs C):
+    one line per run, labelled with the run label."""
+    from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, series
+
+    all_c = [s.get("concurrency") for _, summary in runs for s in summary.get("stages") or []]
+    tput = new_figure()
+    lat = new_figure(ncols=2, size=(10.0, 4.2))
+    for label, summary in runs:
+        stages = summary.get("stages") or []
+        tput.axes[0].plot(*series(stages, "concurrency", "output_tokens_per_s"), marker="o", label=label)
+        for ax, key in zip(lat.axes, ("ttft_p50_s", "itl_p50_s"), strict=True):
+            ax.plot(*series(stages, "concurrency", key, scale=1000.0), marker="o", label=label)
+    ax = tput.axes[0]
+    concurrency_axis(ax, all_c)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("output tokens/s (all requests)")
+    ax.set_title("Throughput vs concurrency")
+    ax.legend(fontsize=8)
+    for ax, name in zip(lat.axes, ("TTFT p50 (ms)", "ITL p50 per token (ms)"), strict=True):
+        concurrency_axis(ax, all_c)
+        plain_log_y(ax)
+        ax.set_ylabel(name)
+        ax.set_title(name)
+        ax.legend(fontsize=8)
+    return {"compare_throughput": tput, "compare_latency": lat}
+
+
+def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[str, bytes]) -> str:
+    heads = "".join(
+        f"<th>{escape(h)}</th>" for h in ("#", "run", "model", "host", "scenario", "knee", "guard stop")
+    )
+    rows = []
+    for i, (label, s) in enumerate(runs):
+        run = s.get("run") or {}
+        cells = [
+            f"#{i + 1}",
+            label,
+            run.get("model"),
+            run.get("host"),
+            (s.get("scenario") or {}).get("name"),
+            _c(knee_of(s)),
+            _c((s.get("guard") or {}).get("stopped_before")),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{escape(str(c or '-'))}</td>" for c in cells) + "</tr>")
+    imgs = "".join(
+        f'<img alt="{escape(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+        for name, png in images.items()
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>llm-loadgen comparison</title>'
+        "<style>body{font-family:system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ddd;padding:3px 7px}img{max-width:100%}pre{background:#f6f6f6;padding:10px}"
+        "</style></head><body><h1>llm-loadgen comparison</h1>"
+        f'<table id="runs"><tr>{heads}</tr>{"".join(rows)}</table>{imgs}'
+        f"<pre>{escape(table)}</pre></body></html>\n"
+    )
+
+
+def write_compare(out_dir: str | os.PathLike, runs: list[tuple[str, dict]]) -> dict[str, Path]:
+    """compare.txt, compare_*.png and compare.html in ``out_dir``; returns {name: path}."""
+    from loadgen.report.plots import save_figures
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = format_compare_table(runs)
+    written = {"text": atomic_write_text(out / "compare.txt", table + "\n")}
+    images = save_figures(compare_figures(runs), out)
+    written.update({name: out / f"{name}.png" for name in images})
+    written["html"] = atomic_write_text(out / "compare.html", render_compare_html(runs, table, images))
+    return written

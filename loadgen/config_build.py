@@ -1,0 +1,217 @@
+"""A raw scenario document (parsed YAML, dotted overrides) -> validated, frozen Scenario. Pure.
+
+Order: unknown keys are reported first (with a "did you mean"), then the file is laid over the
+built-in defaults, overrides are applied (they win), every field is checked in SPEC order, and
+finally the rules that relate two fields. The first problem found is raised as a ConfigError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import reprlib
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from loadgen.config_fields import (
+    Check,
+    Shown,
+    body_mapping,
+    boolean,
+    choice,
+    env_var_name,
+    integer,
+    number,
+    stage_list,
+    text,
+    token_id_range,
+)
+from loadgen.config_schema import ENDPOINTS, GUARD_ACTIONS, SECTIONS, Scenario, default_document
+from loadgen.errors import ConfigError
+
+# A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
+MAX_SWEEP_STAGES = 200
+
+# Every leaf of the scenario, by dotted key, with its checker. Its keys equal DEFAULTS' leaves.
+SPEC: dict[str, Check] = {
+    "name": text("a short label for the run, e.g. seeds-1000-1000", forbid="/\\"),
+    "endpoint": choice(ENDPOINTS, "completions for /v1/completions, chat for /v1/chat/completions"),
+    "model": text("a model id from GET /v1/models, or null to use the first one", nullable=True),
+    "api_key_env": env_var_name,
+    "input_tokens": integer("prompt length in tokens, e.g. 1000", ge=1),
+    "output_tokens": integer("tokens generated per request, e.g. 1000", ge=1),
+    "prompt.seed": integer("any whole number >= 0, e.g. 0", ge=0),
+    "prompt.token_id_range": token_id_range,
+    "prompt.shared_prefix_tokens": integer("0 for no shared prefix", ge=0),
+    "request.continuous_usage": boolean(),
+    "request.connect_timeout_s": number("seconds, e.g. 10", gt=0),
+    "request.read_timeout_s": number("seconds without a byte before a request fails, e.g. 120", gt=0),
+    "request.extra_body": body_mapping,
+    "stages.list": stage_list,
+    "stages.start": integer("the first stage's concurrency, e.g. 1", ge=1),
+    "stages.factor": number("use 2 to double concurrency each stage", gt=1),
+    "stages.max": integer("the last stage's concurrency, e.g. 1024", ge=1),
+    "stages.ramp_s": number("seconds to start a stage's users, e.g. 5; 0 for all at once", ge=0),
+    "stages.warmup_s": number("seconds excluded from statistics, e.g. 30; 0 for none", ge=0),
+    "stages.duration_s": number("seconds measured per stage, e.g. 60", gt=0),
+    "stages.min_requests": integer("requests per window, e.g. 100; 0 turns it off", ge=0),
+    "stages.max_window_s": number("seconds, e.g. 900", gt=0),
+    "stages.drain_s": number("seconds to wait for in-flight requests, e.g. 300; 0 to not wait", ge=0),
+    "guard.kv_capacity_tokens": integer(
+        "the KV cache size in tokens, or null to discover it from the server", ge=1, nullable=True
+    ),
+    "guard.margin": number("e.g. 0.1 for 10% headroom; 0 for none", ge=0),
+    "guard.action": choice(
+        GUARD_ACTIONS, "abort stops before an over-capacity stage, clamp lowers it, warn only logs"
+    ),
+    "guard.require": boolean(),
+    "guard.watch": boolean(),
+    "guard.watch_interval_s": number("seconds between /metrics polls, e.g. 2", gt=0),
+    "guard.abort_on_over_capacity": boolean(),
+    "knee.threshold": number("e.g. 0.1: doubling concurrency adds < 10% throughput", gt=0, lt=1),
+    "exporter.port": integer("a TCP port 1-65535, or 0 to turn the exporter off", ge=0, le=65535),
+    "exporter.host": text("an address to bind, e.g. 127.0.0.1 (0.0.0.0 for all interfaces)"),
+    "client_check.cpu_percent_max": number("percent of one core, e.g. 90", gt=0, le=100),
+    "client_check.loop_lag_p99_s_max": number("seconds, e.g. 0.05", gt=0),
+    "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
+}
+
+_BODY = "request.extra_body"
+
+
+def unknown_key(path: str, value: Any) -> ConfigError:
+    """'did you mean' by the whole dotted key (typos), else by its last part (wrong section)."""
+    known = [*SPEC, *SECTIONS]
+    near = difflib.get_close_matches(path, known, n=1, cutoff=0.75)
+    if not near:
+        by_leaf = {k.rpartition(".")[2]: k for k in SPEC}
+        leaf = difflib.get_close_matches(path.rpartition(".")[2], list(by_leaf), n=1, cutoff=0.75)
+        near = [by_leaf[leaf[0]]] if leaf else []
+    if near:
+        return ConfigError(path, value, "unknown key", f"did you mean {near[0]}?")
+    parent = path.rpartition(".")[0]
+    here = [k for k in known if k.rpartition(".")[0] == parent]
+    return ConfigError(path, value, "unknown key", "valid keys here: " + ", ".join(sorted(set(here))))
+
+
+def _not_a_section(path: str, value: Any) -> ConfigError:
+    if path == "stages" and isinstance(value, list):
+        return ConfigError(
+            path, value, "must be a mapping of stage settings", f"did you mean stages.list: {value}?"
+        )
+    example = next(k for k in SPEC if k.startswith(path + "."))
+    return ConfigError(
+        path, value, "must be a mapping of settings", f"indent its keys under it, e.g. {example}"
+    )
+
+
+def check_keys(doc: Mapping[Any, Any], where: str = "") -> None:
+    """Raise on the first key that is not part of the scenario (extra_body is free-form)."""
+    for key, value in doc.items():
+        path = f"{where}.{key}" if where else str(key)
+        if path in SPEC:
+            continue
+        if not where and key in SECTIONS:
+            if value is not None and not isinstance(value, Mapping):
+                raise _not_a_section(path, value)
+            check_keys(value or {}, path)
+            continue
+        raise unknown_key(path, value)
+
+
+def _lay_over(base: dict[str, Any], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Put the file's values over the defaults; a section sets only the keys it names."""
+    for key, value in doc.items():
+        if key in SECTIONS:
+            base[key].update(value or {})
+        else:
+            base[key] = value
+    return base
+
+
+def apply_overrides(doc: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Set dotted keys, e.g. {"stages.list": [1, 4], "request.extra_body.temperature": 0}."""
+    for dotted, value in overrides.items():
+        if dotted in SPEC:
+            section, _, leaf = dotted.rpartition(".")
+            (doc[section] if section else doc)[leaf] = value
+        elif dotted in SECTIONS:
+            check_keys({dotted: value})
+            doc[dotted].update(value or {})
+        elif isinstance(dotted, str) and dotted.startswith(_BODY + ".") and dotted != _BODY + ".":
+            request = doc["request"]
+            if not isinstance(request["extra_body"], dict):
+                request["extra_body"] = {}
+            node = request["extra_body"]
+            *parents, leaf = dotted[len(_BODY) + 1 :].split(".")
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[leaf] = value
+        else:
+            raise unknown_key(str(dotted), value)
+
+
+def _get(doc: dict[str, Any], dotted: str) -> Any:
+    section, _, leaf = dotted.rpartition(".")
+    return (doc[section] if section else doc)[leaf]
+
+
+def _check_relations(v: dict[str, Any]) -> None:
+    n_in, prefix = v["input_tokens"], v["prompt.shared_prefix_tokens"]
+    if prefix >= n_in:
+        raise ConfigError(
+            "prompt.shared_prefix_tokens",
+            prefix,
+            f"must be < input_tokens ({n_in})",
+            f"use at most {n_in - 1} so every prompt has a unique part",
+        )
+    start, factor, top = v["stages.start"], v["stages.factor"], v["stages.max"]
+    if top < start:
+        raise ConfigError(
+            "stages.max",
+            top,
+            f"must be >= stages.start ({start})",
+            f"raise stages.max to at least {start} or lower stages.start",
+        )
+    steps = math.log(top / start) / math.log(factor)
+    if steps > MAX_SWEEP_STAGES:
+        raise ConfigError(
+            "stages.factor",
+            factor,
+            f"is so close to 1 that {start}..{top} takes {math.ceil(steps)} stages",
+            "use 2 to double concurrency each stage, or set stages.list",
+        )
+    window, cap = v["stages.duration_s"], v["stages.max_window_s"]
+    if v["stages.min_requests"] > 0 and cap < window:
+        raise ConfigError(
+            "stages.max_window_s",
+            cap,
+            f"must be >= stages.duration_s ({window:g}) when stages.min_requests is on",
+            f"raise it to at least {window:g}",
+        )
+
+
+def build_scenario(doc: Any, overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """Validate a parsed scenario document (any subset of the keys; the rest take the defaults)
+    plus dotted overrides, and return the frozen Scenario. Raises ConfigError."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(
+            "scenario",
+            Shown(reprlib.repr(doc)),
+            "the top level must be a mapping of settings",
+            "start from config/default.yaml",
+        )
+    check_keys(doc)
+    merged = _lay_over(default_document(), doc)
+    apply_overrides(merged, overrides or {})
+    values = {dotted: check(dotted, _get(merged, dotted)) for dotted, check in SPEC.items()}
+    _check_relations(values)
+    sections = {
+        name: cls(**{f.name: values[f"{name}.{f.name}"] for f in fields(cls)})
+        for name, cls in SECTIONS.items()
+    }
+    top = {k: v for k, v in values.items() if "." not in k}
+    return Scenario(**top, **sections)

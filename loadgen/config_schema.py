@@ -1,0 +1,215 @@
+"""Scenario schema: the built-in defaults, the frozen dataclasses, and the typed fields.
+
+Pure: no I/O, no clock. ``loadgen.config`` reads files and options and calls
+``loadgen.config_check.build_scenario``; other modules import the types from ``loadgen.config``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any
+
+ENDPOINTS = ("completions", "chat")
+GUARD_ACTIONS = ("abort", "clamp", "warn")
+
+# The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
+# so an installed package works without the repository checkout.
+DEFAULTS: dict[str, Any] = {
+    "name": "seeds-1000-1000",
+    "endpoint": "completions",
+    "model": None,
+    "api_key_env": "OPENAI_API_KEY",
+    "input_tokens": 1000,
+    "output_tokens": 1000,
+    "prompt": {
+        "seed": 0,
+        "token_id_range": [1000, 30000],
+        "shared_prefix_tokens": 0,
+    },
+    "request": {
+        "continuous_usage": True,
+        "connect_timeout_s": 10,
+        "read_timeout_s": 120,
+        "extra_body": {},
+    },
+    "stages": {
+        "list": None,
+        "start": 1,
+        "factor": 2,
+        "max": 1024,
+        "ramp_s": 5,
+        "warmup_s": 30,
+        "duration_s": 60,
+        "min_requests": 0,
+        "max_window_s": 900,
+        "drain_s": 300,
+    },
+    "guard": {
+        "kv_capacity_tokens": None,
+        "margin": 0.0,
+        "action": "abort",
+        "require": False,
+        "watch": True,
+        "watch_interval_s": 2,
+        "abort_on_over_capacity": False,
+    },
+    "knee": {"threshold": 0.10},
+    "exporter": {"port": 0, "host": "127.0.0.1"},
+    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.05},
+    "results_dir": "results",
+}
+
+
+def default_document() -> dict[str, Any]:
+    """A fresh deep copy of DEFAULTS (callers may change it freely)."""
+    return copy.deepcopy(DEFAULTS)
+
+
+class FrozenDict(dict):
+    """A dict that refuses changes. ``request.extra_body`` is shared by every request of a run, so
+    a user class that mutated it would change all later requests. Copy it with ``dict(...)``.
+    Nested values (lists, dicts) are copies taken at load time but are not themselves frozen."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("scenario values are read-only; copy first: body = dict(extra_body)")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _read_only  # type: ignore[assignment]
+
+    def __reduce__(self):  # copy/deepcopy/pickle rebuild from a plain dict, not item by item
+        return (FrozenDict, (dict(self),))
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    seed: int
+    token_id_range: tuple[int, int]  # token ids drawn uniformly in [lo, hi)
+    shared_prefix_tokens: int  # leading tokens shared by all requests; < input_tokens
+
+
+@dataclass(frozen=True)
+class RequestConfig:
+    continuous_usage: bool  # ask for per-chunk usage (stream_options.continuous_usage_stats)
+    connect_timeout_s: float
+    read_timeout_s: float  # no bytes for this long -> read_timeout failure
+    extra_body: FrozenDict  # merged into every request body; read-only
+
+
+@dataclass(frozen=True)
+class StagesConfig:
+    # The field is called ``list`` (the YAML key). Annotations below avoid the builtin name.
+    list: tuple[int, ...] | None
+    start: int
+    factor: float
+    max: int
+    ramp_s: float
+    warmup_s: float
+    duration_s: float
+    min_requests: int
+    max_window_s: float
+    drain_s: float
+
+    def concurrencies(self) -> tuple[int, ...]:
+        """Concurrency of each stage, in order.
+
+        With ``list`` set: exactly that list. Otherwise c_k = round(start * factor**k) for k = 0, 1,
+        ... while c_k <= max (round half up; a value equal to the previous one is skipped, which
+        only happens for factors below 2), then ``max`` itself is appended if the series skipped
+        it: the user named max as the concurrency to reach. start 1, factor 3, max 10 gives
+        1, 3, 9, 10 — note the last step can be much smaller than ``factor``.
+        """
+        if self.list is not None:
+            return tuple(self.list)
+        out: list[int] = []
+        k = 0
+        while True:
+            c = math.floor(self.start * self.factor**k + 0.5)
+            if c > self.max:
+                break
+            if not out or c > out[-1]:
+                out.append(c)
+            k += 1
+        if out[-1] != self.max:
+            out.append(self.max)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    kv_capacity_tokens: int | None  # None: discover from the server
+    margin: float  # projected tokens *= (1 + margin)
+    action: str  # one of GUARD_ACTIONS
+    require: bool  # True: no known capacity is an error
+    watch: bool  # poll the server's /metrics during stages
+    watch_interval_s: float
+    abort_on_over_capacity: bool
+
+
+@dataclass(frozen=True)
+class KneeConfig:
+    threshold: float  # doubling concurrency adds < threshold (relative) throughput -> knee
+
+
+@dataclass(frozen=True)
+class ExporterConfig:
+    port: int  # 0 = off
+    host: str
+
+
+@dataclass(frozen=True)
+class ClientCheckConfig:
+    cpu_percent_max: float
+    loop_lag_p99_s_max: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario. Build it with ``loadgen.config.load_scenario``, never directly."""
+
+    name: str
+    endpoint: str  # one of ENDPOINTS
+    model: str | None  # None: the client uses the first id from GET /v1/models
+    api_key_env: str | None  # NAME of the env var holding the key; None: no Authorization header
+    input_tokens: int
+    output_tokens: int
+    prompt: PromptConfig
+    request: RequestConfig
+    stages: StagesConfig
+    guard: GuardConfig
+    knee: KneeConfig
+    exporter: ExporterConfig
+    client_check: ClientCheckConfig
+    results_dir: str
+
+    def concurrencies(self) -> list[int]:
+        """Concurrency of each stage; see ``StagesConfig.concurrencies`` for the rule."""
+        return list(self.stages.concurrencies())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as plain JSON-safe data, with the same keys as the YAML file, so
+        ``build_scenario(s.to_dict()) == s``. Holds no secret: only the env var's NAME."""
+        return _plain(self)
+
+
+def _plain(obj: Any) -> Any:
+    if is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+# Section name -> dataclass, in YAML order; every other top-level key is a scalar field.
+SECTIONS: dict[str, type] = {
+    "prompt": PromptConfig,
+    "request": RequestConfig,
+    "stages": StagesConfig,
+    "guard": GuardConfig,
+    "knee": KneeConfig,
+    "exporter": ExporterConfig,
+    "client_check": ClientCheckConfig,
+}

@@ -1,0 +1,236 @@
+"""Per-stage request statistics: counters + LogHistograms, mergeable across processes. No I/O.
+
+``StageStats`` sums RequestResults (formulas of the per-request metrics: loadgen.records).
+``Collector`` is one process's set of them: ``totals`` (every request) and ``stages[k]`` (requests
+sent while stage k was measured). Workers ship ``take_delta()`` to the master, which
+``merge_delta``s them; counts are integers and histogram buckets add, so the merged statistics are
+exactly those of one collector that saw every sample (float sums up to rounding).
+"""
+
+from __future__ import annotations
+
+from loadgen.hist import LogHistogram
+
+HISTOGRAMS = ("ttft_s", "itl_token_s", "itl_chunk_s", "tpot_s", "e2e_s", "decode_tps")
+COUNTERS = (
+    "requests_ok",
+    "input_tokens",
+    "output_tokens",
+    "failed_output_tokens",
+    "window_output_tokens",
+    "mismatch_input",
+    "mismatch_output",
+    "tokens_estimated",
+)
+
+
+class StageStats:
+    """Statistics of one stage (or of the whole run).
+
+    Counters: ``requests_ok``; ``errors`` {failure kind: requests}; ``input_tokens`` and
+    ``output_tokens`` of ok requests (usage, else expected input / counted chunks);
+    ``failed_output_tokens`` (tokens received by requests that then failed); ``window_output_tokens``
+    (tokens whose chunk arrived while the stage was measured, from ``add_window_tokens``);
+    ``mismatch_input`` (ok requests whose usage.prompt_tokens != expected input tokens);
+    ``mismatch_output`` (ok requests with usage whose completion_tokens != expected output tokens);
+    ``tokens_estimated`` (ok requests without usage). Histograms, ok requests only: ``ttft_s``,
+    ``e2e_s``, ``tpot_s``, ``decode_tps`` (one sample per request), ``itl_token_s`` (one per token),
+    ``itl_chunk_s`` (one per chunk gap).
+    """
+
+    __slots__ = (*COUNTERS, "errors", *HISTOGRAMS)
+
+    def __init__(self) -> None:
+        for name in COUNTERS:
+            setattr(self, name, 0)
+        self.errors: dict[str, int] = {}
+        for name in HISTOGRAMS:
+            setattr(self, name, LogHistogram())
+
+    def add_result(self, result, expected_in: int | None, expected_out: int | None) -> None:
+        """Count one finished request (a loadgen.records.RequestResult)."""
+        if not result.ok:
+            self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
+            self.failed_output_tokens += result.completion_tokens
+            return
+        self.requests_ok += 1
+        pt = result.prompt_tokens
+        if pt is None:
+            self.input_tokens += expected_in or 0
+        else:
+            self.input_tokens += pt
+            if expected_in is not None and pt != expected_in:
+                self.mismatch_input += 1
+        self.output_tokens += result.completion_tokens
+        if result.tokens_estimated:  # chunk counts are not token counts: no mismatch verdict
+            self.tokens_estimated += 1
+        elif expected_out is not None and result.completion_tokens != expected_out:
+            self.mismatch_output += 1
+        if result.ttft_s is not None:
+            self.ttft_s.add(result.ttft_s)
+        self.e2e_s.add(result.e2e_s)
+        if result.tpot_s is not None:
+            self.tpot_s.add(result.tpot_s)
+        if result.decode_tps is not None:
+            self.decode_tps.add(result.decode_tps)
+        if len(result.itl_chunk_s):
+            self.itl_chunk_s.add_many(result.itl_chunk_s)
+            self.itl_token_s.add_many(result.itl_token_s, result.itl_token_w)
+
+    @property
+    def error_count(self) -> int:
+        """Failed requests of every kind, overload (429/503) included."""
+        return sum(self.errors.values())
+
+    def merge(self, other: StageStats) -> None:
+        """Add everything ``other`` counted."""
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for kind, n in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + n
+        for name in HISTOGRAMS:
+            getattr(self, name).merge(getattr(other, name))
+
+    def is_empty(self) -> bool:
+        # every histogram sample comes with requests_ok += 1, so counters and errors tell it all
+        return not self.errors and not any(getattr(self, n) for n in COUNTERS)
+
+    def to_wire(self) -> dict:
+        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms."""
+        return {
+            "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
+            "e": dict(self.errors),
+            "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
+        }
+
+    @classmethod
+    def from_wire(cls, d: dict) -> StageStats:
+        s = cls()
+        for name, v in d.get("c", {}).items():
+            if name not in COUNTERS:
+                raise ValueError(f"unknown StageStats counter {name!r} in wire data")
+            setattr(s, name, int(v))
+        s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
+        for name, h in d.get("h", {}).items():
+            if name not in HISTOGRAMS:
+                raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
+            setattr(s, name, LogHistogram.from_wire(h))
+        return s
+
+    def row(self, window_s: float | None) -> dict:
+        """The summary.json stage fields derivable from these statistics.
+
+        ``requests`` = ok requests; ``error_count`` = failed requests (all kinds, overload too);
+        ``output_tokens_per_s`` = window_output_tokens / window_s (None without a window);
+        ``itl_*`` = per-token ITL, ``itl_chunk_*`` = per-chunk gaps; quantiles are None when empty.
+        """
+        q = _quantile
+        return {
+            "requests": self.requests_ok,
+            "errors": dict(sorted(self.errors.items())),
+            "error_count": self.error_count,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "output_tokens_per_s": self.window_output_tokens / window_s if window_s else None,
+            "decode_tps_p50": q(self.decode_tps, 0.5),
+            "ttft_p50_s": q(self.ttft_s, 0.5),
+            "ttft_p90_s": q(self.ttft_s, 0.9),
+            "ttft_p99_s": q(self.ttft_s, 0.99),
+            "itl_p50_s": q(self.itl_token_s, 0.5),
+            "itl_p90_s": q(self.itl_token_s, 0.9),
+            "itl_p99_s": q(self.itl_token_s, 0.99),
+            "itl_chunk_p50_s": q(self.itl_chunk_s, 0.5),
+            "tpot_p50_s": q(self.tpot_s, 0.5),
+            "e2e_p50_s": q(self.e2e_s, 0.5),
+            "e2e_p99_s": q(self.e2e_s, 0.99),
+            "token_mismatch": {
+                "input": self.mismatch_input,
+                "output": self.mismatch_output,
+                "estimated": self.tokens_estimated,
+            },
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StageStats):
+            return NotImplemented
+        return (
+            all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
+            and self.errors == other.errors
+            and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
+        )
+
+    __hash__ = None  # mutable
+
+
+def _quantile(h: LogHistogram, q: float) -> float | None:
+    return h.quantile(q) if h.count else None
+
+
+class Collector:
+    """One process's request statistics.
+
+    ``totals``: every request (for the exporter); ``stages[k]``: requests sent while stage k was
+    measured; ``inflight[stage]``: requests started and not finished (stage None = not measured).
+    A local run and the master keep everything here for the whole run (only ever added to). On a
+    worker, ``take_delta()`` hands what was added since the previous call to the master and
+    starts ``totals`` and ``stages`` afresh; ``inflight`` stays absolute (its changes travel too).
+    """
+
+    def __init__(self) -> None:
+        self.totals = StageStats()
+        self.stages: dict[int, StageStats] = {}
+        self.inflight: dict[int | None, int] = {}
+        self._inflight_delta: dict[int | None, int] = {}
+
+    def _stage(self, stage: int) -> StageStats:
+        s = self.stages.get(stage)
+        if s is None:
+            s = self.stages[stage] = StageStats()
+        return s
+
+    def record_result(
+        self, result, stage: int | None, expected_in: int | None, expected_out: int | None
+    ) -> None:
+        """Count a finished request in the totals and, if it was measured, in its stage."""
+        self.totals.add_result(result, expected_in, expected_out)
+        if stage is not None:
+            self._stage(stage).add_result(result, expected_in, expected_out)
+
+    def add_window_tokens(self, stage: int | None, n: int) -> None:
+        """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""
+        self.totals.window_output_tokens += n
+        if stage is not None:
+            self._stage(stage).window_output_tokens += n
+
+    def request_started(self, stage: int | None) -> None:
+        self.inflight[stage] = self.inflight.get(stage, 0) + 1
+        self._inflight_delta[stage] = self._inflight_delta.get(stage, 0) + 1
+
+    def request_finished(self, stage: int | None) -> None:
+        self.inflight[stage] = self.inflight.get(stage, 0) - 1
+        self._inflight_delta[stage] = self._inflight_delta.get(stage, 0) - 1
+
+    def take_delta(self) -> dict:
+        """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
+
+        Stages and in-flight changes are lists of ``[stage, value]`` pairs so integer and None
+        stage keys survive both JSON and msgpack unchanged.
+        """
+        delta = {
+            "totals": self.totals.to_wire(),
+            "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
+            "inflight": [[k, n] for k, n in self._inflight_delta.items() if n],
+        }
+        self.totals = StageStats()
+        self.stages = {}
+        self._inflight_delta = {}
+        return delta
+
+    def merge_delta(self, delta: dict) -> None:
+        """Master: add one worker's ``take_delta()``."""
+        self.totals.merge(StageStats.from_wire(delta["totals"]))
+        for k, wire in delta["stages"]:
+            self._stage(int(k)).merge(StageStats.from_wire(wire))
+        for k, n in delta["inflight"]:
+            k = None if k is None else int(k)
+            self.inflight[k] = self.inflight.get(k, 0) + int(n)

@@ -1,0 +1,213 @@
+"""StageStats and Collector: counting rules, row fields, and exact merging of worker deltas."""
+
+from __future__ import annotations
+
+import json
+
+import msgpack
+import numpy as np
+import orjson
+import pytest
+
+from loadgen.errors import OVERLOAD_429, READ_TIMEOUT, STREAM_ERROR
+from loadgen.records import RequestRecord, RequestResult
+from loadgen.stats import COUNTERS, HISTOGRAMS, Collector, StageStats
+
+
+def ok_result(rng, *, prompt=100, completion=None, estimated=False, chunks=None):
+    chunks = chunks or int(rng.integers(2, 40))
+    gaps = rng.lognormal(-4, 0.5, chunks - 1)
+    w = rng.integers(1, 4, chunks - 1)
+    n = completion if completion is not None else int(w.sum()) + 1
+    ttft = float(rng.lognormal(-1, 0.5))
+    e2e = ttft + float(gaps.sum())
+    return RequestResult(
+        True, None, "", None if estimated else prompt, n, estimated, ttft, e2e, (e2e - ttft) / (n - 1),
+        (n - 1) / (e2e - ttft), gaps / w, w, gaps, "length", chunks,
+    )  # fmt: skip
+
+
+def failed_result(kind, tokens=3):
+    e = np.empty(0)
+    return RequestResult(
+        False, kind, "x", None, tokens, True, 0.1, 0.5, None, None, e, e.astype(int), e, None, 3
+    )
+
+
+def test_add_result_counting_rules():
+    rng = np.random.default_rng(0)
+    s = StageStats()
+    s.add_result(ok_result(rng, prompt=100, completion=50), 100, 50)
+    s.add_result(ok_result(rng, prompt=101, completion=49), 100, 50)  # both mismatch
+    s.add_result(ok_result(rng, completion=30, estimated=True), 100, 50)  # estimated, no verdict
+    s.add_result(failed_result(STREAM_ERROR, tokens=7), 100, 50)
+    s.add_result(failed_result(OVERLOAD_429, tokens=0), 100, 50)
+    assert s.requests_ok == 3 and s.errors == {STREAM_ERROR: 1, OVERLOAD_429: 1} and s.error_count == 2
+    assert s.input_tokens == 100 + 101 + 100 and s.output_tokens == 50 + 49 + 30
+    assert s.failed_output_tokens == 7
+    assert (s.mismatch_input, s.mismatch_output, s.tokens_estimated) == (1, 1, 1)
+    assert s.ttft_s.count == 3 and s.e2e_s.count == 3 and s.tpot_s.count == 3 and s.decode_tps.count == 3
+
+
+def test_itl_histograms_weighted_per_token_and_per_chunk():
+    rec = RequestRecord(0.0, 200, "/v1/chat/completions")
+    total = 0
+    for i in range(50):  # 4 tokens per chunk every 80 ms, per-chunk usage
+        total += 4
+        chunk = {"choices": [{"delta": {"content": "abcd"}, "finish_reason": None}],
+                 "usage": {"prompt_tokens": 10, "completion_tokens": total}}  # fmt: skip
+        rec.on_payload(orjson.dumps(chunk), 0.2 + 0.08 * i)
+    rec.on_payload(b"[DONE]", 5.0)
+    s = StageStats()
+    s.add_result(rec.finish(5.0, eof=True), 10, 200)
+    assert s.itl_token_s.count == 49 * 4 and s.itl_chunk_s.count == 49
+    row = s.row(10.0)
+    assert row["itl_p50_s"] == pytest.approx(0.02, rel=0.012)
+    assert row["itl_chunk_p50_s"] == pytest.approx(0.08, rel=0.012)
+    assert row["ttft_p50_s"] == pytest.approx(0.2, rel=0.012)
+    assert row["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}
+
+
+def test_row_fields_and_window_rate():
+    rng = np.random.default_rng(1)
+    c = Collector()
+    for _ in range(20):
+        c.record_result(ok_result(rng, completion=64), 0, 100, 64)
+    c.record_result(failed_result(READ_TIMEOUT), 0, 100, 64)
+    c.add_window_tokens(0, 1000)
+    c.add_window_tokens(None, 55)
+    row = c.stages[0].row(20.0)
+    assert set(row) == {
+        "requests", "errors", "error_count", "input_tokens", "output_tokens", "output_tokens_per_s",
+        "decode_tps_p50", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s", "itl_p99_s",
+        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch",
+    }  # fmt: skip
+    assert row["requests"] == 20 and row["errors"] == {READ_TIMEOUT: 1} and row["error_count"] == 1
+    assert row["output_tokens"] == 20 * 64 and row["output_tokens_per_s"] == 50.0
+    assert row["ttft_p50_s"] <= row["ttft_p90_s"] <= row["ttft_p99_s"]
+    assert c.totals.window_output_tokens == 1055
+    json.dumps(row)  # plain JSON
+    empty = StageStats().row(0.0)
+    assert empty["output_tokens_per_s"] is None and empty["ttft_p50_s"] is None and empty["requests"] == 0
+
+
+def test_measured_vs_unmeasured_and_inflight():
+    rng = np.random.default_rng(2)
+    c = Collector()
+    c.request_started(None)
+    c.request_started(3)
+    c.request_started(3)
+    c.request_finished(3)
+    assert c.inflight == {None: 1, 3: 1}
+    c.record_result(ok_result(rng), None, 100, None)
+    c.record_result(ok_result(rng), 3, 100, None)
+    assert c.totals.requests_ok == 2 and set(c.stages) == {3} and c.stages[3].requests_ok == 1
+
+
+def feed(collector, rng, n):
+    """n random request events into one collector; return them to replay elsewhere."""
+    events = []
+    for _ in range(n):
+        stage = [None, 0, 1, 2][int(rng.integers(4))]
+        r = rng.random()
+        if r < 0.1:
+            kind = [STREAM_ERROR, OVERLOAD_429, READ_TIMEOUT][int(rng.integers(3))]
+            res = failed_result(kind, int(rng.integers(0, 9)))
+        else:
+            res = ok_result(rng, estimated=r > 0.9)
+        events.append(("result", res, stage))
+        events.append(("tokens", int(rng.integers(1, 50)), stage))
+    for kind, x, stage in events:
+        if kind == "result":
+            collector.request_started(stage)
+            collector.request_finished(stage)
+            collector.record_result(x, stage, 100, 64)
+        else:
+            collector.add_window_tokens(stage, x)
+    return events
+
+
+def assert_same(a: Collector, b: Collector):
+    assert a.totals == b.totals
+    assert set(a.stages) == set(b.stages)
+    for k in a.stages:
+        assert a.stages[k] == b.stages[k], k
+        for name in HISTOGRAMS:  # bucket for bucket, not only approximately
+            assert np.array_equal(getattr(a.stages[k], name).counts, getattr(b.stages[k], name).counts)
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+def test_merged_worker_deltas_equal_one_collector_that_saw_everything(codec):
+    rng = np.random.default_rng(3)
+    workers = [Collector() for _ in range(3)]
+    reference, master = Collector(), Collector()
+    previous = {n: 0 for n in COUNTERS}
+    for _round in range(4):
+        for w in workers:
+            for kind, x, stage in feed(w, rng, int(rng.integers(0, 30))):
+                if kind == "result":
+                    reference.record_result(x, stage, 100, 64)
+                else:
+                    reference.add_window_tokens(stage, x)
+            delta = w.take_delta()
+            if codec == "json":
+                delta = json.loads(json.dumps(delta))
+            else:
+                delta = msgpack.loads(msgpack.dumps(delta), raw=False, strict_map_key=False)
+            master.merge_delta(delta)
+            for n in COUNTERS:  # master totals never go backwards
+                assert getattr(master.totals, n) >= previous[n]
+                previous[n] = getattr(master.totals, n)
+    assert_same(master, reference)
+    assert master.totals.requests_ok > 0 and len(master.stages) == 3
+    assert master.stages[1].row(10.0) == reference.stages[1].row(10.0)
+
+
+def test_take_delta_resets_and_second_delta_is_empty():
+    rng = np.random.default_rng(4)
+    c = Collector()
+    c.request_started(1)
+    c.record_result(ok_result(rng), 1, 100, 64)
+    c.add_window_tokens(1, 10)
+    first = c.take_delta()
+    assert first["totals"]["c"]["requests_ok"] == 1 and first["stages"][0][0] == 1
+    assert first["inflight"] == [[1, 1]]
+    assert c.totals.requests_ok == 0 and c.stages == {}
+    assert c.inflight == {1: 1}  # in-flight stays absolute on the worker
+    second = c.take_delta()
+    assert second == {"totals": {"c": {}, "e": {}, "h": {}}, "stages": [], "inflight": []}
+    c.request_finished(1)
+    third = c.take_delta()
+    assert third["inflight"] == [[1, -1]] and c.inflight == {1: 0}
+    master = Collector()
+    for d in (first, second, third):
+        master.merge_delta(d)
+    assert (
+        master.inflight == {1: 0}
+        and master.totals.requests_ok == 1
+        and master.stages[1].window_output_tokens == 10
+    )
+
+
+def test_stage_stats_wire_round_trip_json():
+    rng = np.random.default_rng(5)
+    s = StageStats()
+    for _ in range(30):
+        s.add_result(ok_result(rng), 100, 64)
+    s.add_result(failed_result(STREAM_ERROR), 100, 64)
+    s.window_output_tokens = 123
+    back = StageStats.from_wire(json.loads(json.dumps(s.to_wire())))
+    assert back == s and back.row(2.0) == s.row(2.0)
+    with pytest.raises(ValueError):
+        StageStats.from_wire({"c": {"bogus": 1}})
+
+
+def test_merge_is_addition():
+    rng = np.random.default_rng(6)
+    a, b, both = StageStats(), StageStats(), StageStats()
+    for i in range(40):
+        r = ok_result(rng) if i % 7 else failed_result(STREAM_ERROR)
+        (a if i % 2 else b).add_result(r, 100, 64)
+        both.add_result(r, 100, 64)
+    a.merge(b)
+    assert a == both

@@ -1,0 +1,103 @@
+"""``python -m loadgen.sim``: run the LLM server simulator.
+
+    python -m loadgen.sim --preset qwen35-397b-8gpu --time-scale 10 --port 0
+
+The first stdout line is ``SIM_LISTENING http://127.0.0.1:PORT`` (``--port 0`` picks a free port),
+so a test or demo can start it and read where it listens. Every ``SimConfig`` field has an option
+(``--kv-tokens``, ``--ttft-ms``, ...; lists comma-separated) and every fault kind one too
+(``--fault-http-500 0.01``). A bad option or preset value exits 2 with one line on stderr naming it.
+SIGTERM or SIGINT stop it with exit 0. No monkey-patching: the server uses gevent sockets directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+import gevent
+from gevent.event import Event
+
+from loadgen.sim import config as simconfig
+from loadgen.sim.faults import FAULT_KINDS
+from loadgen.sim.server import SimServer
+
+EXIT_CONFIG = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other config error
+        print(f"llmsim: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m loadgen.sim", description="Built-in LLM server simulator.")
+    ap.add_argument("--preset", help="preset name (loadgen/sim/presets/NAME.yaml) or a YAML path")
+    ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    ap.add_argument("--port", default="8000", help="listen port; 0 picks a free one (default 8000)")
+    ap.add_argument("--log-level", default="WARNING")
+    for name in simconfig.FIELDS:
+        if name != "faults":
+            ap.add_argument("--" + name.replace("_", "-"), dest="set_" + name, metavar="VALUE",
+                            help=f"override preset key {name}")
+    for kind in FAULT_KINDS:
+        ap.add_argument("--fault-" + kind.replace("_", "-"), dest="fault_" + kind, metavar="RATE",
+                        help=f"per-request probability of fault {kind}")
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> simconfig.SimConfig:
+    """Preset, then options; raises SimConfigError naming the option."""
+    overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("set_") and v is not None}
+    faults = {k[6:]: v for k, v in vars(args).items() if k.startswith("fault_") and v is not None}
+    cfg = simconfig.load(args.preset, overrides)
+    for kind, rate in faults.items():
+        simconfig.set_fault(cfg, kind, rate)
+    return simconfig.validate(cfg)
+
+
+def _option_name(key: str, args: argparse.Namespace) -> str:
+    """Name a bad setting the way the user gave it: ``--kv-tokens`` if it came from an option."""
+    dest = "fault_" + key[7:] if key.startswith("faults.") else "set_" + key
+    if getattr(args, dest, None) is not None:
+        return "--" + dest.split("_", 1)[1].replace("_", "-") if dest.startswith("set_") else \
+            "--fault-" + key[7:].replace("_", "-")
+    return f"{key} (preset {args.preset})" if args.preset else key
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        port = int(args.port)
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except simconfig.SimConfigError as exc:
+        print(f"llmsim: {_option_name(exc.key, args)}{str(exc)[len(exc.key):]}", file=sys.stderr)
+        return EXIT_CONFIG
+    except ValueError:
+        print(f"llmsim: --port: must be an integer in 0..65535, got {args.port!r}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s llmsim %(levelname)s %(message)s")
+    server = SimServer(cfg)
+    try:
+        bound = server.start(args.host, port)
+    except OSError as exc:
+        print(f"llmsim: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
+        return 1
+    print(f"SIM_LISTENING http://{args.host}:{bound}", flush=True)
+    print(f"llmsim: timing={cfg.timing} flavor={cfg.flavor} model={cfg.model} "
+          f"kv_tokens={cfg.kv_tokens} time_scale={cfg.time_scale}", file=sys.stderr, flush=True)
+    stop = Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, stop.set)
+    stop.wait()
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

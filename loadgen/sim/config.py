@@ -1,0 +1,184 @@
+"""Simulator settings: defaults <- preset YAML <- command-line options, validated in one place.
+
+A preset is ``loadgen/sim/presets/NAME.yaml`` (``--preset NAME``) or any YAML file path. Its keys
+are the field names of ``SimConfig``; an unknown key or a bad value raises ``SimConfigError`` whose
+one-line message names the key, the value and the fix (the CLI prints it and exits 2). This module
+mirrors loadgen.errors.ConfigError on purpose instead of importing it: the simulator imports nothing
+from the client side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from loadgen.sim.engine import EngineParams
+from loadgen.sim.faults import FAULT_KINDS
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+class SimConfigError(ValueError):
+    def __init__(self, key: str, value: object, problem: str, fix: str = ""):
+        self.key, self.value, self.problem, self.fix = key, value, problem, fix
+        text = f"{key}: {problem}, got {value!r}"
+        super().__init__(text + (f" ({fix})" if fix else ""))
+
+
+@dataclass
+class SimConfig:
+    timing: str = "fixed"  # fixed | engine
+    flavor: str = "vllm"  # vllm | sglang: metric names and endpoints
+    model: str = "llmsim"
+    max_model_len: int = 32768
+    kv_tokens: int = 1_000_000
+    block_size: int = 16
+    max_running: int = 256
+    max_queued: int = 0  # 0 = unlimited; a full queue answers 503 (engine only)
+    time_scale: float = 1.0  # simulated seconds per wall second
+    seed: int = 0
+    eos_prob: float = 0.0  # chance a request without ignore_eos stops early at a seeded EOS
+    default_max_tokens: int = 256
+    # fixed model
+    ttft_ms: float = 200.0
+    itl_ms: float = 20.0
+    tokens_per_chunk: int = 1
+    # engine model
+    step_base_ms: float = 10.0
+    step_per_seq_ms: float = 0.1
+    step_per_prefill_token_us: float = 20.0
+    prefill_chunk_tokens: int = 8192
+    spec_accept: list[float] = field(default_factory=lambda: [1.0])
+    admit_output_reserve: float = 0.0
+    # faults: kind -> per-request probability
+    faults: dict[str, float] = field(default_factory=dict)
+    stall_max_s: float = 60.0  # wall seconds a stalled stream holds its socket
+    idle_timeout_s: float = 300.0  # wall seconds a keep-alive connection may sit idle
+
+    def engine_params(self) -> EngineParams:
+        return EngineParams(
+            kv_tokens=self.kv_tokens, block_size=self.block_size, max_running=self.max_running,
+            max_queued=self.max_queued, prefill_chunk_tokens=self.prefill_chunk_tokens,
+            step_base_s=self.step_base_ms / 1e3, step_per_seq_s=self.step_per_seq_ms / 1e3,
+            step_per_prefill_token_s=self.step_per_prefill_token_us / 1e6,
+            spec_accept=tuple(self.spec_accept), admit_output_reserve=self.admit_output_reserve,
+            seed=self.seed)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
+_CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang")}
+_MIN = {  # key -> (lowest allowed, inclusive?)
+    "max_model_len": (1, True), "kv_tokens": (1, True), "block_size": (1, True),
+    "max_running": (1, True), "max_queued": (0, True), "time_scale": (0, False),
+    "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
+    "tokens_per_chunk": (1, True), "step_base_ms": (0, True), "step_per_seq_ms": (0, True),
+    "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
+    "admit_output_reserve": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
+}
+
+
+def _coerce(key: str, value: object, typ: type) -> object:
+    """Turn ``value`` (YAML scalar or CLI string) into ``typ`` or raise naming the key."""
+    if typ is str:
+        if not isinstance(value, str | int | float) or isinstance(value, bool):
+            raise SimConfigError(key, value, "must be a string")
+        return str(value)
+    word = "an integer" if typ is int else "a number"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise SimConfigError(key, value, f"must be {word}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise SimConfigError(key, value, f"must be {word}") from None
+    if not math.isfinite(number) or (typ is int and not number.is_integer()):
+        raise SimConfigError(key, value, f"must be {word}")
+    return int(number) if typ is int else number
+
+
+def set_value(cfg: SimConfig, key: str, value: object) -> None:
+    """Set one field from YAML or a CLI string, coercing and range-checking it."""
+    if key not in FIELDS:
+        raise SimConfigError(key, value, "unknown simulator setting",
+                             "known: " + ", ".join(sorted(FIELDS)))
+    if key == "spec_accept":
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not value:
+            raise SimConfigError(key, value, "must be a list of probabilities", "e.g. 0.2,0.3,0.5")
+        value = [_coerce(key, v, float) for v in value]
+    elif key == "faults":
+        if not isinstance(value, dict):
+            raise SimConfigError(key, value, "must be a mapping kind -> rate", "e.g. {http_500: 0.01}")
+        for kind, rate in value.items():
+            set_fault(cfg, str(kind), rate)
+        return
+    else:
+        typ = {"int": int, "float": float, "str": str}[FIELDS[key].type]
+        value = _coerce(key, value, typ)
+    setattr(cfg, key, value)
+
+
+def set_fault(cfg: SimConfig, kind: str, rate: object) -> None:
+    if kind not in FAULT_KINDS:
+        raise SimConfigError(f"faults.{kind}", rate, "unknown fault kind", "known: " + ", ".join(FAULT_KINDS))
+    cfg.faults[kind] = _coerce(f"faults.{kind}", rate, float)
+
+
+def validate(cfg: SimConfig) -> SimConfig:
+    """Range and cross-field checks; returns ``cfg``."""
+    for key, choices in _CHOICES.items():
+        if getattr(cfg, key) not in choices:
+            raise SimConfigError(key, getattr(cfg, key), "must be one of " + "|".join(choices))
+    for key, (low, inclusive) in _MIN.items():
+        v = getattr(cfg, key)
+        if v < low or (v == low and not inclusive):
+            raise SimConfigError(key, v, f"must be {'>=' if inclusive else '>'} {low}")
+    for key in ("eos_prob",):
+        if not 0 <= cfg.eos_prob <= 1:
+            raise SimConfigError(key, cfg.eos_prob, "must be a probability in [0, 1]")
+    if any(p < 0 for p in cfg.spec_accept) or abs(sum(cfg.spec_accept) - 1) > 1e-6:
+        raise SimConfigError("spec_accept", cfg.spec_accept, "must be probabilities >= 0 summing to 1",
+                             "entry i is P(i + 1 tokens accepted per step), e.g. 0.2,0.3,0.5")
+    for kind, rate in cfg.faults.items():
+        if not 0 <= rate <= 1:
+            raise SimConfigError(f"faults.{kind}", rate, "must be a probability in [0, 1]")
+    if sum(cfg.faults.values()) > 1 + 1e-9:
+        raise SimConfigError("faults", cfg.faults, "rates must sum to <= 1 (one fault per request at most)")
+    if cfg.timing == "engine" and cfg.max_model_len + cfg.block_size > cfg.kv_tokens:
+        raise SimConfigError("max_model_len", cfg.max_model_len,
+                             f"must leave room in the KV cache (kv_tokens={cfg.kv_tokens})",
+                             "lower max_model_len or raise kv_tokens")
+    return cfg
+
+
+def preset_path(name: str) -> Path:
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name)
+    else:
+        path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        raise SimConfigError("preset", name, "no such preset or file", f"known presets: {known}")
+    return path
+
+
+def load(preset: str | None, overrides: dict[str, object] | None = None) -> SimConfig:
+    """Defaults, then the preset's keys, then ``overrides`` (already named by field); validated."""
+    cfg = SimConfig()
+    if preset:
+        path = preset_path(preset)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise SimConfigError("preset", str(path), f"is not valid YAML ({exc})".replace("\n", " ")) from None
+        if not isinstance(data, dict):
+            raise SimConfigError("preset", str(path), "must be a YAML mapping of settings")
+        for key, value in data.items():
+            set_value(cfg, str(key), value)
+    for key, value in (overrides or {}).items():
+        set_value(cfg, key, value)
+    return validate(cfg)

@@ -1,0 +1,257 @@
+"""The ``engine`` timing model: one step clock shared by every request, like a real LLM server.
+
+Pure: no I/O and no clock. ``Engine.step()`` advances the schedule by one engine iteration and
+returns ``(step_duration_s, events)``; a runner elsewhere sleeps ``step_duration_s / time_scale``
+and then delivers the events. TTFT and ITL are not configured, they emerge from the schedule:
+
+- Each step every running request whose prefill is done decodes ``k`` tokens: ``k = 1``, or with
+  simulated speculative decoding ``k`` drawn from the seeded ``spec_accept`` distribution
+  (``spec_accept[i]`` = probability that ``i + 1`` tokens are accepted in one step).
+- The same step spends a chunked-prefill budget of ``prefill_chunk_tokens`` on requests still
+  prefilling (oldest first), then admits waiting requests (FIFO) into that budget. A request whose
+  prefill completes emits its first token at the end of that step.
+- Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill``,
+  where ``batch`` = requests that decoded or prefilled in the step and ``prefill`` = prompt
+  tokens computed in the step.
+
+KV cache, in tokens (rounded up to ``block_size`` per request): a request holds
+``prompt + generated`` tokens. Admission needs ``prompt + generated + 1`` tokens free, plus
+``admit_output_reserve * remaining output`` (SGLang-style headroom; 0 = vLLM-style). When a
+decoding request needs more KV than is free, the newest running request is preempted (vLLM) /
+retracted (SGLang): its KV is freed and it returns to the head of the queue, to be recomputed
+(prefill of prompt + tokens already generated) when it is admitted again. Tokens already sent to
+the client are never re-sent. ``preemptions_total`` counts these events.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+WAITING, RUNNING, FINISHED, ABORTED = "waiting", "running", "finished", "aborted"
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One generation request as both timing models see it.
+
+    ``output_tokens`` is how many tokens will be generated (already reduced by a seeded early EOS
+    if any). ``sink`` is opaque to the models: whoever receives the emitted tokens.
+    """
+
+    prompt_tokens: int
+    output_tokens: int
+    sink: object = None
+    generated: int = 0
+    state: str = WAITING
+    prefill_target: int = 0  # tokens to (re)compute before decoding: prompt + generated at admission
+    prefill_done: int = 0
+    kv_held: int = 0  # KV tokens allocated (block-rounded)
+    preemptions: int = 0
+
+
+@dataclass
+class EngineParams:
+    kv_tokens: int = 1_000_000
+    block_size: int = 1
+    max_running: int = 256
+    max_queued: int = 0  # 0 = unlimited
+    prefill_chunk_tokens: int = 8192
+    step_base_s: float = 0.010
+    step_per_seq_s: float = 0.0001
+    step_per_prefill_token_s: float = 0.00002
+    spec_accept: tuple[float, ...] = (1.0,)
+    admit_output_reserve: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class EngineStats:
+    steps_total: int = 0
+    preemptions_total: int = 0
+    prompt_tokens_total: int = 0  # prompt tokens whose prefill completed (first time only)
+    generated_tokens_total: int = 0
+
+
+class QueueFull(Exception):
+    """The waiting queue is at ``max_queued``: the server answers 503, like SGLang."""
+
+
+@dataclass
+class Engine:
+    params: EngineParams
+    running: list[SimRequest] = field(default_factory=list)
+    waiting: deque[SimRequest] = field(default_factory=deque)
+    kv_used: int = 0
+    stats: EngineStats = field(default_factory=EngineStats)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.params.seed)
+        cum, acc = [], 0.0
+        for p in self.params.spec_accept:
+            acc += p
+            cum.append(acc)
+        self._spec_cum = cum
+        self._spec = len(cum) > 1
+
+    # -- requests in and out -------------------------------------------------------------------
+    def submit(self, req: SimRequest) -> None:
+        """Queue ``req``; raises QueueFull when ``max_queued`` requests already wait."""
+        cap = self.params.max_queued
+        if cap and len(self.waiting) >= cap:
+            raise QueueFull(f"{len(self.waiting)} requests already queued (max_queued={cap})")
+        req.state = WAITING
+        req.prefill_target = req.prompt_tokens
+        self.waiting.append(req)
+
+    def abort(self, req: SimRequest) -> None:
+        """Drop ``req`` wherever it is (client gone, fault injected) and free its KV."""
+        if req.state == RUNNING:
+            self.running.remove(req)
+            self._free(req)
+        elif req.state == WAITING:
+            try:
+                self.waiting.remove(req)
+            except ValueError:
+                pass
+        if req.state in (RUNNING, WAITING):
+            req.state = ABORTED
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # -- KV ----------------------------------------------------------------------------------------
+    def _blocks(self, tokens: int) -> int:
+        b = self.params.block_size
+        return -(-tokens // b) * b
+
+    def _free(self, req: SimRequest) -> None:
+        self.kv_used -= req.kv_held
+        req.kv_held = 0
+
+    def _grow(self, req: SimRequest, tokens: int) -> bool:
+        """Make ``req`` hold KV for ``tokens`` tokens; False if the pool has no room."""
+        need = self._blocks(tokens) - req.kv_held
+        if need <= 0:
+            return True
+        if self.kv_used + need > self.params.kv_tokens:
+            return False
+        self.kv_used += need
+        req.kv_held += need
+        return True
+
+    def _preempt_newest(self) -> SimRequest:
+        victim = self.running.pop()
+        self._free(victim)
+        victim.state = WAITING
+        victim.prefill_target = victim.prompt_tokens + victim.generated
+        victim.prefill_done = 0
+        victim.preemptions += 1
+        self.stats.preemptions_total += 1
+        return victim
+
+    # -- one engine iteration --------------------------------------------------------------------
+    def step(self) -> tuple[float, list[tuple[SimRequest, int, bool]]]:
+        """Run one iteration. Returns (duration_s, [(request, new_tokens, finished), ...])."""
+        if self.idle:
+            return 0.0, []
+        events: list[tuple[SimRequest, int, bool]] = []
+        preempted = self._decode(events)
+        batch = len(events)
+        prefilled, prefill_seqs = self._prefill(events, admit=not preempted)
+        batch += prefill_seqs
+        p = self.params
+        self.stats.steps_total += 1
+        return p.step_base_s + p.step_per_seq_s * batch + p.step_per_prefill_token_s * prefilled, events
+
+    def _draw_accept(self) -> int:
+        if not self._spec:
+            return 1
+        u = self._rng.random()
+        for i, c in enumerate(self._spec_cum):
+            if u < c:
+                return i + 1
+        return len(self._spec_cum)
+
+    def _decode(self, events: list) -> list[SimRequest]:
+        """Decode one step for every running request past prefill; preempt when KV runs out."""
+        preempted: list[SimRequest] = []
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            if req.prefill_done < req.prefill_target:
+                i += 1
+                continue
+            k = min(self._draw_accept(), req.output_tokens - req.generated)
+            while not self._grow(req, req.prompt_tokens + req.generated + k):
+                preempted.append(self._preempt_newest())
+                if req.state != RUNNING:  # it was the newest itself
+                    break
+            if req.state != RUNNING:
+                break
+            self._emit(req, k, events)
+            if req.state == FINISHED:
+                continue  # _emit removed it from running; index i now holds the next one
+            i += 1
+        # Oldest victim at the head of the queue: it was preempted last.
+        for victim in preempted:
+            self.waiting.appendleft(victim)
+        return preempted
+
+    def _emit(self, req: SimRequest, k: int, events: list) -> None:
+        req.generated += k
+        self.stats.generated_tokens_total += k
+        done = req.generated >= req.output_tokens
+        events.append((req, k, done))
+        if done:
+            req.state = FINISHED
+            self.running.remove(req)
+            self._free(req)
+
+    def _prefill(self, events: list, admit: bool) -> tuple[int, int]:
+        """Spend the chunked-prefill budget; returns (prefill tokens computed, sequences touched)."""
+        p = self.params
+        budget = p.prefill_chunk_tokens
+        computed = seqs = 0
+        for req in [r for r in self.running if r.prefill_done < r.prefill_target]:
+            if budget <= 0:
+                break
+            n = self._prefill_one(req, budget, events)
+            budget -= n
+            computed += n
+            seqs += 1
+        while admit and budget > 0 and self.waiting and len(self.running) < p.max_running:
+            req = self.waiting[0]
+            reserve = int(p.admit_output_reserve * (req.output_tokens - req.generated))
+            need = self._blocks(req.prefill_target + 1 + (reserve if self.running else 0))
+            if self.kv_used + need > p.kv_tokens:
+                break  # FIFO: the head waits for room, nobody overtakes it
+            self.waiting.popleft()
+            req.state = RUNNING
+            req.prefill_done = 0
+            self._grow(req, req.prefill_target + 1)
+            self.running.append(req)
+            n = self._prefill_one(req, budget, events)
+            budget -= n
+            computed += n
+            seqs += 1
+        return computed, seqs
+
+    def _prefill_one(self, req: SimRequest, budget: int, events: list) -> int:
+        n = min(budget, req.prefill_target - req.prefill_done)
+        req.prefill_done += n
+        if req.prefill_done >= req.prefill_target:
+            if req.generated == 0:  # a recompute after preemption is not a new prompt
+                self.stats.prompt_tokens_total += req.prompt_tokens
+            self._emit(req, 1, events)  # the prefill step samples the next token
+        return n

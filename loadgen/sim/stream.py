@@ -1,0 +1,177 @@
+"""Per-request output: turns model events into bytes on one client socket, and injects faults.
+
+Two greenlets touch a stream. The runner calls ``emit`` for every chunk and writes with a
+non-blocking ``os.write`` (one syscall per chunk; the runner never waits on a socket, so one slow
+client cannot stall the others). If the socket buffer is full, the rest is queued and the
+connection's own greenlet (``wait_done``) flushes it with a blocking send. That greenlet also
+performs the end of the stream: keep the connection, close it, reset it, or hold it (stall).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+from gevent.event import Event
+
+from loadgen.sim import wire
+from loadgen.sim.engine import SimRequest
+from loadgen.sim.faults import FaultDraw
+from loadgen.sim.tokens import generated_text
+
+KEEP, CLOSE, RESET, STALL, BROKEN = "keep", "close", "reset", "stall", "broken"
+
+
+class Stream:
+    """The sink of one request. ``fmt`` is None for a non-streaming request (JSON at the end)."""
+
+    def __init__(self, server, sock, req: SimRequest, fmt: wire.StreamFormat | None,
+                 fault: FaultDraw | None, finish_reason: bytes, text_offset: int, t_arrival: float):
+        self.server = server
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.req = req
+        self.fmt = fmt
+        self.fault = fault if fmt is not None and fault and fault.kind not in ("http_500", "http_429",
+                                                                               "http_503") else None
+        self.finish_reason = finish_reason
+        self.text_offset = text_offset
+        self.t_arrival = t_arrival
+        self.t_last = 0.0
+        self.sent = 0  # tokens handed to the client so far
+        self.end: str | None = None
+        self.faulted = False
+        self.pending: list[bytes] = []
+        self.blocked = False  # the connection greenlet owns the socket's write side
+        self.done_event = Event()
+
+    # -- runner side -------------------------------------------------------------------------------
+    def emit(self, n: int, done: bool, now: float) -> None:
+        if self.end is not None:
+            return
+        m = self.server.metrics
+        start, self.sent = self.sent, self.sent + n
+        if start == 0:
+            m.first_chunk(now - self.t_arrival, self.req.prompt_tokens, n)
+        else:
+            m.next_chunk(now - self.t_last, n)
+        self.t_last = now
+        if self.fmt is None:
+            if done:
+                self._finish(KEEP, b"")
+            return
+        text = generated_text(self.text_offset, start, n)
+        fault = self.fault
+        if fault is not None and self.sent >= fault.at_token:
+            self.fault = None
+            if fault.kind != "no_done" or done:
+                self._inject(fault.kind, text, done)
+                return
+        fmt = self.fmt
+        if not done:
+            self._write(wire.http_chunk(fmt.content_event(text, self.sent)))
+            return
+        tail = fmt.content_event(text, self.sent, self.finish_reason) + fmt.usage_event(self.sent)
+        self._finish(KEEP, wire.http_chunk(tail + wire.DONE_EVENT) + wire.LAST_CHUNK)
+
+    def _inject(self, kind: str, text: bytes, done: bool) -> None:
+        fmt, m = self.fmt, self.server.metrics
+        m.faults[kind] += 1
+        self.faulted = True
+        content = fmt.content_event(text, self.sent)
+        if kind == "malformed":  # the stream goes on after one broken event
+            self._write(wire.http_chunk(content + wire.MALFORMED_EVENT))
+            if done:
+                self.fault = None
+                self.emit_tail()
+            return
+        self.server.runner.abort(self.req)
+        if kind == "stream_error":
+            err = fmt.error_event("simulated engine failure (fault stream_error)", "InternalServerError", 500)
+            self._finish(KEEP, wire.http_chunk(content + err + wire.DONE_EVENT) + wire.LAST_CHUNK)
+        elif kind == "abort":
+            body = fmt.content_event(text, self.sent, b"abort") + fmt.usage_event(self.sent)
+            self._finish(KEEP, wire.http_chunk(body + wire.DONE_EVENT) + wire.LAST_CHUNK)
+        elif kind == "truncate":
+            self._finish(CLOSE, wire.http_chunk(content) + wire.LAST_CHUNK)
+        elif kind == "no_done":
+            body = fmt.content_event(text, self.sent, self.finish_reason) + fmt.usage_event(self.sent)
+            self._finish(CLOSE, wire.http_chunk(body) + wire.LAST_CHUNK)
+        elif kind == "reset":
+            self._finish(RESET, wire.http_chunk(content))
+        else:  # stall
+            self._finish(STALL, wire.http_chunk(content))
+
+    def emit_tail(self) -> None:
+        """Normal end after a malformed event on the last chunk: finish reason, usage, [DONE]."""
+        fmt = self.fmt
+        tail = fmt.content_event(b"", self.sent, self.finish_reason) + fmt.usage_event(self.sent)
+        self._finish(KEEP, wire.http_chunk(tail + wire.DONE_EVENT) + wire.LAST_CHUNK)
+
+    def _finish(self, end: str, data: bytes) -> None:
+        if data:
+            self._write(data)
+        if self.end is None:
+            self.end = end
+            if end == KEEP and not self.faulted:
+                self.server.metrics.requests_ok += 1
+        self.done_event.set()
+
+    def _write(self, data: bytes) -> None:
+        if self.blocked:
+            self.pending.append(data)
+            return
+        try:
+            n = os.write(self.fd, data)
+        except BlockingIOError:
+            n = 0
+        except OSError:  # the client went away: stop generating for it
+            self.end = BROKEN
+            self.server.runner.abort(self.req)
+            self.done_event.set()
+            return
+        if n < len(data):
+            self.blocked = True
+            self.pending.append(data[n:])
+            self.done_event.set()  # wake the connection greenlet to flush
+
+    # -- connection greenlet side ------------------------------------------------------------------
+    def wait_done(self, stall_max_s: float) -> str:
+        """Block until the stream ended; flush what the runner queued. Returns how it ended."""
+        while True:
+            self.done_event.wait()
+            self.done_event.clear()
+            self.flush()
+            if self.end is not None:
+                break
+        if self.end == RESET:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif self.end == STALL:
+            self._hold(stall_max_s)
+        return self.end
+
+    def flush(self) -> None:
+        """Send queued bytes with a blocking send; the runner queues behind us meanwhile."""
+        self.blocked = True
+        try:
+            while self.pending:
+                data = b"".join(self.pending)
+                self.pending.clear()
+                self.sock.sendall(data)
+        except OSError:
+            if self.end is None:
+                self.server.runner.abort(self.req)
+            self.end = BROKEN
+            self.pending.clear()
+        finally:
+            self.blocked = False
+
+    def _hold(self, stall_max_s: float) -> None:
+        """A stall: keep the socket open, silent, until the client gives up or the cap passes."""
+        self.sock.settimeout(stall_max_s)
+        try:
+            while self.sock.recv(65536):
+                pass
+        except OSError:  # includes socket.timeout
+            pass

@@ -23,22 +23,26 @@ export DEBIAN_FRONTEND=noninteractive
 # Other jobs may hold the dpkg lock briefly; wait for it rather than failing.
 APT=(apt-get -o DPkg::Lock::Timeout=300 -y -qq)
 
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+
 # Refresh the package lists once, and only when they do not offer chromium (or the install fails
-# because they are stale).
+# because they are stale). apt's chatter goes to $LOG, shown only if the install fails.
 updated=0
 if ! apt-cache policy chromium 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    "${APT[@]}" update >/dev/null && updated=1
+    "${APT[@]}" update >>"$LOG" 2>&1 && updated=1
 fi
-if ! "${APT[@]}" install --no-install-recommends chromium >/dev/null; then
+if ! "${APT[@]}" install --no-install-recommends chromium >>"$LOG" 2>&1; then
     if [ "$updated" = "0" ]; then
-        "${APT[@]}" update >/dev/null
-        "${APT[@]}" install --no-install-recommends chromium >/dev/null
+        "${APT[@]}" update >>"$LOG" 2>&1
+        "${APT[@]}" install --no-install-recommends chromium >>"$LOG" 2>&1
     fi
 fi
 
 if command -v chromium >/dev/null 2>&1; then
     echo "ensure-chromium: installed $(chromium --version 2>/dev/null)"
 else
+    tail -n 5 "$LOG" >&2
     echo "ensure-chromium: could not install chromium; the report rendering test will be skipped" >&2
 fi
 exit 0

@@ -5,6 +5,8 @@ import json
 import logging
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,19 @@ def test_load_summary_errors_name_the_path_and_a_fix(tmp_path, setup, expected):
     assert expected in message
     assert str(run) in message
     assert "(" in message and "\n" not in message  # one line with a fix in parentheses
+
+
+def test_import_and_plotless_write_do_not_load_matplotlib(tmp_path):
+    """The load generator imports loadgen.report and writes results between stages; matplotlib
+    (a second of CPU) must be loaded only when plots are drawn."""
+    code = (
+        "import json, sys\n"
+        "from loadgen.report import write_results, format_stage_table, find_knee\n"
+        f"s = json.load(open({str(FIXTURES / 'summary_seeds_sweep.json')!r}))\n"
+        f"write_results({str(tmp_path)!r}, s, plots=False)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "report.html").is_file()

@@ -1,0 +1,232 @@
+"""Generate grafana/dashboards/llm-loadgen.json (run: python grafana/build_dashboard.py).
+
+The JSON is committed; tests/test_dashboard_json.py checks it equals this script's output, and
+tests/test_dashboard_prometheus.py runs every query in it against a real Prometheus.
+
+Variables: $datasource (Prometheus), $loadgen_job (job scraping llm-loadgen's exporter), $model,
+$server_job (job scraping the vLLM/SGLang server).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent / "dashboards" / "llm-loadgen.json"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+L = '{job=~"$loadgen_job", model=~"$model"}'  # our series
+S = '{job=~"$server_job"}'  # the server's series
+RI = "[$__rate_interval]"
+
+
+def rate(metric: str, sel: str = L) -> str:
+    return f"sum(rate({metric}{sel}{RI}))"
+
+
+def quantile(q: float, metric: str, sel: str = L) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{sel}{RI})))"
+
+
+def quantiles(metric: str, sel: str = L, qs=(0.5, 0.9, 0.99), prefix: str = "") -> list:
+    return [(quantile(q, metric, sel), f"{prefix}p{round(q * 100)}") for q in qs]
+
+
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid and numbers them."""
+
+    def __init__(self) -> None:
+        self.panels: list[dict] = []
+        self.x = self.y = self.row_h = 0
+        self.next_id = 1
+
+    def _id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def row(self, title: str) -> None:
+        self.y += self.row_h
+        self.x = self.row_h = 0
+        self.panels.append({"id": self._id(), "type": "row", "title": title, "collapsed": False,
+                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}, "panels": []})
+        self.y += 1
+
+    def panel(self, kind: str, title: str, desc: str, targets: list, unit: str = "short",
+              w: int = 8, h: int = 8, **extra) -> None:
+        if self.x + w > 24:
+            self.y += self.row_h
+            self.x = self.row_h = 0
+        refs = "ABCDEFGHIJ"
+        panel = {
+            "id": self._id(), "type": kind, "title": title, "description": desc, "datasource": DS,
+            "gridPos": {"h": h, "w": w, "x": self.x, "y": self.y},
+            "fieldConfig": {"defaults": {"unit": unit, "custom": {}}, "overrides": []},
+            "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+                        "tooltip": {"mode": "multi", "sort": "none"}},
+            "targets": [{"refId": refs[i], "datasource": DS, "expr": expr, "legendFormat": legend,
+                         "range": True, "instant": False}
+                        for i, (expr, legend) in enumerate(targets)],
+        }
+        if kind == "stat":
+            panel["options"] = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                                "colorMode": "value", "graphMode": "area", "textMode": "auto"}
+        panel.update(extra)
+        self.panels.append(panel)
+        self.x += w
+        self.row_h = max(self.row_h, h)
+
+
+def loadgen_rows(lay: Layout) -> None:
+    lay.row("Load generator: now")
+    lay.panel("stat", "Output tokens/s (live)",
+              "Completion tokens per second as their chunks arrive (all requests).",
+              [(rate("llm_loadgen_received_output_tokens_total"), "")], w=4, h=4)
+    lay.panel("stat", "TTFT p99", "Client-side time to first token, 99th percentile.",
+              [(quantile(0.99, "llm_loadgen_ttft_seconds"), "")], "s", w=4, h=4)
+    lay.panel("stat", "ITL p99 (per token)", "Per-token inter-token latency, 99th percentile.",
+              [(quantile(0.99, "llm_loadgen_itl_seconds"), "")], "s", w=4, h=4)
+    lay.panel("stat", "Failed requests/s", "Errors and overload answers per second.",
+              [(f'sum(rate(llm_loadgen_requests_total{{job=~"$loadgen_job", model=~"$model", '
+                f'outcome!="ok"}}{RI}))', "")], "reqps", w=4, h=4)
+    lay.panel("stat", "In-flight", "Requests sent and not finished.",
+              [(f"sum(llm_loadgen_inflight_requests{L})", "")], w=4, h=4)
+    lay.panel("stat", "Stage", "Current stage index (0-based).",
+              [(f"max(llm_loadgen_stage{L})", "")], w=4, h=4)
+
+    lay.row("Load generator: throughput and latency")
+    lay.panel("timeseries", "Tokens/s",
+              "Output: completion tokens of successful requests, counted when they finish; live: "
+              "completion tokens of all requests as their chunks arrive (smooth for long requests); "
+              "failed: tokens received by requests that then failed; input: prompt tokens.",
+              [(rate("llm_loadgen_output_tokens_total"), "output"),
+               (rate("llm_loadgen_received_output_tokens_total"), "output (live)"),
+               (rate("llm_loadgen_failed_output_tokens_total"), "output (failed requests)"),
+               (rate("llm_loadgen_input_tokens_total"), "input")])
+    lay.panel("timeseries", "TTFT", "Time to first token = t(first content chunk) - t(sent).",
+              quantiles("llm_loadgen_ttft_seconds"), "s")
+    lay.panel("timeseries", "ITL",
+              "Per-token ITL (gap / tokens in chunk, one sample per token) and per-chunk gap p50.",
+              quantiles("llm_loadgen_itl_seconds")
+              + [(quantile(0.5, "llm_loadgen_itl_chunk_seconds"), "per-chunk p50")], "s")
+    lay.panel("timeseries", "TPOT", "(E2E - TTFT) / (N - 1) per request.",
+              quantiles("llm_loadgen_tpot_seconds", qs=(0.5, 0.9)), "s")
+    lay.panel("timeseries", "E2E latency", "t(last content chunk) - t(sent).",
+              quantiles("llm_loadgen_e2e_seconds"), "s")
+    lay.panel("timeseries", "Requests/s by outcome", "Finished requests per second.",
+              [(f"sum by (outcome) (rate(llm_loadgen_requests_total{L}{RI}))", "{{outcome}}")],
+              "reqps")
+    lay.panel("bargauge", "Requests by kind (time range)",
+              "Finished requests over the dashboard's time range, by failure kind.",
+              [(f"sum by (kind) (increase(llm_loadgen_requests_total{L}[$__range]))", "{{kind}}")],
+              w=8, h=8, options={"orientation": "horizontal", "displayMode": "basic",
+                                 "reduceOptions": {"calcs": ["lastNotNull"], "fields": "",
+                                                   "values": False}})
+
+    lay.row("Load generator: load, KV guard, client health")
+    lay.panel("timeseries", "Concurrency",
+              "Users running, requests in flight, and the stage's target concurrency.",
+              [(f"sum(llm_loadgen_users{L})", "users"),
+               (f"sum(llm_loadgen_inflight_requests{L})", "in-flight"),
+               (f"max(llm_loadgen_target_concurrency{L})", "target")])
+    lay.panel("state-timeline", "Stage and phase", "Stage index and the phase of the run.",
+              [(f"max(llm_loadgen_stage{L})", "stage"),
+               (f"max by (phase) (llm_loadgen_phase{L}) == 1", "{{phase}}")])
+    lay.panel("timeseries", "KV tokens: projected vs capacity",
+              "Guard projection concurrency * (input + output tokens) against the server's "
+              "KV capacity.",
+              [(f"max(llm_loadgen_kv_projected_tokens{L})", "projected"),
+               (f"max(llm_loadgen_kv_capacity_tokens{L})", "capacity")])
+    lay.panel("timeseries", "Client CPU", "CPU of the load generator; near 100% per process "
+              "means client-side timings are unreliable.",
+              [(f"max(llm_loadgen_client_cpu_percent{L})", "cpu %")], "percent")
+    lay.panel("timeseries", "Client event-loop lag",
+              "How late a timer fires in the load generator; this delay is added to TTFT/ITL.",
+              [(f"max(llm_loadgen_client_loop_lag_seconds{L})", "loop lag")], "s")
+    lay.panel("stat", "KV guard breaches", "Times the guard saw projected KV tokens exceed capacity.",
+              [(f"sum(llm_loadgen_guard_breaches_total{L})", "")])
+
+
+def server_rows(lay: Layout) -> None:
+    lay.row("Server: vLLM")
+    lay.panel("timeseries", "vLLM requests", "Running and waiting requests in the scheduler.",
+              [(f"sum(vllm:num_requests_running{S})", "running"),
+               (f"sum(vllm:num_requests_waiting{S})", "waiting")])
+    lay.panel("timeseries", "vLLM KV cache usage", "Fraction of KV cache blocks in use (0-1).",
+              [(f"max(vllm:kv_cache_usage_perc{S})", "kv usage")], "percentunit")
+    lay.panel("timeseries", "vLLM preemptions/s", "Requests preempted (KV cache full).",
+              [(rate("vllm:num_preemptions_total", S), "preemptions/s")])
+    lay.panel("timeseries", "Generation tokens/s: server vs client",
+              "Server-counted generation tokens against tokens the load generator received.",
+              [(rate("vllm:generation_tokens_total", S), "vLLM"),
+               (rate("llm_loadgen_received_output_tokens_total"), "client (live)")])
+    lay.panel("timeseries", "vLLM TTFT", "Server-side time to first token.",
+              quantiles("vllm:time_to_first_token_seconds", S, (0.5, 0.99), "server ")
+              + [(quantile(0.99, "llm_loadgen_ttft_seconds"), "client p99")], "s")
+    lay.panel("timeseries", "vLLM ITL", "Server-side inter-token latency (per engine step).",
+              quantiles("vllm:inter_token_latency_seconds", S, (0.5, 0.99), "server ")
+              + [(quantile(0.99, "llm_loadgen_itl_chunk_seconds"), "client per-chunk p99")], "s")
+
+    lay.row("Server: SGLang")
+    lay.panel("timeseries", "SGLang requests", "Running and queued requests.",
+              [(f"sum(sglang:num_running_reqs{S})", "running"),
+               (f"sum(sglang:num_queue_reqs{S})", "queued")])
+    lay.panel("timeseries", "SGLang token usage", "Fraction of KV token pool in use (0-1).",
+              [(f"max(sglang:token_usage{S})", "token usage")], "percentunit")
+    lay.panel("timeseries", "SGLang retractions/s", "Decode requests sent back to the queue.",
+              [(rate("sglang:num_retracted_requests_total", S), "retracted/s")])
+    lay.panel("timeseries", "Generation tokens/s: server vs client",
+              "Server-counted generation tokens against tokens the load generator received.",
+              [(rate("sglang:generation_tokens_total", S), "SGLang"),
+               (rate("llm_loadgen_received_output_tokens_total"), "client (live)")])
+    lay.panel("timeseries", "SGLang TTFT", "Server-side time to first token.",
+              quantiles("sglang:time_to_first_token_seconds", S, (0.5, 0.99), "server ")
+              + [(quantile(0.99, "llm_loadgen_ttft_seconds"), "client p99")], "s")
+    lay.panel("timeseries", "SGLang ITL", "Server-side ITL (gap / tokens in chunk).",
+              quantiles("sglang:inter_token_latency_seconds", S, (0.5, 0.99), "server ")
+              + [(quantile(0.99, "llm_loadgen_itl_seconds"), "client per-token p99")], "s")
+
+
+def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:
+    var = {"name": name, "label": label, "type": "query", "datasource": DS,
+           "definition": query, "query": {"query": query, "refId": f"{name}-query"},
+           "refresh": 2, "sort": 1, "hide": 0, "multi": include_all, "includeAll": include_all,
+           "current": {"text": default, "value": default}, "options": [], "regex": ""}
+    if include_all:
+        var["allValue"] = ".*"
+        var["current"] = {"text": ["All"], "value": ["$__all"]}
+    return var
+
+
+def build() -> dict:
+    lay = Layout()
+    loadgen_rows(lay)
+    server_rows(lay)
+    templating = [
+        {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+         "current": {"text": "Prometheus", "value": "prometheus"}, "hide": 0, "refresh": 1,
+         "regex": "", "options": []},
+        variable("loadgen_job", "Load generator job", "label_values(llm_loadgen_requests_total, job)",
+                 "llm-loadgen"),
+        variable("model", "Model", 'label_values(llm_loadgen_requests_total{job=~"$loadgen_job"}, model)',
+                 "", include_all=True),
+        variable("server_job", "Server job", "label_values(up, job)", "llm-server"),
+    ]
+    return {
+        "uid": "llm-loadgen", "title": "llm-loadgen", "tags": ["llm", "load-test", "vllm", "sglang"],
+        "description": "Load generator metrics next to the vLLM/SGLang server's own.",
+        "schemaVersion": 39, "version": 1, "editable": True, "graphTooltip": 1,
+        "time": {"from": "now-30m", "to": "now"}, "refresh": "5s", "timezone": "",
+        "annotations": {"list": [{"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                                  "enable": True, "hide": True, "name": "Annotations & Alerts",
+                                  "type": "dashboard", "iconColor": "rgba(0, 211, 255, 1)"}]},
+        "templating": {"list": templating},
+        "panels": lay.panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    OUT.write_text(render())
+    print(f"wrote {OUT}")

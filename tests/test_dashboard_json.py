@@ -1,0 +1,131 @@
+"""grafana/: the dashboard JSON is what build_dashboard.py generates, well formed, and queries only
+metrics that exist (ours: checked against the exporter's own exposition); the provisioning,
+Prometheus and compose files parse and point at each other. The queries are run against a real
+Prometheus in test_dashboard_prometheus.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.exporter import ExporterSnapshot, make_registry
+from loadgen.stats import Collector
+from tests.promtools import DEFAULT_MACROS, dashboard_exprs, substitute, variable_queries
+
+GRAFANA = Path(__file__).resolve().parent.parent / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "llm-loadgen.json"
+VARIABLES = {"datasource": "prometheus", "loadgen_job": "llm-loadgen", "model": ".*",
+             "server_job": "llm-server"}
+SERVER_METRICS = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total", "vllm:generation_tokens_total",
+    "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+    "sglang:num_retracted_requests_total", "sglang:generation_tokens_total",
+    "sglang:time_to_first_token_seconds_bucket", "sglang:inter_token_latency_seconds_bucket",
+)
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels(dashboard):
+    return [p for p in dashboard["panels"] if p["type"] != "row"]
+
+
+def test_committed_json_is_the_generated_one():
+    spec = importlib.util.spec_from_file_location("build_dashboard", GRAFANA / "build_dashboard.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert DASHBOARD.read_text() == mod.render(), "run: python grafana/build_dashboard.py"
+
+
+def test_dashboard_structure(dashboard):
+    assert dashboard["uid"] == "llm-loadgen" and 36 <= dashboard["schemaVersion"] <= 41
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    cells = set()
+    for p in dashboard["panels"]:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not cells & mine, f"panel {p['title']!r} overlaps another"
+        cells |= mine
+    for p in panels(dashboard):
+        assert p["title"] and p["description"] and p["targets"], p["title"]
+        assert p["datasource"]["uid"] == "${datasource}"
+        assert all(t["expr"] and t["datasource"]["uid"] == "${datasource}" for t in p["targets"])
+
+
+def test_every_variable_used_is_defined(dashboard):
+    defined = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "loadgen_job", "server_job", "model"} <= defined
+    assert set(VARIABLES) == defined
+    texts = dashboard_exprs(dashboard) + list(variable_queries(dashboard).values())
+    used = {m for t in texts for m in re.findall(r"\$\{?(\w+)", t)}
+    assert used <= defined | set(DEFAULT_MACROS), used - defined - set(DEFAULT_MACROS)
+    for expr in dashboard_exprs(dashboard):
+        assert "$" not in substitute(expr, VARIABLES)
+
+
+def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
+    snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
+                            kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
+                            client_loop_lag_s=0.001)
+    text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
+    exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
+    used = {m for e in dashboard_exprs(dashboard) for m in re.findall(r"\bllm_loadgen_\w+", e)}
+    assert used and used <= exported, used - exported
+    # every metric we export is shown somewhere (histograms through _bucket)
+    shown = {re.sub(r"_(bucket|count|sum)$", "", m) for m in used}
+    assert {re.sub(r"_(bucket|count|sum)$", "", m) for m in exported} <= shown
+
+
+def test_server_panels_cover_vllm_and_sglang(dashboard):
+    exprs = " ".join(dashboard_exprs(dashboard))
+    for name in SERVER_METRICS:
+        assert name in exprs, name
+    for expr in dashboard_exprs(dashboard):
+        if "vllm:" in expr or "sglang:" in expr:
+            assert 'job=~"$server_job"' in expr, expr
+
+
+def test_provisioning_prometheus_and_compose_fit_together():
+    ds = yaml.safe_load((GRAFANA / "provisioning/datasources/prometheus.yml").read_text())
+    assert ds["datasources"][0]["type"] == "prometheus" and ds["datasources"][0]["uid"] == "prometheus"
+    provider = yaml.safe_load((GRAFANA / "provisioning/dashboards/provider.yml").read_text())
+    dash_path = provider["providers"][0]["options"]["path"]
+    prom = yaml.safe_load((GRAFANA / "prometheus.yml").read_text())
+    assert {j["job_name"] for j in prom["scrape_configs"]} == {"llm-loadgen", "llm-server"}
+    compose = yaml.safe_load((GRAFANA / "docker-compose.yml").read_text())
+    assert set(compose["services"]) == {"prometheus", "grafana"}
+    mounts = {}
+    for svc in compose["services"].values():
+        for vol in svc["volumes"]:
+            src, dst = vol.split(":")[:2]
+            if src.startswith("./"):
+                assert (GRAFANA / src).exists(), f"compose mounts missing {src}"
+                mounts[dst] = src
+    assert mounts[dash_path] == "./dashboards"
+    assert mounts["/etc/grafana/provisioning"] == "./provisioning"
+    assert mounts["/etc/prometheus/prometheus.yml"] == "./prometheus.yml"
+    assert any("--config.file=/etc/prometheus/prometheus.yml" == c
+               for c in compose["services"]["prometheus"]["command"])
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (scripts/ensure-prometheus.sh)")
+def test_promtool_accepts_prometheus_yml():
+    proc = subprocess.run(["promtool", "check", "config", str(GRAFANA / "prometheus.yml")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -142,6 +142,22 @@ def test_event_data_over_limit_raises():
             dec.feed(b"data: " + b"z" * 20 + b"\n")
 
 
+def test_many_empty_data_lines_are_bounded_too():
+    dec = SSEDecoder(max_line_bytes=64)
+    with pytest.raises(RequestError):
+        dec.feed(b"data\n" * 100)
+
+
+def test_multi_line_event_at_the_limit_is_fine():
+    # joined size: 3 lines of 20 bytes + 2 separators = 62 <= 64
+    dec = SSEDecoder(max_line_bytes=64)
+    assert dec.feed(b"data: " + b"a" * 20 + b"\n") == []
+    assert dec.feed(b"data: " + b"b" * 20 + b"\ndata: " + b"c" * 20 + b"\n\n") == [
+        b"a" * 20 + b"\n" + b"b" * 20 + b"\n" + b"c" * 20
+    ]
+    assert dec.feed(b"data: ok\n\n") == [b"ok"]  # the size restarts with each event
+
+
 def test_lines_at_the_limit_are_fine():
     line = b"data: " + b"x" * 58  # exactly 64 bytes
     dec = SSEDecoder(max_line_bytes=64)

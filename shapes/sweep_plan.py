@@ -124,5 +124,6 @@ class SweepPlan:
             self._finalize_ready(obs, events)
         if self.kind == DONE:
             return Tick(None, 0.0, events)
-        spawn_rate = max(self.target / max(self.ramp_s, 0.001), 1.0)
+        # ramp_s == 0: start every user at once
+        spawn_rate = float(self.target) if self.ramp_s <= 0 else max(self.target / self.ramp_s, 1.0)
         return Tick(self.target, spawn_rate, events)

@@ -1,0 +1,188 @@
+"""Pure timing models of the simulator: no sockets, no sleeps, simulated time only."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.sim.config import load
+from loadgen.sim.engine import FINISHED, RUNNING, WAITING, Engine, EngineParams, QueueFull, SimRequest
+from loadgen.sim.fixed import FixedSchedule
+from loadgen.sim.sweep import closed_loop
+
+QWEN = load("qwen35-397b-8gpu").engine_params()
+
+
+def run_to_completion(engine: Engine, max_steps: int = 1_000_000) -> tuple[float, dict]:
+    """Step until idle; returns (simulated seconds, {request: tokens emitted})."""
+    t, emitted = 0.0, {}
+    for _ in range(max_steps):
+        if engine.idle:
+            return t, emitted
+        duration, events = engine.step()
+        t += duration
+        for req, n, _done in events:
+            emitted[req] = emitted.get(req, 0) + n
+        assert_kv_consistent(engine)
+    raise AssertionError("engine did not drain")
+
+
+def assert_kv_consistent(engine: Engine) -> None:
+    held = sum(r.kv_held for r in engine.running)
+    assert engine.kv_used == held
+    assert 0 <= engine.kv_used <= engine.params.kv_tokens
+    assert all(r.kv_held == 0 for r in engine.waiting)
+
+
+def test_admission_reserves_prompt_plus_one_rounded_to_blocks():
+    engine = Engine(EngineParams(kv_tokens=1000, block_size=16, prefill_chunk_tokens=10_000))
+    a, b = SimRequest(100, 10), SimRequest(30, 10)
+    engine.submit(a)
+    engine.submit(b)
+    _, events = engine.step()
+    # both prefilled in one step (budget 10k) and each emitted its first token
+    assert [(r, n) for r, n, _ in events] == [(a, 1), (b, 1)]
+    assert a.kv_held == 112 and b.kv_held == 32  # ceil((100+1)/16)*16, ceil((30+1)/16)*16
+    assert engine.kv_used == 144
+    assert engine.stats.prompt_tokens_total == 130
+
+
+def test_admission_waits_when_kv_is_full_and_is_fifo():
+    engine = Engine(EngineParams(kv_tokens=300, block_size=1, prefill_chunk_tokens=10_000))
+    big, small, tiny = SimRequest(200, 50), SimRequest(150, 5), SimRequest(10, 5)
+    for r in (big, small, tiny):
+        engine.submit(r)
+    _, first = engine.step()
+    # small does not fit after big; tiny would, but may not overtake the head of the queue
+    assert big.state == RUNNING and small.state == WAITING and tiny.state == WAITING
+    assert [(r, n) for r, n, _ in first] == [(big, 1)]
+    _, emitted = run_to_completion(engine)
+    assert emitted == {big: 49, small: 5, tiny: 5}
+    assert engine.kv_used == 0
+
+
+def test_chunked_prefill_budget_and_step_duration_formula():
+    p = EngineParams(kv_tokens=10_000, prefill_chunk_tokens=100, step_base_s=0.01,
+                     step_per_seq_s=0.001, step_per_prefill_token_s=0.0001)
+    engine = Engine(p)
+    engine.submit(SimRequest(250, 3))
+    durations = [engine.step()[0] for _ in range(3)]
+    # 100 + 100 + 50 prompt tokens over three steps, one sequence in each
+    assert durations == pytest.approx([0.01 + 0.001 + 0.01, 0.01 + 0.001 + 0.01, 0.01 + 0.001 + 0.005])
+    duration, events = engine.step()  # pure decode: one sequence, no prefill
+    assert duration == pytest.approx(0.011) and events[0][1] == 1
+
+
+def test_max_running_caps_the_batch():
+    engine = Engine(EngineParams(kv_tokens=100_000, max_running=2))
+    reqs = [SimRequest(10, 100) for _ in range(5)]
+    for r in reqs:
+        engine.submit(r)
+    engine.step()
+    assert engine.num_running == 2 and engine.num_waiting == 3
+
+
+def test_queue_cap_refuses_new_requests():
+    engine = Engine(EngineParams(max_queued=2))
+    engine.submit(SimRequest(10, 10))
+    engine.submit(SimRequest(10, 10))
+    with pytest.raises(QueueFull, match="max_queued=2"):
+        engine.submit(SimRequest(10, 10))
+
+
+def test_decode_out_of_kv_preempts_newest_and_recomputes_without_resending():
+    engine = Engine(EngineParams(kv_tokens=260, block_size=1, prefill_chunk_tokens=10_000))
+    old, new = SimRequest(100, 100), SimRequest(100, 100)
+    engine.submit(old)
+    engine.submit(new)
+    t, emitted = run_to_completion(engine)
+    assert engine.stats.preemptions_total >= 1
+    assert new.preemptions >= 1 and old.preemptions == 0  # the newest is the victim
+    assert emitted == {old: 100, new: 100}  # every token sent exactly once
+    assert old.state == FINISHED and new.state == FINISHED
+    assert engine.stats.prompt_tokens_total == 200  # a recompute is not a new prompt
+
+
+def test_abort_frees_kv_from_running_and_waiting():
+    engine = Engine(EngineParams(kv_tokens=1000, block_size=1, max_running=1))
+    a, b = SimRequest(100, 50), SimRequest(100, 50)
+    engine.submit(a)
+    engine.submit(b)
+    engine.step()
+    engine.abort(a)
+    engine.abort(b)
+    assert engine.kv_used == 0 and engine.idle
+
+
+def test_speculative_decoding_chunks_carry_several_tokens():
+    engine = Engine(EngineParams(spec_accept=(0.0, 0.0, 0.0, 1.0)))
+    engine.submit(SimRequest(10, 21))
+    sizes = []
+    while not engine.idle:
+        sizes += [n for _, n, _ in engine.step()[1]]
+    assert sizes == [1, 4, 4, 4, 4, 4]  # first token from prefill, then 4 accepted per step
+
+
+def test_speculative_accept_distribution_is_seeded_and_has_its_mean():
+    def sizes(seed):
+        engine = Engine(EngineParams(spec_accept=(0.15, 0.25, 0.30, 0.30), seed=seed))
+        engine.submit(SimRequest(10, 100_000))
+        out = []
+        for _ in range(4000):
+            out += [n for _, n, _ in engine.step()[1]]
+        return out[1:]
+
+    a = sizes(7)
+    assert a == sizes(7) and a != sizes(8)
+    assert sum(a) / len(a) == pytest.approx(2.75, abs=0.05)
+
+
+def test_seeds_server_fits_512_concurrent_1000_1000_without_preemption():
+    engine = Engine(QWEN)
+    for _ in range(512):
+        engine.submit(SimRequest(1000, 1000))
+    _, emitted = run_to_completion(engine)
+    assert engine.stats.preemptions_total == 0
+    assert sorted(set(emitted.values())) == [1000] and len(emitted) == 512
+
+
+def test_seeds_server_at_1024_concurrent_queues_or_preempts():
+    engine = Engine(QWEN)
+    for _ in range(1024):
+        engine.submit(SimRequest(1000, 1000))
+    _, emitted = run_to_completion(engine)
+    assert engine.stats.preemptions_total > 0
+    assert len(emitted) == 1024 and set(emitted.values()) == {1000}
+
+
+def test_concurrency_sweep_rises_then_flattens_and_matches_the_seeds_c32():
+    rate = {c: closed_loop(QWEN, c, warmup_s=300, measure_s=300).output_tokens_per_s
+            for c in (1, 8, 32, 128, 512)}
+    assert rate[32] == pytest.approx(2156, rel=0.10)
+    assert rate[1] < rate[8] < rate[32] < rate[128] < rate[512]  # rising
+    gain_low = rate[32] / rate[8]
+    gain_high = rate[512] / rate[128]
+    assert gain_high < 1.5 < gain_low  # 4x more clients: big gain at low C, little at high C
+
+
+def test_fixed_schedule_known_answer():
+    sched = FixedSchedule(ttft_s=0.2, itl_s=0.02, tokens_per_chunk=4)
+    req = SimRequest(10, 10)
+    sched.submit(req, t_s=1.0)
+    assert sched.next_due() == pytest.approx(1.2)
+    assert sched.pop_due(1.19) == []
+    assert sched.pop_due(1.2) == [(req, 4, False)]
+    assert sched.next_due() == pytest.approx(1.28)  # 4 tokens x 20 ms
+    assert sched.pop_due(10.0) == [(req, 4, False), (req, 2, True)]
+    assert sched.num_running == 0 and sched.kv_used == 0 and sched.next_due() is None
+
+
+def test_fixed_schedule_abort_and_kv_report():
+    sched = FixedSchedule(0.1, 0.01, 1)
+    a, b = SimRequest(100, 5), SimRequest(50, 5)
+    sched.submit(a, 0.0)
+    sched.submit(b, 0.0)
+    sched.pop_due(0.1)
+    assert sched.kv_used == 152 and sched.num_running == 2
+    sched.abort(a)
+    assert sched.kv_used == 51 and sched.num_running == 1
+    assert all(r is b for r, _, _ in sched.pop_due(1.0))

@@ -1,0 +1,208 @@
+"""The simulator over real HTTP on 127.0.0.1: known answers, request validation, response shapes."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import gevent
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen.sim.probe import Connection, request, running_sim
+
+pytestmark = pytest.mark.integration
+
+COMPLETION = {"prompt": [1, 2, 3, 4, 5], "max_tokens": 100, "ignore_eos": True, "stream": True}
+
+
+def content_times(resp) -> list[float]:
+    """Arrival time of every content chunk (completions: choices[0].text non-empty)."""
+    out = []
+    for t, payload in resp.events:
+        if payload == b"[DONE]":
+            continue
+        ev = json.loads(payload)
+        if ev.get("choices") and ev["choices"][0].get("text"):
+            out.append(t)
+    return out
+
+
+def metrics(url: str) -> dict[str, list]:
+    resp = request(url, "GET", "/metrics")
+    assert resp.status == 200
+    return {f.name: f.samples for f in text_string_to_metric_families(resp.body.decode())}
+
+
+def value(fams: dict, family: str, sample: str | None = None, **labels) -> float:
+    for s in fams[family]:
+        if s.name == (sample or family) and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    raise KeyError((family, sample, labels))
+
+
+@pytest.fixture(scope="module")
+def fixed_sim():
+    with running_sim("--preset", "fixed") as (url, _proc):
+        yield url
+
+
+def test_known_answer_ttft_200ms_itl_20ms_100_tokens(fixed_sim):
+    def one(_):
+        resp = request(fixed_sim, "POST", "/v1/completions", COMPLETION)
+        times = content_times(resp)
+        assert resp.status == 200 and resp.done and len(times) == 100
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        return times[0] - resp.t_sent, statistics.mean(gaps)
+
+    results = [g.get() for g in [gevent.spawn(one, i) for i in range(8)]]
+    for ttft, itl in results:
+        assert ttft == pytest.approx(0.200, rel=0.05)
+        assert itl == pytest.approx(0.020, rel=0.05)
+
+
+def test_known_answer_four_tokens_per_chunk_gives_80ms_gaps():
+    with running_sim("--preset", "fixed", "--tokens-per-chunk", "4") as (url, _):
+        resp = request(url, "POST", "/v1/completions", {**COMPLETION, "stream_options": {
+            "include_usage": True, "continuous_usage_stats": True}})
+    events = resp.json_events()
+    chunks = [e for e in events if e["choices"]]
+    assert [len(e["choices"][0]["text"].split()) for e in chunks] == [4] * 25
+    assert [e["usage"]["completion_tokens"] for e in chunks] == list(range(4, 101, 4))
+    times = [t for t, p in resp.events if b'"text":" ' in p]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert times[0] - resp.t_sent == pytest.approx(0.200, rel=0.05)
+    assert statistics.mean(gaps) == pytest.approx(0.080, rel=0.05)
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 100
+
+
+def test_known_answer_holds_with_hundreds_of_concurrent_streams():
+    with running_sim("--preset", "fixed", "--itl-ms", "50") as (url, _):
+        def one(_):
+            resp = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 40})
+            times = content_times(resp)
+            assert len(times) == 40
+            return times[0] - resp.t_sent, (times[-1] - times[0]) / 39
+
+        results = [g.get() for g in [gevent.spawn(one, i) for i in range(300)]]
+        fams = metrics(url)
+    assert statistics.mean(r[0] for r in results) == pytest.approx(0.200, rel=0.05)
+    assert statistics.mean(r[1] for r in results) == pytest.approx(0.050, rel=0.05)
+    assert value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 300 * 40
+
+
+def test_chat_stream_shape_role_first_then_content_then_done(fixed_sim):
+    body = {"messages": [{"role": "user", "content": "one two three four"}], "max_tokens": 3,
+            "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+    resp = request(fixed_sim, "POST", "/v1/chat/completions", body)
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    assert resp.headers["transfer-encoding"] == "chunked"
+    events = resp.json_events()
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant"}
+    contents = [e["choices"][0]["delta"]["content"] for e in events[1:4]]
+    assert all(c.strip() for c in contents)
+    assert events[3]["choices"][0]["finish_reason"] == "length"
+    assert events[4]["choices"] == [] and events[4]["usage"]["prompt_tokens"] == 4
+    assert resp.events[-1][1] == b"[DONE]" and resp.complete
+
+
+def test_tokenize_counts_what_usage_reports(fixed_sim):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say  hi\nnow ok"}]
+    tok = request(fixed_sim, "POST", "/tokenize", {"messages": messages}).json()
+    assert tok["count"] == len(tok["tokens"]) == 6
+    resp = request(fixed_sim, "POST", "/v1/chat/completions",
+                   {"messages": messages, "max_tokens": 2, "ignore_eos": True})
+    assert resp.json()["usage"] == {"prompt_tokens": 6, "total_tokens": 8, "completion_tokens": 2}
+    assert request(fixed_sim, "POST", "/tokenize", {"prompt": "a b c"}).json()["count"] == 3
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(fixed_sim):
+    conn = Connection(fixed_sim)
+    try:
+        for i in range(5):
+            resp = conn.request("POST", "/v1/completions", {**COMPLETION, "max_tokens": 2, "stream": i % 2 == 0})
+            assert resp.status == 200 and resp.complete and not resp.closed
+        assert conn.request("GET", "/health").status == 200
+    finally:
+        conn.close()
+
+
+def test_non_stream_completion_and_models(fixed_sim):
+    resp = request(fixed_sim, "POST", "/v1/completions", {**COMPLETION, "stream": False, "max_tokens": 7})
+    body = resp.json()
+    assert body["usage"] == {"prompt_tokens": 5, "total_tokens": 12, "completion_tokens": 7}
+    assert len(body["choices"][0]["text"].split()) == 7 and body["choices"][0]["finish_reason"] == "length"
+    models = request(fixed_sim, "GET", "/v1/models").json()
+    assert models["data"][0]["max_model_len"] == 32768 and models["data"][0]["id"] == "llmsim-fixed"
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"prompt": [1] * 30000, "max_tokens": 3000}, "maximum context length is 32768"),
+    ({"prompt": [], "max_tokens": 3}, "cannot be empty"),
+    ({"prompt": [1], "max_tokens": 0}, "max_tokens"),
+    ({"prompt": [1], "max_tokens": 4, "min_tokens": 5}, "min_tokens"),
+    ({"prompt": ["a", "b"], "max_tokens": 4}, "batched"),
+])
+def test_bad_requests_get_400_with_openai_error(fixed_sim, body, fragment):
+    resp = request(fixed_sim, "POST", "/v1/completions", body)
+    assert resp.status == 400
+    err = resp.json()["error"]
+    assert fragment in err["message"] and err["code"] == 400 and err["type"] == "BadRequestError"
+
+
+def test_without_ignore_eos_some_requests_stop_early():
+    with running_sim("--preset", "fixed", "--ttft-ms", "0", "--itl-ms", "0", "--eos-prob", "0.5") as (url, _):
+        usage = [request(url, "POST", "/v1/completions", {"prompt": [1], "max_tokens": 20, "stream": False})
+                 .json() for _ in range(40)]
+        exact = [request(url, "POST", "/v1/completions",
+                         {"prompt": [1], "max_tokens": 20, "min_tokens": 20, "stream": False}).json()
+                 for _ in range(10)]
+    short = [u for u in usage if u["usage"]["completion_tokens"] < 20]
+    assert 5 <= len(short) <= 35 and all(u["choices"][0]["finish_reason"] == "stop" for u in short)
+    assert all(u["usage"]["completion_tokens"] == 20 for u in exact)
+
+
+def test_queue_cap_answers_503_and_engine_gauges_show_the_queue():
+    args = ("--preset", "qwen35-397b-8gpu", "--max-running", "1", "--max-queued", "1", "--time-scale", "10")
+    with running_sim(*args) as (url, _):
+        body = {"prompt": [1] * 100, "max_tokens": 5000, "ignore_eos": True, "stream": True}
+        first = [gevent.spawn(request, url, "POST", "/v1/completions", body) for _ in range(2)]
+        gevent.sleep(0.3)
+        fams = metrics(url)
+        assert value(fams, "sglang:num_running_reqs") == 1 and value(fams, "sglang:num_queue_reqs") == 1
+        rejected = request(url, "POST", "/v1/completions", body)
+        assert rejected.status == 503 and rejected.json()["error"]["code"] == 503
+        for g in first:
+            g.kill()
+        info = request(url, "GET", "/get_server_info").json()
+    assert info["max_total_num_tokens"] == 1_570_000
+
+
+def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
+    request(fixed_sim, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 3})
+    fams = metrics(fixed_sim)
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                 "vllm:num_preemptions", "vllm:cache_config_info", "vllm:prompt_tokens",
+                 "vllm:generation_tokens", "vllm:time_to_first_token_seconds",
+                 "vllm:inter_token_latency_seconds", "llmsim_step_overruns", "llmsim_steps",
+                 "llmsim_time_scale", "llmsim_faults_injected"):
+        assert name in fams, name
+        assert all(s.labels["model_name"] == "llmsim-fixed" for s in fams[name])
+    info = fams["vllm:cache_config_info"][0].labels
+    assert int(info["num_gpu_blocks"]) * int(info["block_size"]) == 1_000_000
+    ttft_le = [s.labels["le"] for s in fams["vllm:time_to_first_token_seconds"] if s.name.endswith("_bucket")]
+    assert ttft_le[0] == "0.001" and ttft_le[-1] == "+Inf"
+    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "100") as (url, _):
+        request(url, "POST", "/v1/completions", COMPLETION)
+        fams = metrics(url)
+        assert request(url, "GET", "/server_info").json()["max_total_num_tokens"] == 1_570_000
+    for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+                 "sglang:max_total_num_tokens", "sglang:num_retracted_requests", "sglang:prompt_tokens",
+                 "sglang:generation_tokens", "sglang:time_to_first_token_seconds",
+                 "sglang:inter_token_latency_seconds", "llmsim_step_overruns"):
+        assert name in fams, name
+    assert value(fams, "sglang:max_total_num_tokens") == 1_570_000
+    assert value(fams, "sglang:generation_tokens", "sglang:generation_tokens_total") == 100
+    assert value(fams, "sglang:prompt_tokens", "sglang:prompt_tokens_total") == 5
+    # SGLang's ITL histogram counts tokens, not chunks: 99 tokens after the first one
+    assert value(fams, "sglang:inter_token_latency_seconds", "sglang:inter_token_latency_seconds_count") == 99

@@ -60,10 +60,13 @@ def config_from_args(args: argparse.Namespace) -> simconfig.SimConfig:
 
 def _option_name(key: str, args: argparse.Namespace) -> str:
     """Name a bad setting the way the user gave it: ``--kv-tokens`` if it came from an option."""
-    dest = "fault_" + key[7:] if key.startswith("faults.") else "set_" + key
-    if getattr(args, dest, None) is not None:
-        return "--" + dest.split("_", 1)[1].replace("_", "-") if dest.startswith("set_") else \
-            "--fault-" + key[7:].replace("_", "-")
+    if key == "preset":
+        return "--preset"
+    if key.startswith("faults."):
+        if getattr(args, "fault_" + key[7:], None) is not None:
+            return "--fault-" + key[7:].replace("_", "-")
+    elif getattr(args, "set_" + key, None) is not None:
+        return "--" + key.replace("_", "-")
     return f"{key} (preset {args.preset})" if args.preset else key
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,6 +31,43 @@ N_BUCKETS = len(EDGES) + 1  # fine buckets + underflow + overflow
 _EDGES_LIST = EDGES.tolist()  # for bisect in the one-value path
 _MIDS = np.sqrt(EDGES[:-1] * EDGES[1:])  # _MIDS[i - 1] is the geometric middle of fine bucket i
 _UPPER = np.append(EDGES, math.inf)  # upper bound of every bucket, underflow first
+
+
+class Binned(NamedTuple):
+    """Samples already counted per bucket: what ``add_binned`` adds."""
+
+    counts: np.ndarray
+    count: int
+    sum: float
+    min: float
+    max: float
+
+
+def bin_values(values, weights=None) -> Binned | None:
+    """Count ``values`` (each ``weights[i]`` times) per bucket; None when there is no sample."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return None
+    idx = np.searchsorted(EDGES, v, side="left")
+    if weights is None:
+        counts = np.bincount(idx, minlength=N_BUCKETS)
+        n = v.size
+        s = float(v.sum())
+    else:
+        w = np.asarray(weights, dtype=np.int64).ravel()
+        if w.shape != v.shape:
+            raise ValueError(f"weights shape {w.shape} does not match values shape {v.shape}")
+        if (w < 0).any():
+            raise ValueError(f"histogram weights must be >= 0, got min {int(w.min())}")
+        # float64 bincount is exact for integer totals below 2**53
+        counts = np.bincount(idx, weights=w, minlength=N_BUCKETS).astype(np.int64)
+        n = int(w.sum())
+        s = float(v @ w)
+        if n and not w.all():
+            v = v[w > 0]
+    if n == 0:
+        return None
+    return Binned(counts, n, s, float(v.min()), float(v.max()))
 
 
 class LogHistogram:
@@ -77,35 +115,19 @@ class LogHistogram:
 
     def add_many(self, values, weights=None) -> None:
         """Add an array of values at once; ``weights`` (ints, same shape) count each value w times."""
-        v = np.asarray(values, dtype=np.float64).ravel()
-        if v.size == 0:
-            return
-        idx = np.searchsorted(EDGES, v, side="left")
-        if weights is None:
-            self.counts += np.bincount(idx, minlength=N_BUCKETS)
-            n = v.size
-            s = float(v.sum())
-        else:
-            w = np.asarray(weights, dtype=np.int64).ravel()
-            if w.shape != v.shape:
-                raise ValueError(f"weights shape {w.shape} does not match values shape {v.shape}")
-            if (w < 0).any():
-                raise ValueError(f"histogram weights must be >= 0, got min {int(w.min())}")
-            # float64 bincount is exact for integer totals below 2**53
-            self.counts += np.bincount(idx, weights=w, minlength=N_BUCKETS).astype(np.int64)
-            n = int(w.sum())
-            s = float(v @ w)
-            if n and not w.all():
-                v = v[w > 0]
-        if n == 0:
-            return
-        self.count += n
-        self.sum += s
-        lo, hi = float(v.min()), float(v.max())
-        if lo < self._min:
-            self._min = lo
-        if hi > self._max:
-            self._max = hi
+        b = bin_values(values, weights)
+        if b is not None:
+            self.add_binned(b)
+
+    def add_binned(self, b: Binned) -> None:
+        """Add values binned once by ``bin_values`` (to add the same samples to several histograms)."""
+        self.counts += b.counts
+        self.count += b.count
+        self.sum += b.sum
+        if b.min < self._min:
+            self._min = b.min
+        if b.max > self._max:
+            self._max = b.max
 
     def merge(self, other: LogHistogram) -> None:
         """Add every sample of ``other`` into this histogram (exact: counts add up)."""

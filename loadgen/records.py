@@ -55,6 +55,8 @@ class RequestResult:
     ``loadgen.errors.FAILURE_KINDS``, ``completion_tokens`` counts the tokens received before the
     failure, ``e2e_s`` runs to the failure, ``ttft_s`` is set if a content chunk arrived, and
     TPOT, decode rate and the ITL arrays are left empty (they describe complete streams only).
+    When every chunk carries one token, ``itl_token_s`` *is* ``itl_chunk_s`` (the same array,
+    weights all 1), which lets stats bin the samples once.
     """
 
     ok: bool
@@ -95,7 +97,6 @@ class RequestRecord:
         "_usage_ct",
         "_usage_pt",
         "_ct_at_chunk",
-        "_chunks_without_usage",
         "_payloads",
         "_finish_t",
         "_stream_error",
@@ -110,11 +111,11 @@ class RequestRecord:
         self.finish_reason: str | None = None
         self.done = False  # [DONE] seen
         self._times = array("d")  # arrival time of each content chunk
-        self._tokens = array("i")  # tokens of each content chunk (per-chunk usage, else 1)
+        # tokens of each content chunk that carried usage; per-chunk usage <=> as long as _times
+        self._tokens = array("i")
         self._usage_ct: int | None = None  # last usage.completion_tokens (cumulative)
         self._usage_pt: int | None = None
         self._ct_at_chunk = 0  # usage.completion_tokens at the previous content chunk
-        self._chunks_without_usage = 0
         self._payloads = 0
         self._finish_t = 0.0
         self._stream_error: tuple[str, float] | None = None  # (message, t) of an {"error"} event
@@ -162,8 +163,6 @@ class RequestRecord:
                     self._ct_at_chunk = ct
                     self._tokens.append(n if n > 0 else 0)
                 else:
-                    self._tokens.append(1)
-                    self._chunks_without_usage += 1
                     self.chunk_tokens_seen += 1
             reason = c.get("finish_reason")
             if reason:
@@ -283,7 +282,7 @@ class RequestRecord:
         n_chunks = len(times)
         if n_chunks < 2:
             return _EMPTY_F, _EMPTY_I
-        if self._chunks_without_usage == 0:  # every content chunk carried cumulative usage
+        if len(self._tokens) == n_chunks:  # every content chunk carried cumulative usage
             n = np.frombuffer(self._tokens, dtype=np.int32).astype(np.int64)
         elif n_tokens == n_chunks:  # one token per chunk: the common case, no spreading
             return gaps, np.ones(n_chunks - 1, dtype=np.int64)

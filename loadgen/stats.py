@@ -9,7 +9,7 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 
 from __future__ import annotations
 
-from loadgen.hist import LogHistogram
+from loadgen.hist import Binned, LogHistogram, bin_values
 
 HISTOGRAMS = ("ttft_s", "itl_token_s", "itl_chunk_s", "tpot_s", "e2e_s", "decode_tps")
 COUNTERS = (
@@ -47,8 +47,11 @@ class StageStats:
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
 
-    def add_result(self, result, expected_in: int | None, expected_out: int | None) -> None:
-        """Count one finished request (a loadgen.records.RequestResult)."""
+    def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None) -> None:
+        """Count one finished request (a loadgen.records.RequestResult).
+
+        ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats.
+        """
         if not result.ok:
             self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
             self.failed_output_tokens += result.completion_tokens
@@ -73,9 +76,11 @@ class StageStats:
             self.tpot_s.add(result.tpot_s)
         if result.decode_tps is not None:
             self.decode_tps.add(result.decode_tps)
-        if len(result.itl_chunk_s):
-            self.itl_chunk_s.add_many(result.itl_chunk_s)
-            self.itl_token_s.add_many(result.itl_token_s, result.itl_token_w)
+        chunk, token = itl if itl is not None else bin_itl(result)
+        if chunk is not None:
+            self.itl_chunk_s.add_binned(chunk)
+        if token is not None:
+            self.itl_token_s.add_binned(token)
 
     @property
     def error_count(self) -> int:
@@ -162,6 +167,21 @@ class StageStats:
     __hash__ = None  # mutable
 
 
+def bin_itl(result) -> tuple[Binned | None, Binned | None]:
+    """Per-chunk and per-token ITL samples of an ok result, binned once.
+
+    Binning is most of the cost of a 1000-token result, so it is shared: between the totals and
+    the stage, and between both histograms when records hands over the same array for both (one
+    token per chunk, all weights 1).
+    """
+    if not result.ok or not len(result.itl_chunk_s):
+        return None, None
+    chunk = bin_values(result.itl_chunk_s)
+    if result.itl_token_s is result.itl_chunk_s:
+        return chunk, chunk
+    return chunk, bin_values(result.itl_token_s, result.itl_token_w)
+
+
 def _quantile(h: LogHistogram, q: float) -> float | None:
     return h.quantile(q) if h.count else None
 
@@ -192,9 +212,12 @@ class Collector:
         self, result, stage: int | None, expected_in: int | None, expected_out: int | None
     ) -> None:
         """Count a finished request in the totals and, if it was measured, in its stage."""
-        self.totals.add_result(result, expected_in, expected_out)
-        if stage is not None:
-            self._stage(stage).add_result(result, expected_in, expected_out)
+        if stage is None:
+            self.totals.add_result(result, expected_in, expected_out)
+            return
+        itl = bin_itl(result)
+        self.totals.add_result(result, expected_in, expected_out, itl)
+        self._stage(stage).add_result(result, expected_in, expected_out, itl)
 
     def add_window_tokens(self, stage: int | None, n: int) -> None:
         """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""

@@ -89,6 +89,7 @@ def test_known_answer_one_token_per_chunk():
     assert r.e2e_s == pytest.approx(0.2 + 99 * 0.02)
     assert np.allclose(r.itl_token_s, 0.02) and len(r.itl_token_s) == 99
     assert np.array_equal(r.itl_token_w, np.ones(99))
+    assert r.itl_token_s is r.itl_chunk_s  # the documented sharing stats relies on
     assert np.allclose(r.itl_chunk_s, 0.02) and len(r.itl_chunk_s) == 99
     assert r.tpot_s == pytest.approx(0.02)
     assert r.decode_tps == pytest.approx(50.0)

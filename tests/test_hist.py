@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from loadgen.hist import EDGES, N_BUCKETS, LogHistogram
+from loadgen.hist import EDGES, N_BUCKETS, LogHistogram, bin_values
 
 
 def test_edges_layout():
@@ -153,3 +153,15 @@ def test_cumulative_le_never_decreases_as_samples_arrive():
         assert all(a <= b for a, b in zip(before, now, strict=True))
         before = now
     assert before[-1] == 300 and type(before[0]) is int
+
+
+def test_bin_values_once_adds_the_same_to_several_histograms():
+    rng = np.random.default_rng(8)
+    values, weights = rng.lognormal(-3, 1, 100), rng.integers(0, 3, 100)
+    b = bin_values(values, weights)
+    a, c, ref = LogHistogram(), LogHistogram(), LogHistogram()
+    a.add_binned(b)
+    c.add_binned(b)
+    ref.add_many(values, weights)
+    assert a == ref and c == ref and b.count == int(weights.sum())
+    assert bin_values([]) is None and bin_values([0.1, 0.2], [0, 0]) is None

@@ -211,3 +211,26 @@ def test_merge_is_addition():
         both.add_result(r, 100, 64)
     a.merge(b)
     assert a == both
+
+
+def test_one_token_per_chunk_shares_binning_and_totals_match_stage():
+    rec = RequestRecord(0.0, 100, "/v1/completions")
+    for i in range(100):
+        rec.on_payload(
+            orjson.dumps({"choices": [{"text": "t", "finish_reason": None}]}), 0.1 + 0.01 * i + 1e-4 * (i % 7)
+        )
+    rec.on_payload(
+        orjson.dumps({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 100}}), 1.2
+    )
+    rec.on_payload(b"[DONE]", 1.2)
+    result = rec.finish(1.2, eof=True)
+    assert result.ok and result.itl_token_s is result.itl_chunk_s
+    c = Collector()
+    c.record_result(result, 0, 5, 100)
+    stage = c.stages[0]
+    assert stage == c.totals
+    assert stage.itl_token_s.count == stage.itl_chunk_s.count == 99
+    assert np.array_equal(stage.itl_token_s.counts, stage.itl_chunk_s.counts)
+    alone = StageStats()
+    alone.add_result(result, 5, 100)
+    assert alone == stage

@@ -106,12 +106,10 @@ def test_bundled_scenarios():
     assert smoke.stages.warmup_s + smoke.stages.duration_s <= 10 and smoke.stages.drain_s <= 30
     soak = load_scenario(CONFIG / "soak.yaml")
     assert len(soak.concurrencies()) == 1 and soak.stages.duration_s >= 3600
-    assert sorted(p.name for p in CONFIG.glob("*.yaml")) == [
-        "chat.yaml",
-        "default.yaml",
-        "smoke.yaml",
-        "soak.yaml",
-    ]
+    demo = load_scenario(CONFIG / "demo.yaml")
+    assert (demo.input_tokens, demo.output_tokens, demo.concurrencies()[-1]) == (1000, 1000, 1024)
+    for path in CONFIG.glob("*.yaml"):  # every bundled scenario is valid
+        load_scenario(path)
 
 
 # --- derived stages -----------------------------------------------------------------------------

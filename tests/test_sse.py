@@ -168,3 +168,37 @@ def test_lines_at_the_limit_are_fine():
 def test_bad_limit_rejected():
     with pytest.raises(ValueError):
         SSEDecoder(max_line_bytes=0)
+
+
+def reference_decode(stream: bytes) -> list[bytes]:
+    """The event-stream rules applied to a whole stream at once: the obvious, slow way."""
+    if stream.startswith(b"\xef\xbb\xbf"):
+        stream = stream[3:]
+    lines = stream.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    out, data = [], []
+    for line in [*lines, b""]:  # end of stream acts as a blank line (flush)
+        if line == b"":
+            payload = b"\n".join(data)
+            if data and payload:
+                out.append(payload)
+            data = []
+            continue
+        name, sep, value = line.partition(b":")
+        if name == b"data":
+            data.append(value[1:] if value.startswith(b" ") else value)
+    return out
+
+
+def test_random_streams_match_the_reference_for_random_splits():
+    import random
+
+    rnd = random.Random(1234)
+    vocab = [b"data: {\"x\": 1}", b"data:[DONE]", b"data", b"data:", b"data:  two", b": ping", b"event: e",
+             b"id: 9", b"retry: 1", b"", b"", b"", b"junk", b"data: \xc3\xa9"]  # fmt: skip
+    for _ in range(2000):
+        parts = [rnd.choice(vocab) + rnd.choice([b"\n", b"\r", b"\r\n"]) for _ in range(rnd.randint(0, 12))]
+        stream = b"".join(parts)
+        if rnd.random() < 0.3:  # sometimes no final line end
+            stream += rnd.choice(vocab)
+        cuts = sorted(rnd.randint(0, len(stream)) for _ in range(rnd.randint(0, 6)))
+        assert decode_in_pieces(stream, cuts) == reference_decode(stream), (stream, cuts)

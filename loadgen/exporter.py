@@ -96,8 +96,10 @@ class ExporterSnapshot:
     """What one scrape shows. ``totals`` is a StageStats holding every request since the start.
 
     Optional fields left as None are not exported (absent, rather than a misleading 0).
-    ``totals`` must not be mutated while a scrape reads it; under gevent a scrape never yields,
-    so passing the live ``Collector.totals`` is safe there.
+    ``totals`` must only ever grow: the local runner's or the master's ``Collector.totals``, never
+    a worker's (``take_delta`` resets it, which Prometheus would read as counter resets). It must
+    not be mutated while a scrape reads it; under gevent a scrape never yields, so passing the
+    live object is safe there (from threads, pass a copy taken under a lock).
     """
 
     totals: Any  # loadgen.stats.StageStats

@@ -197,9 +197,9 @@ def test_client_figures_match_the_simulators(live_prometheus):
     itl_p50 = scalar(f"histogram_quantile(0.5, sum by (le) (rate(llm_loadgen_itl_seconds_bucket{sel}[30s])))")
     assert 0.19 <= ttft_p50 <= 0.4, ttft_p50
     assert 0.015 <= itl_p50 <= 0.04, itl_p50
-    # per-chunk gaps include the SGLang sim's 2-token chunks: their mean is above the per-token mean
+    # SGLang sim: 2-token chunks every 40 ms, so mean chunk gap ~ 1.33 x mean per-token ITL (20 ms)
     mean = "sum(rate(llm_loadgen_{0}_seconds_sum{1}[30s])) / sum(rate(llm_loadgen_{0}_seconds_count{1}[30s]))"
-    assert scalar(mean.format("itl_chunk", sel)) > 1.2 * scalar(mean.format("itl", sel))
+    assert scalar(mean.format("itl_chunk", sel)) > 1.15 * scalar(mean.format("itl", sel))
     # faults were injected and counted by kind
     failed = scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome!="ok"})')
     assert failed > 0

@@ -46,6 +46,7 @@ class Runtime:
         # Master only: per-worker in-flight (absolute, from the latest report) and phase seq.
         self.worker_inflight: dict[str, dict] = {}
         self.worker_phase_seq: dict[str, int] = {}
+        self.worker_health_now: dict[str, list] = {}  # [cpu %, loop lag s] from the latest report
         self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
         self._model: str | None = scenario.model
         self._model_lock = Semaphore()
@@ -132,6 +133,40 @@ class Runtime:
                     self._model = discover_model(client)
         return self._model
 
+    # -- exporter -----------------------------------------------------------------------------------
+    def exporter_snapshot(self):
+        """What the Prometheus exporter shows now (only on the process that owns the run)."""
+        from loadgen.exporter import ExporterSnapshot
+
+        session, sc = self.session, self.scenario
+        if self.is_master:
+            inflight = sum(sum(d.values()) for d in self.worker_inflight.values())
+            now = list(self.worker_health_now.values())
+            cpu = max((h[0] for h in now), default=None)
+            lag = max((h[1] for h in now), default=None)
+        else:
+            inflight = sum(self.collector.inflight.values())
+            cpu, lag = self.health.cpu_percent_now, self.health.loop_lag_now_s
+        decision = session.last_decision if session else None
+        capacity = session.capacity if session else None
+        info = session.stage_info.get(self.stage, {}) if session and self.stage is not None else {}
+        return ExporterSnapshot(
+            totals=self.collector.totals,
+            inflight=inflight,
+            users=self.environment.runner.user_count if self.environment.runner else 0,
+            stage_index=self.stage,
+            target_concurrency=info.get("concurrency"),
+            phase=self.kind,
+            kv_projected_tokens=decision.projected_tokens if decision else None,
+            kv_capacity_tokens=capacity.tokens if capacity else None,
+            guard_breaches=session.guard_state["breaches"] if session else 0,
+            client_cpu_percent=cpu,
+            client_loop_lag_s=lag,
+            model=self._model or "",
+            endpoint=sc.endpoint,
+            scenario=sc.name,
+        )
+
     # -- distributed plumbing ----------------------------------------------------------------------
     def report(self) -> dict:
         """Worker: everything since the last report, plus absolute in-flight counts."""
@@ -140,6 +175,7 @@ class Runtime:
             "health": self.health.take_delta(),
             "inflight": dict(self.collector.inflight),
             "phase_seq": self.phase_seq,
+            "health_now": [self.health.cpu_percent_now, self.health.loop_lag_now_s],
         }
 
     def merge_report(self, client_id: str, data: dict) -> None:
@@ -148,6 +184,7 @@ class Runtime:
         self.merge_health(client_id, data["health"])
         self.worker_inflight[client_id] = data["inflight"]
         self.worker_phase_seq[client_id] = data["phase_seq"]
+        self.worker_health_now[client_id] = data["health_now"]
 
     def merge_health(self, client_id: str, health: dict) -> None:
         """Fold one process's health delta into the per-stage, per-process table."""

@@ -17,7 +17,8 @@ import gevent
 
 from loadgen import errors
 from loadgen.client import StreamClient
-from loadgen.errors import ServerUnusableError
+from loadgen.errors import ConfigError, ServerUnusableError
+from loadgen.exporter import exporter_from_config
 from loadgen.guard import ServerWatch, decide, resolve_capacity
 from loadgen.health import is_client_bound
 from loadgen.report.files import write_results
@@ -52,6 +53,7 @@ class Session:
         self.worker_losses: list[dict] = []
         self.finished_run = False
         self.started = False
+        self.exporter = None
         self.last_decision = None
 
     # -- start -------------------------------------------------------------------------------------
@@ -89,6 +91,13 @@ class Session:
             client.close()
         headers = {"Authorization": f"Bearer {rt.api_key}"} if rt.api_key else {}
         self._start_guard(host, headers)
+        if self.exit_code is None:
+            try:
+                self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, rt)
+            except ConfigError as exc:
+                self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
+            if self.exporter is not None:
+                say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
         return self.exit_code is None
 
     def _start_guard(self, host: str, headers: dict) -> None:
@@ -219,6 +228,8 @@ class Session:
             env.process_exit_code = self.exit_code
         if self.watch:
             self.watch.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
         self.write(final=True)
         if self.rows:
             say(format_stage_table(self.rows, self.knee()))

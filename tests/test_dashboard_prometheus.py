@@ -1,34 +1,24 @@
 """Every query of the Grafana dashboard, run against a real Prometheus scraping real processes.
 
 Data: two simulators (vLLM and SGLang flavors, with faults) serve real streams and their own
-``/metrics``; a small threaded driver streams requests to them and records each one through the
-real pipeline (SSEDecoder -> RequestRecord -> Collector); the exporter serves that Collector.
-Prometheus scrapes the exporter (job ``llm-loadgen``) and both simulators (job ``llm-server``)
-every second. The test fails if any dashboard expression errors or returns no data, and checks
-that client latencies are those the fixed-timing simulators produce.
-
-To reuse with another load source (e.g. a short locust run), keep the Prometheus part:
-``PrometheusProcess`` + ``query_all_dashboard_exprs`` + ``problems`` from tests/promtools.py.
+``/metrics``; two real ``locust --headless -f locustfile.py`` runs (one per simulator) load them
+with the exporter on. Prometheus scrapes both exporters (job ``llm-loadgen``) and both simulators
+(job ``llm-server``) every second. The test fails if any dashboard expression errors or returns no
+data, and checks that client latencies are those the fixed-timing simulators produce.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
-import time
+import socket
+import subprocess
 import urllib.parse
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from loadgen.errors import CONNECTION_RESET, HTTP_4XX, HTTP_5XX, OVERLOAD_429, OVERLOAD_503, RequestError
-from loadgen.exporter import ExporterSnapshot, start_exporter
-from loadgen.records import RequestRecord
 from loadgen.sim_process import running_sim
-from loadgen.sse import SSEDecoder
-from loadgen.stats import Collector, StageStats
 from tests.promtools import (
     PrometheusProcess,
     label_values,
@@ -37,134 +27,69 @@ from tests.promtools import (
     query_all_dashboard_exprs,
     variable_queries,
 )
+from tests.runlocust import ROOT, locust_cmd
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.timeout(120),
+    pytest.mark.timeout(150),
     pytest.mark.skipif(prometheus_binary() is None,
                        reason="prometheus not installed: run scripts/ensure-prometheus.sh"),
 ]
 
-DASHBOARD = Path(__file__).resolve().parent.parent / "grafana" / "dashboards" / "llm-loadgen.json"
+DASHBOARD = ROOT / "grafana" / "dashboards" / "llm-loadgen.json"
 VARIABLES = {"datasource": "prometheus", "loadgen_job": "llm-loadgen", "model": ".*",
              "server_job": "llm-server"}
 MODEL = "llmsim-fixed"
-OUT_TOKENS = 25
-USERS_PER_SIM = 3
-STAGE_S = 5.0  # the driver moves to the next "stage" every 5 s so the stage gauge changes
 FAULTS = ("--fault-http-503", "0.05", "--fault-stream-error", "0.05", "--fault-truncate", "0.03")
-
-
-class DriverSource:
-    """Threads stream requests into one Collector; scrapes get a copy taken under the lock."""
-
-    def __init__(self) -> None:
-        self.collector = Collector()
-        self.lock = threading.Lock()
-        self.t0 = time.perf_counter()
-        self.stop = threading.Event()
-        self._cpu = (time.process_time(), time.perf_counter())
-
-    def stage(self) -> int:
-        return int((time.perf_counter() - self.t0) // STAGE_S)
-
-    def exporter_snapshot(self) -> ExporterSnapshot:
-        with self.lock:
-            totals = StageStats()
-            totals.merge(self.collector.totals)
-            inflight = sum(self.collector.inflight.values())
-        cpu, wall = time.process_time(), time.perf_counter()
-        cpu_pct = 100.0 * (cpu - self._cpu[0]) / max(wall - self._cpu[1], 1e-9)
-        self._cpu = (cpu, wall)
-        t = time.perf_counter()
-        time.sleep(0.001)  # how late a 1 ms sleep wakes: this process's scheduling lag
-        lag = max(time.perf_counter() - t - 0.001, 0.0)
-        users = 2 * USERS_PER_SIM
-        return ExporterSnapshot(
-            totals=totals, inflight=inflight, users=users, stage_index=self.stage(),
-            target_concurrency=users, phase="measure", kv_projected_tokens=users * (8 + OUT_TOKENS),
-            kv_capacity_tokens=1_000_000, guard_breaches=0, client_cpu_percent=cpu_pct,
-            client_loop_lag_s=lag, model=MODEL, endpoint="/v1/completions", scenario="dashboard-test")
-
-    def user(self, base_url: str) -> None:
-        while not self.stop.is_set():
-            self.one_request(base_url)
-
-    def one_request(self, base_url: str) -> None:
-        u = urllib.parse.urlsplit(base_url)
-        stage = self.stage()
-        rec = RequestRecord(time.perf_counter(), OUT_TOKENS, "/v1/completions")
-        body = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": OUT_TOKENS,
-                           "min_tokens": OUT_TOKENS, "ignore_eos": True, "stream": True,
-                           "stream_options": {"include_usage": True}})
-        with self.lock:
-            self.collector.request_started(stage)
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
-        try:
-            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            if resp.status != 200:
-                resp.read()
-                result = rec.fail(RequestError(_status_kind(resp.status), str(resp.status)),
-                                  time.perf_counter())
-            else:
-                result = self._read_stream(resp, rec, stage)
-        except (OSError, http.client.HTTPException) as exc:
-            result = rec.fail(RequestError(CONNECTION_RESET, repr(exc)), time.perf_counter())
-        finally:
-            conn.close()
-        with self.lock:
-            self.collector.request_finished(stage)
-            self.collector.record_result(result, stage, None, OUT_TOKENS)
-
-    def _read_stream(self, resp, rec: RequestRecord, stage: int):
-        decoder, seen = SSEDecoder(), 0
-        while line := resp.readline():
-            for payload in decoder.feed(line):
-                try:
-                    rec.on_payload(payload, time.perf_counter())
-                except RequestError:
-                    pass  # remembered by the record; finish() reports it
-            if rec.chunk_tokens_seen > seen:
-                with self.lock:
-                    self.collector.add_window_tokens(stage, rec.chunk_tokens_seen - seen)
-                seen = rec.chunk_tokens_seen
-        for payload in decoder.flush():
-            rec.on_payload(payload, time.perf_counter())
-        return rec.finish(time.perf_counter(), eof=True)
-
-
-def _status_kind(status: int) -> str:
-    return {429: OVERLOAD_429, 503: OVERLOAD_503}.get(status, HTTP_4XX if status < 500 else HTTP_5XX)
 
 
 def hostport(url: str) -> str:
     return urllib.parse.urlsplit(url).netloc
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path) -> None:
+    """A real locust run with the exporter on; long enough to outlive the queries, then stopped."""
+    cmd = locust_cmd(sim_url, "--scenario", "config/smoke.yaml", "--output-tokens", "25",
+                     "--stages", "3,6", "--warmup", "2", "--stage-duration", "12",
+                     "--exporter-port", str(port), "--results-dir", str(results))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop():
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    stack.callback(stop)
+
+
 @pytest.fixture(scope="module")
-def live_prometheus():
-    """Sims + driver + exporter + Prometheus, all stopped at teardown even on failure."""
+def live_prometheus(tmp_path_factory):
+    """Sims + locust runs + Prometheus, all stopped at teardown even on failure."""
+    tmp = tmp_path_factory.mktemp("dash")
     with ExitStack() as stack:
         vllm = stack.enter_context(running_sim("--preset", "fixed", "--flavor", "vllm", *FAULTS))
         sglang = stack.enter_context(running_sim("--preset", "fixed", "--flavor", "sglang",
                                                  "--tokens-per-chunk", "2", *FAULTS))
-        source = DriverSource()
-        exporter = start_exporter("127.0.0.1", 0, source)
-        stack.callback(exporter.stop)
-        threads = [threading.Thread(target=source.user, args=(sim.url,), daemon=True)
-                   for sim in (vllm, sglang) for _ in range(USERS_PER_SIM)]
-        stack.callback(lambda: [t.join(timeout=15) for t in threads])
-        stack.callback(source.stop.set)
-        for t in threads:
-            t.start()
+        ports = [free_port(), free_port()]
+        for sim, port, name in zip((vllm, sglang), ports, ("vllm", "sglang"), strict=True):
+            start_locust(stack, sim.url, port, tmp / name)
         prom = stack.enter_context(PrometheusProcess(
-            {"llm-loadgen": [f"127.0.0.1:{exporter.port}"],
+            {"llm-loadgen": [f"127.0.0.1:{p}" for p in ports],
              "llm-server": [hostport(vllm.url), hostport(sglang.url)]}))
         # >= 8 scrapes of every target, so [5s] rates and the [30s] range have data
-        resp = prom.wait_for('min(count_over_time(up{job=~"llm-.*"}[1m])) >= 8', timeout_s=30)
+        resp = prom.wait_for('min(count_over_time(up{job=~"llm-.*"}[1m])) >= 8', timeout_s=40)
         assert resp["data"]["result"], f"targets not scraped: {prom.targets_health()}\n{prom.log_tail()}"
-        yield prom, source
+        # and some failures and stage changes have happened under load
+        prom.wait_for('sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
+        yield prom, None
 
 
 def test_every_dashboard_query_returns_data(live_prometheus):
@@ -185,7 +110,7 @@ def test_variable_queries_find_the_default_values(live_prometheus):
 
 def test_client_figures_match_the_simulators(live_prometheus):
     """Fixed sims: TTFT 200 ms, 20 ms per token (SGLang flavor: 2 tokens per 40 ms chunk)."""
-    prom, source = live_prometheus
+    prom, _source = live_prometheus
 
     def scalar(expr: str) -> float:
         resp = prom.query(expr)
@@ -203,6 +128,6 @@ def test_client_figures_match_the_simulators(live_prometheus):
     # faults were injected and counted by kind
     failed = scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome!="ok"})')
     assert failed > 0
-    with source.lock:
-        ok_now = source.collector.totals.requests_ok
-    assert 0 < scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome="ok"})') <= ok_now
+    assert scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome="ok"})') > 0
+    # both runs reached their second stage (index 1) while Prometheus watched
+    assert scalar('min(max_over_time(llm_loadgen_stage{job="llm-loadgen"}[2m]))') >= 1

@@ -166,8 +166,10 @@ def test_queue_cap_answers_503_and_engine_gauges_show_the_queue():
     args = ("--preset", "qwen35-397b-8gpu", "--max-running", "1", "--max-queued", "1", "--time-scale", "10")
     with running_sim(*args) as (url, _):
         body = {"prompt": [1] * 100, "max_tokens": 5000, "ignore_eos": True, "stream": True}
-        first = [gevent.spawn(request, url, "POST", "/v1/completions", body) for _ in range(2)]
-        gevent.sleep(0.3)
+        first = []
+        for _ in range(2):  # one at a time: the queue holds a request until the next engine step
+            first.append(gevent.spawn(request, url, "POST", "/v1/completions", body))
+            gevent.sleep(0.2)
         fams = metrics(url)
         assert value(fams, "sglang:num_running_reqs") == 1 and value(fams, "sglang:num_queue_reqs") == 1
         rejected = request(url, "POST", "/v1/completions", body)
@@ -206,3 +208,26 @@ def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
     assert value(fams, "sglang:prompt_tokens", "sglang:prompt_tokens_total") == 5
     # SGLang's ITL histogram counts tokens, not chunks: 99 tokens after the first one
     assert value(fams, "sglang:inter_token_latency_seconds", "sglang:inter_token_latency_seconds_count") == 99
+
+
+def test_a_client_that_hangs_up_frees_its_place_in_the_engine():
+    args = ("--preset", "qwen35-397b-8gpu", "--max-running", "1", "--time-scale", "10")
+    long_body = {"prompt": [1] * 100, "max_tokens": 5000, "ignore_eos": True}
+    with running_sim(*args) as (url, _):
+        running = Connection(url)  # non-streaming: nothing is written until the end
+        queued = Connection(url)  # streaming, but waits in the queue behind it
+        for conn, stream in ((running, False), (queued, True)):
+            body = json.dumps({**long_body, "stream": stream}).encode()
+            conn.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                              % (len(body), body))
+        gevent.sleep(0.3)
+        fams = metrics(url)
+        assert value(fams, "sglang:num_running_reqs") == 1 and value(fams, "sglang:num_queue_reqs") == 1
+        running.close()
+        queued.close()
+        gevent.sleep(0.3)
+        fams = metrics(url)
+        assert value(fams, "sglang:num_running_reqs") == 0 and value(fams, "sglang:num_queue_reqs") == 0
+        assert value(fams, "sglang:token_usage") == 0
+        quick = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 20}, timeout_s=5)
+        assert quick.done

@@ -13,6 +13,7 @@ import os
 import socket
 import struct
 
+from gevent import get_hub
 from gevent.event import Event
 
 from loadgen.sim import wire
@@ -139,17 +140,45 @@ class Stream:
     # -- connection greenlet side ------------------------------------------------------------------
     def wait_done(self, stall_max_s: float) -> str:
         """Block until the stream ended; flush what the runner queued. Returns how it ended."""
-        while True:
-            self.done_event.wait()
-            self.done_event.clear()
-            self.flush()
-            if self.end is not None:
-                break
+        watch = get_hub().loop.io(self.fd, 1)  # READ: notice a client that hangs up while we wait
+        watch.start(self._on_readable, watch)
+        try:
+            while True:
+                self.done_event.wait()
+                self.done_event.clear()
+                self.flush()
+                if self.end is not None:
+                    break
+        finally:
+            watch.stop()
+            watch.close()
         if self.end == RESET:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif self.end == STALL:
             self._hold(stall_max_s)
         return self.end
+
+    def _on_readable(self, watch) -> None:
+        """Hub callback: EOF or an error from the client means it gave up; free the model's capacity.
+
+        Real servers abort a request whose client disconnected, queued or not. Without this a
+        queued or non-streaming request would only be noticed when a write fails.
+        """
+        watch.stop()
+        probe = socket.socket(fileno=os.dup(self.fd))  # a raw, non-gevent view for a non-blocking peek
+        try:
+            gone = probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            watch.start(self._on_readable, watch)  # spurious wake-up: keep watching
+            return
+        except OSError:
+            gone = True
+        finally:
+            probe.close()
+        if gone and self.end is None:
+            self.end = BROKEN
+            self.server.runner.abort(self.req)
+            self.done_event.set()
 
     def flush(self) -> None:
         """Send queued bytes with a blocking send; the runner queues behind us meanwhile."""

@@ -144,6 +144,8 @@ def test_non_stream_completion_and_models(fixed_sim):
     ({"prompt": ["a", "b"], "max_tokens": 4}, "batched"),
 ])
 def test_bad_requests_get_400_with_openai_error(fixed_sim, body, fragment):
+    assert request(fixed_sim, "GET", "/v1/completions").status == 405
+    assert request(fixed_sim, "GET", "/nowhere").status == 404
     resp = request(fixed_sim, "POST", "/v1/completions", body)
     assert resp.status == 400
     err = resp.json()["error"]
@@ -195,7 +197,7 @@ def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
     ttft_le = [s.labels["le"] for s in fams["vllm:time_to_first_token_seconds"] if s.name.endswith("_bucket")]
     assert ttft_le[0] == "0.001" and ttft_le[-1] == "+Inf"
     with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "100") as (url, _):
-        request(url, "POST", "/v1/completions", COMPLETION)
+        resp = request(url, "POST", "/v1/completions", COMPLETION)
         fams = metrics(url)
         assert request(url, "GET", "/server_info").json()["max_total_num_tokens"] == 1_570_000
     for name in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
@@ -203,6 +205,9 @@ def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
                  "sglang:generation_tokens", "sglang:time_to_first_token_seconds",
                  "sglang:inter_token_latency_seconds", "llmsim_step_overruns"):
         assert name in fams, name
+    chunks = [e["choices"][0]["text"] for e in resp.json_events() if e["choices"]]
+    assert sum(len(c.split()) for c in chunks) == 100
+    assert len(chunks) < 60  # speculative decoding: several tokens per chunk (mean accept 2.75)
     assert value(fams, "sglang:max_total_num_tokens") == 1_570_000
     assert value(fams, "sglang:generation_tokens", "sglang:generation_tokens_total") == 100
     assert value(fams, "sglang:prompt_tokens", "sglang:prompt_tokens_total") == 5

@@ -75,7 +75,7 @@ _MIN = {  # key -> (lowest allowed, inclusive?)
     "max_model_len": (1, True), "kv_tokens": (1, True), "block_size": (1, True),
     "max_running": (1, True), "max_queued": (0, True), "time_scale": (0, False),
     "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
-    "tokens_per_chunk": (1, True), "step_base_ms": (0, True), "step_per_seq_ms": (0, True),
+    "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
     "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
     "admit_output_reserve": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
 }

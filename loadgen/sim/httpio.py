@@ -1,7 +1,7 @@
 """A minimal HTTP/1.1 request reader for the simulator: keep-alive, Content-Length or chunked bodies.
 
-Just enough HTTP for OpenAI clients (no pipelining guarantees beyond reading requests in order, no
-Expect: 100-continue, no trailers). It is much cheaper per request than a WSGI stack, which
+Just enough HTTP for OpenAI clients: requests are read in order, ``Expect: 100-continue`` is
+answered, request trailers are skipped. It is much cheaper per request than a WSGI stack, which
 matters when a single process serves a thousand streams.
 """
 
@@ -72,6 +72,8 @@ class RequestReader:
             headers[name.strip().lower()] = value.strip()
         conn = headers.get("connection", "").lower()
         keep_alive = "close" not in conn if version == "HTTP/1.1" else "keep-alive" in conn
+        if headers.get("expect", "").lower() == "100-continue":  # curl does this for large bodies
+            self.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         if "chunked" in headers.get("transfer-encoding", "").lower():
             body = self._read_chunked()
         else:

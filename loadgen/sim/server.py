@@ -116,7 +116,8 @@ class SimServer:
             return True
         handler = routes.get((method, path))
         if handler is None:
-            status = 405 if any(p == path for _, p in routes) else 404
+            known = {p for _, p in routes} | {"/metrics", "/v1/completions", "/v1/chat/completions"}
+            status = 405 if path in known else 404
             sock.sendall(wire.json_response(status, wire.error_obj(status, f"{method} {path} not found"),
                                             req.keep_alive))
             return True

@@ -236,3 +236,22 @@ def test_a_client_that_hangs_up_frees_its_place_in_the_engine():
         assert value(fams, "sglang:token_usage") == 0
         quick = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 20}, timeout_s=5)
         assert quick.done
+
+
+def test_vllm_engine_preempts_and_every_stream_still_gets_each_token_once():
+    args = ("--preset", "llama8b-1gpu-vllm", "--kv-tokens", "20000", "--max-model-len", "4096",
+            "--time-scale", "50")
+    body = {**COMPLETION, "prompt": [3] * 500, "max_tokens": 500,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    with running_sim(*args) as (url, _):
+        responses = [g.get() for g in [gevent.spawn(request, url, "POST", "/v1/completions", body)
+                                       for _ in range(30)]]  # 30 x 1000 tokens > 20,000
+        fams = metrics(url)
+    assert value(fams, "vllm:num_preemptions", "vllm:num_preemptions_total") > 0
+    for resp in responses:
+        chunks = [e for e in resp.json_events() if e["choices"]]
+        assert [e["usage"]["completion_tokens"] for e in chunks] == list(range(1, 501))
+        assert resp.done
+    assert value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 30 * 500
+    assert value(fams, "vllm:prompt_tokens", "vllm:prompt_tokens_total") == 30 * 500
+    assert value(fams, "vllm:kv_cache_usage_perc") == 0

@@ -4,8 +4,8 @@ Pure: no I/O and no clock; the runner passes simulated time ``t_s``. For a reque
 ``t0``, chunk ``i`` (0-based) is due at ``t0 + ttft_s + i * itl_s * tokens_per_chunk`` and carries
 ``tokens_per_chunk`` tokens (the last one what is left). So a client must measure
 TTFT = ``ttft_s``, per-chunk gap = ``itl_s * tokens_per_chunk``, per-token ITL = ``itl_s``.
-Requests never queue or interact; one heap holds every pending chunk, so one runner greenlet
-serves all streams.
+All times are simulated seconds (wall seconds = simulated / ``time_scale``). Requests never queue
+or interact; one heap holds every pending chunk, so one runner greenlet serves all streams.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from gevent.event import Event
 
 from loadgen.sim import wire
 from loadgen.sim.engine import SimRequest
-from loadgen.sim.faults import FaultDraw
+from loadgen.sim.faults import MID_STREAM, FaultDraw
 from loadgen.sim.tokens import generated_text
 
 KEEP, CLOSE, RESET, STALL, BROKEN = "keep", "close", "reset", "stall", "broken"
@@ -34,8 +34,8 @@ class Stream:
         self.fd = sock.fileno()
         self.req = req
         self.fmt = fmt
-        self.fault = fault if fmt is not None and fault and fault.kind not in ("http_500", "http_429",
-                                                                               "http_503") else None
+        # Pre-stream faults were answered by the server; mid-stream ones need a stream.
+        self.fault = fault if fmt is not None and fault is not None and fault.kind in MID_STREAM else None
         self.finish_reason = finish_reason
         self.text_offset = text_offset
         self.t_arrival = t_arrival
@@ -49,32 +49,35 @@ class Stream:
 
     # -- runner side -------------------------------------------------------------------------------
     def emit(self, n: int, done: bool, now: float) -> None:
+        """Write the chunk of ``n`` new tokens (the last one if ``done``), or inject this request's fault."""
         if self.end is not None:
             return
-        m = self.server.metrics
         start, self.sent = self.sent, self.sent + n
+        self._emit_bytes(start, n, done)
+        if self.end == BROKEN:
+            return  # nothing reached the client: count nothing
+        m = self.server.metrics
         if start == 0:
             m.first_chunk(now - self.t_arrival, self.req.prompt_tokens, n)
         else:
             m.next_chunk(now - self.t_last, n)
         self.t_last = now
-        if self.fmt is None:
+
+    def _emit_bytes(self, start: int, n: int, done: bool) -> None:
+        fmt = self.fmt
+        if fmt is None:  # non-streaming: the connection greenlet writes the JSON at the end
             if done:
                 self._finish(KEEP, b"")
             return
         text = generated_text(self.text_offset, start, n)
         fault = self.fault
-        if fault is not None and self.sent >= fault.at_token:
+        if fault is not None and self.sent >= fault.at_token and (fault.kind != "no_done" or done):
             self.fault = None
-            if fault.kind != "no_done" or done:
-                self._inject(fault.kind, text, done)
-                return
-        fmt = self.fmt
-        if not done:
+            self._inject(fault.kind, text, done)
+        elif not done:
             self._write(wire.http_chunk(fmt.content_event(text, self.sent)))
-            return
-        tail = fmt.content_event(text, self.sent, self.finish_reason) + fmt.usage_event(self.sent)
-        self._finish(KEEP, wire.http_chunk(tail + wire.DONE_EVENT) + wire.LAST_CHUNK)
+        else:
+            self._emit_tail(fmt.content_event(text, self.sent, self.finish_reason))
 
     def _inject(self, kind: str, text: bytes, done: bool) -> None:
         fmt, m = self.fmt, self.server.metrics
@@ -84,8 +87,7 @@ class Stream:
         if kind == "malformed":  # the stream goes on after one broken event
             self._write(wire.http_chunk(content + wire.MALFORMED_EVENT))
             if done:
-                self.fault = None
-                self.emit_tail()
+                self._emit_tail()
             return
         self.server.runner.abort(self.req)
         if kind == "stream_error":
@@ -104,11 +106,12 @@ class Stream:
         else:  # stall
             self._finish(STALL, wire.http_chunk(content))
 
-    def emit_tail(self) -> None:
-        """Normal end after a malformed event on the last chunk: finish reason, usage, [DONE]."""
+    def _emit_tail(self, last_content: bytes = b"") -> None:
+        """Normal end: the last content (or an empty chunk with the finish reason), usage, [DONE]."""
         fmt = self.fmt
-        tail = fmt.content_event(b"", self.sent, self.finish_reason) + fmt.usage_event(self.sent)
-        self._finish(KEEP, wire.http_chunk(tail + wire.DONE_EVENT) + wire.LAST_CHUNK)
+        last = last_content or fmt.content_event(b"", self.sent, self.finish_reason)
+        tail = last + fmt.usage_event(self.sent) + wire.DONE_EVENT
+        self._finish(KEEP, wire.http_chunk(tail) + wire.LAST_CHUNK)
 
     def _finish(self, end: str, data: bytes) -> None:
         if data:

@@ -10,6 +10,7 @@ from locust import events
 from loadgen.config import ConfigError, exit_on_config_error, register_options
 from loadgen.runtime import install
 from loadgen.session import Session
+from loadgen.webui import install_webui
 
 __all__: list[str] = []
 
@@ -27,7 +28,13 @@ def _init(environment, **_):
         exit_on_config_error(err)
     if not rt.is_worker:
         rt.session = Session(rt)
+        if environment.web_ui:
+            install_webui(environment)
 
         @environment.events.quitting.add_listener
         def _quitting(environment, **_):
             rt.session.on_quitting()
+
+        @environment.events.quit.add_listener
+        def _quit(**_):
+            rt.session.on_quit()

@@ -23,7 +23,7 @@ from gevent.lock import Semaphore
 
 from loadgen.config import Scenario, scenario_from_options
 from loadgen.health import HealthMonitor, StageHealth
-from loadgen.stats import Collector
+from loadgen.stats import Collector, StageStats
 
 log = logging.getLogger("llm_loadgen")
 
@@ -52,6 +52,8 @@ class Runtime:
         self._model_lock = Semaphore()
         self.api_key = os.environ.get(scenario.api_key_env) or None
         self.session = None  # loadgen.session.Session on the process that owns the run
+        self.ledger = StageStats()  # worker: every total shipped to the master
+        self.workers_seen: set[str] = set()
 
     # -- role ------------------------------------------------------------------------------------
     @property
@@ -169,9 +171,16 @@ class Runtime:
 
     # -- distributed plumbing ----------------------------------------------------------------------
     def report(self) -> dict:
-        """Worker: everything since the last report, plus absolute in-flight counts."""
+        """Worker: everything since the last report, plus absolute in-flight counts.
+
+        The worker also keeps its own ledger of every total it shipped, written at quit to
+        ``<results-dir>/workers/<client id>.json`` so a run can be audited: the master's totals
+        equal the sum of the ledgers.
+        """
+        delta = self.collector.take_delta()
+        self.ledger.merge(StageStats.from_wire(delta["totals"]))
         return {
-            "delta": self.collector.take_delta(),
+            "delta": delta,
             "health": self.health.take_delta(),
             "inflight": dict(self.collector.inflight),
             "phase_seq": self.phase_seq,
@@ -180,6 +189,7 @@ class Runtime:
 
     def merge_report(self, client_id: str, data: dict) -> None:
         """Master: merge one worker report."""
+        self.workers_seen.add(client_id)
         self.collector.merge_delta(data["delta"])
         self.merge_health(client_id, data["health"])
         self.worker_inflight[client_id] = data["inflight"]
@@ -231,6 +241,20 @@ def discover_model(client) -> str:
         ) from None
 
 
+def write_ledger(rt: Runtime) -> None:
+    """Worker: what this worker recorded and shipped (after its final report)."""
+    import json
+    from pathlib import Path
+
+    client_id = rt.environment.runner.client_id
+    path = Path(rt.scenario.results_dir) / "workers" / f"{client_id}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"client_id": client_id, "totals": rt.ledger.to_wire()}))
+    except OSError as exc:
+        log.warning("could not write the worker ledger %s: %s", path, exc)
+
+
 def install(environment) -> Runtime:
     """Create this process's Runtime from the parsed options and hook it into Locust's events."""
     scenario = scenario_from_options(environment.parsed_options)
@@ -251,6 +275,11 @@ def install(environment) -> Runtime:
     @events.test_stop.add_listener
     def _on_test_stop(environment, **_):
         rt.health.stop()
+
+    @events.quit.add_listener
+    def _on_quit(**_):
+        if rt.is_worker:
+            write_ledger(rt)
 
     @events.report_to_master.add_listener
     def _on_report_to_master(client_id, data, **_):

@@ -193,6 +193,8 @@ class Session:
         if forced:
             row["unfinished_requests"] = rt.inflight(k)
             flags.append("drain_timeout")
+        if info.get("lost_requests"):
+            row["lost_requests"] = info["lost_requests"]
         if info.get("users") is not None and info["users"] < info["concurrency"]:
             flags.append("users_short")
         row["users"] = info.get("users")
@@ -208,6 +210,36 @@ class Session:
                 "(--processes N or more --worker processes)")
         self.write()
 
+    # -- workers ------------------------------------------------------------------------------------
+    def check_workers(self) -> None:
+        """Master: a worker that stopped reporting is recorded as lost, with what it had running.
+
+        Its samples reported so far stay counted (deltas are additive, never resent); its
+        in-flight requests are lost and no longer hold back the stages they belong to.
+        """
+        rt = self.rt
+        if not rt.is_master:
+            return
+        live = set(rt.live_workers())
+        for cid in [c for c in rt.worker_inflight if c not in live]:
+            lost = rt.worker_inflight.pop(cid)
+            rt.worker_phase_seq.pop(cid, None)
+            rt.worker_health_now.pop(cid, None)
+            running = {k: int(n) for k, n in lost.items() if n}
+            for k, n in running.items():
+                if k is not None and k in self.stage_info:
+                    info = self.stage_info[k]
+                    info["lost_requests"] = info.get("lost_requests", 0) + n
+                    if "worker_lost" not in info["flags"]:
+                        info["flags"].append("worker_lost")
+            concurrency = self.stage_info.get(rt.stage, {}).get("concurrency")
+            self.worker_losses.append({
+                "worker": cid, "at": _iso(time.time()), "stage": rt.stage, "concurrency": concurrency,
+                "phase": rt.kind, "inflight_lost": sum(running.values()),
+            })
+            say(f"llm-loadgen: worker {cid} lost during stage {rt.stage} ({rt.kind}); "
+                f"{sum(running.values())} requests it was running are lost; carrying on")
+
     # -- stop paths --------------------------------------------------------------------------------
     def fatal(self, code: int, message: str) -> None:
         """Stop the run now with a clear one-line message; results so far are written on quit."""
@@ -219,6 +251,10 @@ class Session:
         if runner is not None:
             gevent.spawn_later(0, runner.quit)
 
+    def on_quit(self) -> None:
+        """After Locust's runner quit: the workers' final reports are in; write everything again."""
+        self.write(final=True)
+
     def on_quitting(self) -> None:
         env = self.rt.environment
         if self.stop_reason is None:
@@ -226,11 +262,16 @@ class Session:
             self.exit_code = errors.EXIT_INTERRUPTED
         if self.exit_code is not None:
             env.process_exit_code = self.exit_code
+        elif env.process_exit_code is None:
+            # Locust's own rule, recorded so summary.json says how the process ended
+            runner = env.runner
+            failed = runner is not None and (runner.errors or runner.exceptions)
+            self.exit_code = env.parsed_options.exit_code_on_error if failed else errors.EXIT_OK
         if self.watch:
             self.watch.stop()
         if self.exporter is not None:
             self.exporter.stop()
-        self.write(final=True)
+        self.write(final=False)
         if self.rows:
             say(format_stage_table(self.rows, self.knee()))
         say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
@@ -256,7 +297,7 @@ class Session:
                 "endpoint": sc.endpoint,
                 "exit_code": self.exit_code if self.exit_code is not None else (0 if final else None),
                 "stop_reason": self.stop_reason,
-                "workers": len(rt.worker_inflight) if rt.is_master else 1,
+                "workers": len(rt.workers_seen) if rt.is_master else 1,
                 "worker_losses": self.worker_losses,
             },
             "scenario": sc.to_dict(),
@@ -275,11 +316,28 @@ class Session:
                 "breaches": self.guard_state["breaches"],
             },
             "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
+            "totals": self.totals(),
             "stages": rows,
+        }
+
+    def totals(self) -> dict:
+        """Every request of the run (warmup and ramps included), and each histogram's count."""
+        t = self.rt.collector.totals
+        from loadgen.stats import HISTOGRAMS
+
+        return {
+            "requests": t.requests_ok,
+            "errors": dict(t.errors),
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "failed_output_tokens": t.failed_output_tokens,
+            "received_output_tokens": t.window_output_tokens,
+            "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
         }
 
     def write(self, final: bool = False) -> None:
         try:
+            # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
             write_results(self.rt.scenario.results_dir, self.summary(final), plots=final)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)

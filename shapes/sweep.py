@@ -40,6 +40,7 @@ class SweepShape(LoadTestShape):
                 return None
             if self.plan is None:
                 self.plan = self._build_plan(rt)
+            session.check_workers()
             now = self.get_run_time()
             tick = self.plan.tick(Observation(
                 now=now,

@@ -1,0 +1,134 @@
+"""Master + 2 workers (real processes on 127.0.0.1) against the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from loadgen.sim_process import running_sim
+from loadgen.stats import HISTOGRAMS, StageStats
+from tests.runlocust import ROOT, locust_cmd, run_locust
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SIM = ("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", "10")
+RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "50", "--stages", "2,4,8",
+       "--warmup", "1", "--stage-duration", "5")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """A master and N workers; every process is killed at exit."""
+
+    def __init__(self, stack: ExitStack, host: str, results: Path, n_workers: int, *args: str):
+        port = free_port()
+        self.master = subprocess.Popen(
+            locust_cmd(host, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
+                       "--expect-workers", str(n_workers), "--results-dir", str(results), *args),
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stack.callback(self._kill, self.master)
+        self.workers = []
+        for _ in range(n_workers):
+            w = subprocess.Popen(
+                [*locust_cmd(host, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stack.callback(self._kill, w)
+            self.workers.append(w)
+
+    @staticmethod
+    def _kill(p: subprocess.Popen) -> None:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+    def wait(self, timeout_s: float = 150) -> tuple[int, str]:
+        _, err = self.master.communicate(timeout=timeout_s)
+        for w in self.workers:
+            try:
+                w.wait(15)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        return self.master.returncode, err
+
+
+def ledgers(results: Path) -> list[StageStats]:
+    return [StageStats.from_wire(json.loads(p.read_text())["totals"])
+            for p in sorted((results / "workers").glob("*.json"))]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One distributed and one local run of the same scenario against the same simulator."""
+    tmp = tmp_path_factory.mktemp("dist")
+    with ExitStack() as stack:
+        sim = stack.enter_context(running_sim(*SIM))
+        cluster = Cluster(stack, sim.url, tmp / "dist", 2, *RUN)
+        code, err = cluster.wait()
+        assert code == 0, err[-3000:]
+        local = run_locust(sim.url, tmp / "local", *RUN)
+        assert local.code == 0, local.stderr[-3000:]
+    dist = json.loads((tmp / "dist" / "summary.json").read_text())
+    return dist, local.summary, tmp / "dist"
+
+
+def test_users_per_stage_equal_the_target_across_workers(runs):
+    dist, _, _ = runs
+    assert dist["run"]["workers"] == 2
+    assert [s["concurrency"] for s in dist["stages"]] == [2, 4, 8]
+    assert [s["users"] for s in dist["stages"]] == [2, 4, 8]
+    assert all(s["requests"] > 0 and s["error_count"] == 0 for s in dist["stages"])
+
+
+def test_master_totals_equal_the_sum_of_every_worker(runs):
+    dist, _, results = runs
+    parts = ledgers(results)
+    assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts)  # both workers did work
+    total = StageStats()
+    for p in parts:
+        total.merge(p)
+    t = dist["totals"]
+    assert t["requests"] == total.requests_ok
+    assert t["output_tokens"] == total.output_tokens
+    assert t["input_tokens"] == total.input_tokens
+    assert t["received_output_tokens"] == total.window_output_tokens
+    assert t["histogram_counts"] == {h: getattr(total, h).count for h in HISTOGRAMS}
+
+
+def test_distributed_stages_match_a_local_run(runs):
+    dist, local, _ = runs
+    for d, loc in zip(dist["stages"], local["stages"], strict=True):
+        assert d["concurrency"] == loc["concurrency"]
+        assert d["ttft_p50_s"] == pytest.approx(loc["ttft_p50_s"], rel=0.10)
+        assert d["itl_p50_s"] == pytest.approx(loc["itl_p50_s"], rel=0.10)
+        assert d["output_tokens_per_s"] == pytest.approx(loc["output_tokens_per_s"], rel=0.15)
+
+
+def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(tmp_path):
+    results = tmp_path / "killed"
+    with ExitStack() as stack:
+        sim = stack.enter_context(running_sim(*SIM))
+        cluster = Cluster(stack, sim.url, results, 2, "--scenario", "config/smoke.yaml",
+                          "--output-tokens", "50", "--stages", "4,8", "--warmup", "1",
+                          "--stage-duration", "12")
+        time.sleep(7)  # workers connect (~2 s), stage 0 ramps, warms up (1 s), is measured (12 s)
+        os.kill(cluster.workers[0].pid, signal.SIGKILL)
+        code, err = cluster.wait()
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["run"]["ended_at"] is not None
+    (loss,) = summary["run"]["worker_losses"]
+    assert loss["stage"] in (0, 1) and loss["concurrency"] in (4, 8)
+    assert [s["concurrency"] for s in summary["stages"]] == [4, 8]
+    assert "lost during stage" in err

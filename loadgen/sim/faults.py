@@ -13,6 +13,8 @@ requests. Kinds:
   ``abort`` (``finish_reason: "abort"``, then ``[DONE]``), ``truncate`` (clean close with neither
   a finish reason nor ``[DONE]``).
 - at the end: ``no_done`` (finish reason sent, then close without ``[DONE]``).
+
+A request whose stream a fault ends is aborted in the timing model, freeing its batch slot and KV.
 """
 
 from __future__ import annotations

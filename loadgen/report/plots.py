@@ -173,8 +173,9 @@ def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = ""
             ax.annotate(
                 f"C={c}", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8, fontweight=weight
             )
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        # headroom so points and their labels never sit on the frame (flat curves included)
+        ax.set_xlim(0, max(p[1] for p in points) * 1.15 or 1.0)
+        ax.set_ylim(0, max(p[2] for p in points) * 1.15 or 1.0)
     else:
         _no_data(ax)
     ax.set_xlabel("aggregate output tokens/s (all requests)")

@@ -1,0 +1,213 @@
+"""The LLM figures in Locust's own web UI (port 8089): two extra tabs next to Locust's.
+
+Locust 2.47's React UI draws *extended tabs*: each tab shows the *extended table* of the same key,
+whose rows come from the ``extended_stats`` list of the ``/stats/requests`` JSON it polls every
+couple of seconds. So this module (on the process that owns the run, local runner or master):
+
+- declares the tabs, the tables' columns and a CSV link in ``web_ui.template_args``
+  (``extended_tabs`` / ``extended_tables`` / ``extended_csv_files``; the UI camel-cases keys);
+- adds ``extended_stats`` to Locust's ``/stats/requests`` answer (an ``after_request`` hook);
+- serves the raw figures at ``/llm/stats`` (JSON) and the stage table at ``/llm/stages.csv``.
+
+Everything comes from one ``llm_view``: the completed stages exactly as summary.json has them
+(``Session.summary()``, the same source), a live row for each stage not yet final, the run totals,
+the guard and the knee. Live rows use ``StageStats.row(window_s)`` with
+window_s = run time now − window open (or the closed window's length once it closed).
+The totals row's output_tokens_per_s = every output token received / run time so far.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from loadgen.report.table import errors_compact, mismatch_compact, ms, num, secs, stages_csv_text
+from loadgen.stats import StageStats
+
+log = logging.getLogger("llm_loadgen")
+
+STAGES_TAB = "llm-stages"
+RUN_TAB = "llm-run"
+STATS_ROUTE = "/llm/stats"
+CSV_ROUTE = "/llm/stages.csv"
+
+
+def _text(value) -> str:
+    return "-" if value is None else str(value)
+
+
+# (display key, column title, cell from a summary.json-form stage row); units as in the text table.
+STAGE_COLUMNS = [
+    ("stage", "Stage", lambda s: _text(s.get("index"))),
+    ("status", "Status", lambda s: _text(s.get("status"))),
+    ("concurrency", "C", lambda s: _text(s.get("concurrency"))),
+    ("requests", "Requests", lambda s: _text(s.get("requests"))),
+    ("errors", "Errors", errors_compact),
+    ("out_tok_s", "Output tok/s", lambda s: num(s.get("output_tokens_per_s"))),
+    ("req_tok_s_p50", "Req tok/s p50", lambda s: num(s.get("decode_tps_p50"))),
+    ("ttft_p50_ms", "TTFT p50 (ms)", lambda s: ms(s.get("ttft_p50_s"))),
+    ("ttft_p90_ms", "TTFT p90 (ms)", lambda s: ms(s.get("ttft_p90_s"))),
+    ("ttft_p99_ms", "TTFT p99 (ms)", lambda s: ms(s.get("ttft_p99_s"))),
+    ("itl_p50_ms", "ITL p50 (ms)", lambda s: ms(s.get("itl_p50_s"))),  # per token
+    ("itl_p90_ms", "ITL p90 (ms)", lambda s: ms(s.get("itl_p90_s"))),
+    ("itl_p99_ms", "ITL p99 (ms)", lambda s: ms(s.get("itl_p99_s"))),
+    ("itl_chunk_p50_ms", "Chunk gap p50 (ms)", lambda s: ms(s.get("itl_chunk_p50_s"))),
+    ("tpot_p50_ms", "TPOT p50 (ms)", lambda s: ms(s.get("tpot_p50_s"))),
+    ("e2e_p50_s", "E2E p50 (s)", lambda s: secs(s.get("e2e_p50_s"))),
+    ("e2e_p99_s", "E2E p99 (s)", lambda s: secs(s.get("e2e_p99_s"))),
+    ("flags", "Flags", lambda s: ",".join(s.get("flags") or []) or "-"),
+    ("window_s", "Window (s)", lambda s: num(s.get("window_s"))),
+    ("input_tokens", "Input tokens", lambda s: _text(s.get("input_tokens"))),
+    ("output_tokens", "Output tokens", lambda s: _text(s.get("output_tokens"))),
+    ("token_mismatch", "Token mismatch", mismatch_compact),
+]
+
+
+def template_declarations() -> dict:
+    """What ``web_ui.template_args`` gets: the tabs, their tables' columns, the CSV link."""
+    return {
+        "extended_tabs": [{"title": "LLM stages", "key": STAGES_TAB}, {"title": "LLM run", "key": RUN_TAB}],
+        "extended_tables": [
+            {"key": STAGES_TAB, "structure": [{"key": k, "title": t} for k, t, _ in STAGE_COLUMNS]},
+            # not "name": Locust's table sorts rows by a "name" key unless a header is clicked
+            {"key": RUN_TAB, "structure": [{"key": "item", "title": "Item"}, {"key": "value", "title": "Value"}]},
+        ],
+        # relative, so it follows --web-base-path like Locust's own links
+        "extended_csv_files": [{"href": "." + CSV_ROUTE, "title": "Download LLM stages CSV"}],
+    }
+
+
+def live_rows(rt, now_s: float | None) -> list[dict]:
+    """Stages the session knows but has not finalized: measuring, finishing, or ramping/warming up.
+
+    window_s = now_s − window open while measuring (None without a clock), the closed window's
+    length afterwards; ramp/warmup of the current stage has no window yet.
+    """
+    session, done = rt.session, {r["index"] for r in rt.session.rows}
+    out = []
+    for k, info in sorted(session.stage_info.items()):
+        if k in done:
+            continue
+        if "window_s" in info:
+            status, window_s = "finishing", info["window_s"]
+        elif "open_t" in info:
+            status = "measuring"
+            window_s = max(now_s - info["open_t"], 0.0) if now_s is not None else None
+        elif k == rt.stage:
+            status, window_s = rt.kind, None
+        else:
+            continue  # a stage the guard stopped before it ramped
+        stats = rt.collector.stages.get(k) or StageStats()
+        out.append({"index": k, "concurrency": info["concurrency"], "status": status,
+                    **stats.row(window_s), "window_s": window_s, "flags": []})
+    return out
+
+
+def llm_view(rt, now_s: float | None) -> dict:
+    """Everything the tabs show, in summary.json form; ``now_s`` = seconds since the run started."""
+    summary = rt.session.summary()
+    stages = [dict(r, status="done") for r in summary["stages"]] + live_rows(rt, now_s)
+    totals = {"index": "all", "concurrency": None, "status": "run total",
+              **rt.collector.totals.row(now_s), "window_s": now_s, "flags": []}
+    return {
+        "phase": {"stage": rt.stage, "kind": rt.kind},
+        "users": rt.environment.runner.user_count if rt.environment.runner else 0,
+        "stages": stages,
+        "totals": totals,
+        "guard": summary["guard"],
+        "knee": summary["knee"],
+        "run": summary["run"],
+    }
+
+
+def display_row(stage: dict) -> dict:
+    """One table row: the stage's figures as text, in the text table's units (ms, s, tok/s).
+    Completed stages come from ``Session.summary()``, whose flags already include ``knee``."""
+    return {key: cell(stage) for key, _, cell in STAGE_COLUMNS}
+
+
+def run_items(view: dict) -> list[dict]:
+    """The run tab: phase, guard, knee and run facts as (name, value) rows."""
+    g, knee, run, phase = view["guard"], view["knee"], view["run"], view["phase"]
+
+    def text(v) -> str:
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else _text(v)
+
+    items = [
+        ("Phase", f"stage {phase['stage']}: {phase['kind']}" if phase["stage"] is not None else phase["kind"]),
+        ("Users", view["users"]),
+        ("Model", run.get("model")),
+        ("Endpoint", run.get("endpoint")),
+        ("KV capacity (tokens)", g.get("capacity_tokens")),
+        ("KV capacity source", g.get("capacity_source")),
+        ("Guard action / margin", f"{g.get('action')} / {g.get('margin')}"),
+        ("Guard stopped before C", g.get("stopped_before")),
+        ("Guard clamped to C", g.get("clamped_to")),
+        ("Guard breaches", g.get("breaches")),
+        ("Knee (C)", knee.get("concurrency")),
+        ("Knee threshold (gain per doubling)", knee.get("threshold")),
+        ("Stop reason", run.get("stop_reason")),
+        ("Exit code", run.get("exit_code")),
+    ]
+    return [{"item": name, "value": text(value)} for name, value in items]
+
+
+def extended_stats(view: dict) -> list[dict]:
+    """The ``extended_stats`` entry of ``/stats/requests``: rows for each extended table."""
+    rows = [display_row(s) for s in view["stages"]] + [display_row(view["totals"])]
+    return [{"key": STAGES_TAB, "data": rows}, {"key": RUN_TAB, "data": run_items(view)}]
+
+
+def _run_clock(environment):
+    """Seconds since the run started, on the shape's clock (the one window_open/close use)."""
+
+    def now() -> float | None:
+        shape = environment.shape_class
+        return shape.get_run_time() if shape is not None else None
+
+    return now
+
+
+def install_webui(environment, clock=None) -> None:
+    """Add the LLM tabs to ``environment.web_ui`` (the process that owns the run, before it starts).
+
+    ``clock() -> float | None``: seconds since the run started; default the shape's run time.
+    """
+    from flask import Blueprint, make_response, request
+
+    web_ui, rt = environment.web_ui, environment.llm
+    clock = clock or _run_clock(environment)
+    web_ui.template_args.update(template_declarations())
+    base = getattr(environment.parsed_options, "web_base_path", "") or None
+    bp = Blueprint("llm_loadgen", __name__, url_prefix=base)
+
+    @bp.route(STATS_ROUTE)
+    @web_ui.auth_required_if_enabled
+    def llm_stats():
+        return web_ui.app.json.response(llm_view(rt, clock()))
+
+    @bp.route(CSV_ROUTE)
+    @web_ui.auth_required_if_enabled
+    def llm_stages_csv():
+        response = make_response(stages_csv_text(llm_view(rt, clock())["stages"]))
+        response.headers["Content-Type"] = "text/csv"
+        name = f"llm_stages_{time.strftime('%Y%m%d-%H%M%S')}.csv"
+        response.headers["Content-Disposition"] = f"attachment;filename={name}"
+        return response
+
+    @web_ui.app.after_request
+    def add_extended_stats(response):
+        # Locust's stats view is memoized: the same Response object may come back, so the key is
+        # replaced, never appended. A failure here must not break Locust's own stats.
+        if request.endpoint != "locust.request_stats" or response.status_code != 200:
+            return response
+        try:
+            data = json.loads(response.get_data())
+            data["extended_stats"] = extended_stats(llm_view(rt, clock()))
+            response.set_data(web_ui.app.json.dumps(data))
+        except Exception:
+            log.exception("llm-loadgen: adding the LLM tables to the web UI's stats failed")
+        return response
+
+    web_ui.app.register_blueprint(bp)

@@ -89,10 +89,11 @@ def client_main(url: str, streams: int, duration_s: float, max_tokens: int) -> N
 
 
 def bench_model(name: str, streams: int, measure_s: float) -> dict:
-    from loadgen.sim.probe import running_sim
+    from loadgen.sim.launch import running_sim
 
     ramp_s = 4.0
-    with running_sim(*MODELS[name]) as (url, sim):
+    with running_sim(*MODELS[name]) as sim:
+        url, sim = sim.url, sim.proc
         client = subprocess.Popen([sys.executable, __file__, "--client", url, "--streams", str(streams),
                                    "--duration", str(ramp_s + measure_s), "--max-tokens", "2000"],
                                   stdout=subprocess.PIPE, text=True)

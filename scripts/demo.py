@@ -9,6 +9,7 @@ outcome here, so its exit code (3) counts as success.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,10 +19,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from loadgen.errors import EXIT_GUARD_ABORT  # noqa: E402
-from loadgen.sim_process import running_sim  # noqa: E402
+from loadgen.sim.launch import running_sim  # noqa: E402
 
 TIME_SCALE = os.environ.get("DEMO_TIME_SCALE", "10")
 RESULTS = os.environ.get("DEMO_RESULTS", str(ROOT / "results" / "demo"))
+
+
+def print_simulated_time(summary_path: Path, scale: float) -> None:
+    """The table above is in wall-clock time; the simulated server runs `scale` times faster."""
+    if not summary_path.exists():
+        return
+    summary = json.loads(summary_path.read_text())
+    print(f"\ndemo: the simulator runs {scale:g}x faster than real time; in the server's own time:")
+    print("     C   out tok/s   TTFT p50   ITL p50 (per token)")
+    for s in summary["stages"]:
+        ttft, itl = s.get("ttft_p50_s"), s.get("itl_p50_s")
+        print(f"  {s['concurrency']:>4}  {s['output_tokens_per_s'] / scale:>10,.0f}"
+              f"  {'-' if ttft is None else f'{ttft * scale * 1000:>7.0f} ms'}"
+              f"  {'-' if itl is None else f'{itl * scale * 1000:>7.1f} ms'}")
+    knee = summary["knee"]["concurrency"]
+    stop = summary["guard"]["stopped_before"]
+    print(f"demo: knee at C={knee}" if knee else "demo: no knee (throughput still rising)",
+          f"; guard stopped before C={stop} (capacity {summary['guard']['capacity_tokens']:,} tokens)"
+          if stop else "")
 
 
 def main() -> int:
@@ -34,6 +54,7 @@ def main() -> int:
             "--results-dir", RESULTS, "--only-summary", "--loglevel", "WARNING", *extra,
         ]
         code = subprocess.call(cmd, cwd=ROOT)
+    print_simulated_time(Path(RESULTS) / "summary.json", float(TIME_SCALE))
     if code == EXIT_GUARD_ABORT:
         print("demo: the KV guard stopped the sweep before a stage that does not fit (expected).")
         code = 0

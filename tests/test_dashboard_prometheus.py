@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.sim_process import running_sim
+from loadgen.sim.launch import running_sim
 from tests.promtools import (
     PrometheusProcess,
     label_values,

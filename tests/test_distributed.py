@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.sim_process import running_sim
+from loadgen.sim.launch import running_sim
 from loadgen.stats import HISTOGRAMS, StageStats
 from tests.runlocust import ROOT, locust_cmd, run_locust
 

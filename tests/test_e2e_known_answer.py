@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.sim_process import running_sim
+from loadgen.sim.launch import running_sim
 from tests.runlocust import run_locust
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.report.files import load_summary
 from loadgen.report.plots import build_run_figures
-from loadgen.sim_process import running_sim
+from loadgen.sim.launch import running_sim
 from tests.runlocust import ROOT, run_locust
 from tests.test_report_chromium import CHROMIUM, render
 

@@ -10,7 +10,8 @@ import pytest
 
 from loadgen.sim.__main__ import build_parser, config_from_args
 from loadgen.sim.config import SimConfigError, load
-from loadgen.sim.probe import request, running_sim
+from loadgen.sim.launch import running_sim
+from loadgen.sim.probe import request
 
 
 def cli_config(*argv: str):
@@ -71,7 +72,8 @@ def test_cli_bad_option_exits_2_with_one_line(argv, fragment):
 
 @pytest.mark.integration
 def test_listening_line_and_clean_sigterm():
-    with running_sim("--preset", "fixed") as (url, proc):
+    with running_sim("--preset", "fixed") as sim:
+        url, proc = sim.url, sim.proc
         assert url.startswith("http://127.0.0.1:") and int(url.rsplit(":", 1)[1]) > 0
         assert request(url, "GET", "/health").status == 200
         proc.send_signal(signal.SIGTERM)

@@ -11,7 +11,8 @@ from gevent import socket
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.sim.faults import FAULT_KINDS, FaultPlan
-from loadgen.sim.probe import Connection, request, running_sim
+from loadgen.sim.launch import running_sim
+from loadgen.sim.probe import Connection, request
 
 pytestmark = pytest.mark.integration
 
@@ -95,7 +96,8 @@ def test_every_fault_kind_appears_at_its_rate_and_is_counted_exactly():
             finally:
                 conn.close()
 
-    with running_sim(*args) as (url, _):
+    with running_sim(*args) as sim:
+        url, _ = sim.url, sim.proc
         gevent.joinall([gevent.spawn(worker, N_REQUESTS // 40) for _ in range(40)], raise_error=True)
         text = request(url, "GET", "/metrics").body.decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -117,7 +119,8 @@ def test_every_fault_kind_appears_at_its_rate_and_is_counted_exactly():
 
 def test_stall_holds_the_socket_silently_until_the_cap():
     with running_sim("--preset", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--fault-stall", "1",
-                     "--stall-max-s", "1.5") as (url, _):
+                     "--stall-max-s", "1.5") as sim:
+        url, _ = sim.url, sim.proc
         conn = Connection(url, timeout_s=0.5)
         resp = conn.request("POST", "/v1/completions", BODY)
         assert resp.error == "timeout" and resp.events  # some content, then silence

@@ -9,7 +9,8 @@ import gevent
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.sim.probe import Connection, request, running_sim
+from loadgen.sim.launch import running_sim
+from loadgen.sim.probe import Connection, request
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +44,8 @@ def value(fams: dict, family: str, sample: str | None = None, **labels) -> float
 
 @pytest.fixture(scope="module")
 def fixed_sim():
-    with running_sim("--preset", "fixed") as (url, _proc):
+    with running_sim("--preset", "fixed") as sim:
+        url, _proc = sim.url, sim.proc
         yield url
 
 
@@ -62,7 +64,8 @@ def test_known_answer_ttft_200ms_itl_20ms_100_tokens(fixed_sim):
 
 
 def test_known_answer_four_tokens_per_chunk_gives_80ms_gaps():
-    with running_sim("--preset", "fixed", "--tokens-per-chunk", "4") as (url, _):
+    with running_sim("--preset", "fixed", "--tokens-per-chunk", "4") as sim:
+        url, _ = sim.url, sim.proc
         resp = request(url, "POST", "/v1/completions", {**COMPLETION, "stream_options": {
             "include_usage": True, "continuous_usage_stats": True}})
     events = resp.json_events()
@@ -77,7 +80,8 @@ def test_known_answer_four_tokens_per_chunk_gives_80ms_gaps():
 
 
 def test_known_answer_holds_with_hundreds_of_concurrent_streams():
-    with running_sim("--preset", "fixed", "--itl-ms", "50") as (url, _):
+    with running_sim("--preset", "fixed", "--itl-ms", "50") as sim:
+        url, _ = sim.url, sim.proc
         def one(_):
             resp = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 40})
             times = content_times(resp)
@@ -153,7 +157,8 @@ def test_bad_requests_get_400_with_openai_error(fixed_sim, body, fragment):
 
 
 def test_without_ignore_eos_some_requests_stop_early():
-    with running_sim("--preset", "fixed", "--ttft-ms", "0", "--itl-ms", "0", "--eos-prob", "0.5") as (url, _):
+    with running_sim("--preset", "fixed", "--ttft-ms", "0", "--itl-ms", "0", "--eos-prob", "0.5") as sim:
+        url, _ = sim.url, sim.proc
         usage = [request(url, "POST", "/v1/completions", {"prompt": [1], "max_tokens": 20, "stream": False})
                  .json() for _ in range(40)]
         exact = [request(url, "POST", "/v1/completions",
@@ -166,7 +171,8 @@ def test_without_ignore_eos_some_requests_stop_early():
 
 def test_queue_cap_answers_503_and_engine_gauges_show_the_queue():
     args = ("--preset", "qwen35-397b-8gpu", "--max-running", "1", "--max-queued", "1", "--time-scale", "10")
-    with running_sim(*args) as (url, _):
+    with running_sim(*args) as sim:
+        url, _ = sim.url, sim.proc
         body = {"prompt": [1] * 100, "max_tokens": 5000, "ignore_eos": True, "stream": True}
         first = []
         for _ in range(2):  # one at a time: the queue holds a request until the next engine step
@@ -196,7 +202,8 @@ def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
     assert int(info["num_gpu_blocks"]) * int(info["block_size"]) == 1_000_000
     ttft_le = [s.labels["le"] for s in fams["vllm:time_to_first_token_seconds"] if s.name.endswith("_bucket")]
     assert ttft_le[0] == "0.001" and ttft_le[-1] == "+Inf"
-    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "100") as (url, _):
+    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "100") as sim:
+        url, _ = sim.url, sim.proc
         resp = request(url, "POST", "/v1/completions", COMPLETION)
         fams = metrics(url)
         assert request(url, "GET", "/server_info").json()["max_total_num_tokens"] == 1_570_000
@@ -218,7 +225,8 @@ def test_metrics_parse_with_the_real_servers_names_for_both_flavors(fixed_sim):
 def test_a_client_that_hangs_up_frees_its_place_in_the_engine():
     args = ("--preset", "qwen35-397b-8gpu", "--max-running", "1", "--time-scale", "10")
     long_body = {"prompt": [1] * 100, "max_tokens": 5000, "ignore_eos": True}
-    with running_sim(*args) as (url, _):
+    with running_sim(*args) as sim:
+        url, _ = sim.url, sim.proc
         running = Connection(url)  # non-streaming: nothing is written until the end
         queued = Connection(url)  # streaming, but waits in the queue behind it
         for conn, stream in ((running, False), (queued, True)):
@@ -243,7 +251,8 @@ def test_vllm_engine_preempts_and_every_stream_still_gets_each_token_once():
             "--time-scale", "50")
     body = {**COMPLETION, "prompt": [3] * 500, "max_tokens": 500,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    with running_sim(*args) as (url, _):
+    with running_sim(*args) as sim:
+        url, _ = sim.url, sim.proc
         responses = [g.get() for g in [gevent.spawn(request, url, "POST", "/v1/completions", body)
                                        for _ in range(30)]]  # 30 x 1000 tokens > 20,000
         fams = metrics(url)

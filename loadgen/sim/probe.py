@@ -9,14 +9,9 @@ they are meant to check. Sockets are gevent's, so many streams can run concurren
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import gevent
 from gevent import socket
 
 
@@ -128,33 +123,3 @@ def request(url: str, method: str, path: str, obj: object = None, timeout_s: flo
         return conn.request(method, path, obj)
     finally:
         conn.close()
-
-
-@contextmanager
-def running_sim(*args: str, startup_timeout_s: float = 15.0):
-    """Start ``python -m loadgen.sim --port 0 ARGS``; yield (url, process); always kill it."""
-    cmd = [sys.executable, "-m", "loadgen.sim", "--port", "0", *args]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    try:
-        line = _read_line(proc, startup_timeout_s)
-        if not line.startswith("SIM_LISTENING "):
-            err = proc.stderr.read().decode() if proc.poll() is not None else ""
-            raise RuntimeError(f"simulator did not start: {line!r} {err}")
-        yield line.split()[1], proc
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        proc.stdout.close()
-        proc.stderr.close()
-
-
-def _read_line(proc: subprocess.Popen, timeout_s: float) -> str:
-    """First stdout line, without blocking forever if the process hangs."""
-    result: list[str] = []
-    reader = gevent.get_hub().threadpool.spawn(proc.stdout.readline)
-    try:
-        result.append(reader.get(timeout=timeout_s).decode().strip())
-    except gevent.Timeout:
-        raise RuntimeError(f"simulator printed nothing within {timeout_s}s") from None
-    return result[0]

@@ -181,6 +181,8 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     # stage 1 ends and the guard refuses C=4: Locust's memoized stats answer, our tables move on
     s = rt.session
     s.on_event(Event("window_close", 1, {"t": 30.0, "users": 2}), 30.0)
+    closing = client.get(STATS_ROUTE).get_json()["stages"][1]  # closed, requests may still run
+    assert (closing["status"], closing["window_s"], closing["output_tokens_per_s"]) == ("finishing", 5.0, 2.0)
     s.on_event(Event("guard", 2, {"decision": decide(4, 300, 64, 32, 0.1, "abort")}), 30.0)
     s.on_event(Event("final", 1, {}), 31.0)
     ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}

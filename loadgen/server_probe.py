@@ -42,6 +42,13 @@ WATCH_METRICS = {
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
+# Tokens the server generated, read at the edges of each measurement window so a stage shows the
+# server's own output tokens/s beside the client's (a large gap means one side is wrong).
+GENERATION_COUNTERS = {
+    "vllm": "vllm:generation_tokens_total",
+    "sglang": "sglang:generation_tokens_total",
+}
+
 
 def server_root(base_url: str) -> str:
     """``http://h:p/v1/`` -> ``http://h:p``: the management endpoints live at the root."""
@@ -323,14 +330,34 @@ class ServerWatch:
                 )
         return True
 
+    def generation_tokens(self) -> tuple[float, float] | None:
+        """(time, the server's generation-token counter) now, or None if it doesn't expose one."""
+        name = GENERATION_COUNTERS.get(self.flavor or "")
+        if name is None or not self._seen_ok:  # only once /metrics has answered (or never, if off)
+            return None
+        t = self.clock()
+        reply = http_get(self.url, self.headers, self.timeout_s)
+        series = parse_metrics(reply.body).get(name) if reply.status == 200 else None
+        value = _total(series) if series else None
+        return None if value is None else ((t + self.clock()) / 2, value)
+
     def begin_stage(self, index: int) -> None:
         self._poll_errors = 0
+        self._gen_start = self.generation_tokens()
         self.stages.begin(index, self.clock())
 
     def end_stage(self, index: int) -> dict:
         """The stage's ``server`` object: StageWatch.end(...) + flavor, the counter behind
-        ``preemptions``, failed polls, and why the watch is off (None if on)."""
+        ``preemptions``, failed polls, why the watch is off (None if on), and the server's own
+        ``output_tokens`` / ``output_tokens_per_s`` over the window (generation-token counter
+        read when the window opened and closed; None when the server has no such counter)."""
+        gen_end, gen_start = self.generation_tokens(), getattr(self, "_gen_start", None)
         out = self.stages.end(index, self.clock())
+        if gen_start and gen_end and gen_end[1] >= gen_start[1] and gen_end[0] > gen_start[0]:
+            tokens = gen_end[1] - gen_start[1]
+            out.update(output_tokens=int(tokens), output_tokens_per_s=tokens / (gen_end[0] - gen_start[0]))
+        else:
+            out.update(output_tokens=None, output_tokens_per_s=None)
         counter = WATCH_METRICS.get(self.flavor or "", {}).get("preemptions_total", (None,))[0]
         out.update(
             flavor=self.flavor,

@@ -214,6 +214,8 @@ class Runtime:
 
     def stage_health(self, stage: int) -> dict:
         """The worst load-generating process's health summary during ``stage``."""
+        if not self.is_master:  # a local run generates load in this very process
+            self.merge_health("local", self.health.take_delta())
         per_worker = self.health_by_stage.get(stage, {})
         summaries = [h.summary() for h in per_worker.values()]
         if not summaries:

@@ -41,6 +41,8 @@ DEFAULTS: dict[str, Any] = {
         "max": 1024,
         "ramp_s": 5,
         "warmup_s": 30,
+        "warmup_turnover": True,
+        "max_warmup_s": 600,
         "duration_s": 60,
         "min_requests": 0,
         "max_window_s": 900,
@@ -106,6 +108,8 @@ class StagesConfig:
     max: int
     ramp_s: float
     warmup_s: float
+    warmup_turnover: bool
+    max_warmup_s: float
     duration_s: float
     min_requests: int
     max_window_s: float

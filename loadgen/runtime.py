@@ -97,6 +97,11 @@ class Runtime:
         stats = self.collector.stages.get(stage)
         return 0 if stats is None else stats.requests_ok + sum(stats.errors.values())
 
+    def finished_total(self) -> int:
+        """Every request finished so far in the run (ok or failed, measured or not)."""
+        t = self.collector.totals
+        return t.requests_ok + sum(t.errors.values())
+
     def stage_done(self, stage: int) -> bool:
         """No request of ``stage`` is still running anywhere.
 

@@ -27,6 +27,7 @@ class SweepShape(LoadTestShape):
             rt.scenario.concurrencies(),
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
+            warmup_turnover=st.warmup_turnover, max_warmup_s=st.max_warmup_s,
             decide=rt.session.decide,
         )
 
@@ -46,6 +47,7 @@ class SweepShape(LoadTestShape):
                 now=now,
                 users=self.runner.user_count,
                 finished=rt.finished,
+                finished_total=rt.finished_total(),
                 stage_done=rt.stage_done,
             ))
             for ev in tick.events:

@@ -7,7 +7,11 @@ stage at the largest concurrency that fits, warn runs it flagged.
 
 - ramp: ask for C users; ends when C users run, or after ``ramp_s`` × 4 + 10 s (so a lost worker
   cannot hang the sweep; the stage then records the users it really had).
-- warmup: ``warmup_s`` seconds; requests sent now are not measured.
+- warmup: ``warmup_s`` seconds; requests sent now are not measured. With ``warmup_turnover``
+  it also lasts until C requests have finished since the stage's ramp began, i.e. every stream
+  has turned over about once: users start together, and until their first requests end the
+  server sees a synchronized batch (no new prefills) whose throughput is not the steady state.
+  Capped at ``max_warmup_s``.
 - measure: the window. Closes when ``duration_s`` has passed and at least ``min_requests`` measured
   requests finished, or at ``max_window_s`` whatever the count.
 - A closed stage is *final* once none of its requests is still running (``stage_done(k)``);
@@ -32,6 +36,7 @@ class Observation:
     users: int  # users running now
     finished: Callable[[int], int]  # measured requests of stage k finished so far
     stage_done: Callable[[int], bool]  # no request of stage k still running (everywhere)
+    finished_total: int = 0  # every request finished so far in the run (measured or not)
 
 
 @dataclass
@@ -52,16 +57,20 @@ class SweepPlan:
     """Drives a concurrency sweep; see the module docstring for the rules."""
 
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
-                 min_requests: int, max_window_s: float, drain_s: float, decide: Callable):
+                 min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
+                 warmup_turnover: bool = False, max_warmup_s: float = float("inf")):
         self.concurrencies = list(concurrencies)
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
         self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
         self.decide = decide
+        self.warmup_turnover, self.max_warmup_s = warmup_turnover, max_warmup_s
+        self.finished_at_ramp = 0  # run-wide finished count when this stage's ramp began
         self.index = -1  # stage index (position in the sweep); -1 before the first
         self.kind: str | None = None
         self.since = 0.0  # when the current phase began
         self.target = 0  # users wanted in this stage
         self.last_stage = False
+        self.finished_total = 0
         self.pending: list[int] = []  # closed, not yet final
         self.stop_reason: str | None = None
         self.exit_reason: str = "completed"
@@ -84,6 +93,7 @@ class SweepPlan:
             self._enter(DRAIN, now, events)
             return
         self.index = nxt
+        self.finished_at_ramp = self.finished_total
         self.target = decision.run_concurrency or wanted
         if self.target != wanted:  # clamped: this is the last stage
             self.last_stage = True
@@ -99,6 +109,7 @@ class SweepPlan:
     def tick(self, obs: Observation) -> Tick:
         events: list[Event] = []
         now = obs.now
+        self.finished_total = obs.finished_total
         if self.kind is None:
             self._next_stage(now, events)
         elapsed = now - self.since
@@ -106,7 +117,9 @@ class SweepPlan:
             if obs.users >= self.target or elapsed >= self.ramp_s * 4 + 10:
                 self._enter(WARMUP, now, events)
         elif self.kind == WARMUP:
-            if elapsed >= self.warmup_s:
+            turned_over = (not self.warmup_turnover
+                           or obs.finished_total - self.finished_at_ramp >= self.target)
+            if (elapsed >= self.warmup_s and turned_over) or elapsed >= max(self.max_warmup_s, self.warmup_s):
                 self._enter(MEASURE, now, events)
                 events.append(Event("window_open", self.index, {"t": now}))
         elif self.kind == MEASURE:

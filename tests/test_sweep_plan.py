@@ -146,3 +146,28 @@ def test_ramp_gives_up_waiting_for_users_that_never_arrive():
             break
         t += 1
     assert t == 2 * 4 + 10
+
+
+def test_turnover_warmup_waits_until_every_stream_finished_once():
+    """C=8 users; requests take 20 s: warmup lasts until 8 requests finished since the ramp."""
+    fake = FakeRun()
+    p = plan(fake, [8], warmup_s=5, warmup_turnover=True, max_warmup_s=100)
+    t, finished, phases = 0.0, 0, []
+    while p.kind != "measure":
+        finished = 8 * int(t // 20)  # all 8 streams finish together every 20 s
+        tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=finished))
+        phases += [(t, ev.data["kind"]) for ev in tick.events if ev.kind == "phase"]
+        t += 1
+    (t_warm,) = [t for t, k in phases if k == "warmup"]
+    (t_meas,) = [t for t, k in phases if k == "measure"]
+    assert t_meas == 20 and t_meas - t_warm > 5
+
+
+def test_turnover_warmup_is_capped():
+    fake = FakeRun()
+    p = plan(fake, [8], warmup_s=5, warmup_turnover=True, max_warmup_s=30)
+    t = 0.0
+    while p.kind != "measure":
+        p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=0))
+        t += 1
+    assert 30 <= t - 1 <= 32  # ramp (1 tick) + the 30 s cap

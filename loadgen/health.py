@@ -1,19 +1,28 @@
 """Client health: CPU use and event-loop lag of a load-generating process, per stage.
 
 A load generator that is itself the bottleneck reports its own delays as the server's TTFT and
-ITL. Every process that runs users samples:
+ITL. Every process that runs users samples, every ``interval_s`` (50 ms):
 
-- loop lag: a greenlet asks to sleep ``interval_s``; lag = actual sleep − interval_s. When the gevent
-  hub is busy, every stream's timestamps are late by about this much.
-- CPU %: process CPU seconds / wall seconds × 100 over the stage (100 = one core busy).
+- loop lag = actual sleep − interval_s, for a greenlet that asked to sleep interval_s. Every
+  greenlet that is ready to run (a stream whose bytes arrived) waits for its turn in the same way,
+  so its timestamps are late by about this much: the lag is the client's own timing error.
+- CPU % = process CPU seconds / wall seconds × 100 over the stage (100 = one core busy). One
+  gevent process cannot use more than one core; near 100% every new byte waits in the kernel
+  for the loop to come round.
 
 A stage is *client-bound* when CPU % ≥ ``cpu_percent_max`` or the loop-lag p99 ≥
 ``loop_lag_p99_s_max`` in any load-generating process (the worst process decides).
+
+For the exporter's live gauges the monitor also keeps ``cpu_percent_now`` (CPU % over the last
+``now_window_s``) and ``loop_lag_now_s`` (the worst lag over the last ``now_window_s``): a
+scrape every 5-15 s then still sees a lag spike, and the CPU gauge does not flicker between 0 and
+100 as a single 50 ms sample would.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import gevent
 
@@ -45,11 +54,13 @@ class StageHealth:
         return h
 
     def merge(self, other: StageHealth) -> None:
+        """Add another delta of the *same* process (CPU and wall add; lag samples add)."""
         self.cpu_s += other.cpu_s
         self.wall_s += other.wall_s
         self.lag.merge(other.lag)
 
     def summary(self) -> dict:
+        """{"cpu_percent" (1 decimal), "loop_lag_p50_s", "loop_lag_p99_s" (None without samples)}."""
         return {
             "cpu_percent": round(self.cpu_percent, 1),
             "loop_lag_p50_s": self.lag.quantile(0.5),
@@ -60,26 +71,35 @@ class StageHealth:
 def is_client_bound(summary: dict, cpu_percent_max: float, loop_lag_p99_s_max: float) -> bool:
     """True when CPU % ≥ cpu_percent_max or loop-lag p99 ≥ loop_lag_p99_s_max."""
     lag = summary.get("loop_lag_p99_s") or 0.0
-    return summary.get("cpu_percent", 0.0) >= cpu_percent_max or lag >= loop_lag_p99_s_max
+    cpu = summary.get("cpu_percent") or 0.0
+    return cpu >= cpu_percent_max or lag >= loop_lag_p99_s_max
 
 
 class HealthMonitor:
     """Samples loop lag and CPU into per-stage buckets; ``key()`` says which stage is current.
 
     Deltas since the last ``take_delta()`` are shipped to the master like request stats. The
-    latest values are also kept for the exporter (``cpu_percent_now``, ``loop_lag_now_s``).
+    clocks are parameters so the bookkeeping (``observe``) can be tested without sleeping.
     """
 
-    def __init__(self, key, interval_s: float = 0.05):
+    def __init__(self, key, interval_s: float = 0.05, now_window_s: float = 5.0, *,
+                 clock=time.perf_counter, cpu_clock=time.process_time, sleep=gevent.sleep):
+        if interval_s <= 0:
+            raise ValueError(f"health interval_s must be > 0, got {interval_s}")
         self._key = key
         self.interval_s = interval_s
+        self.now_window_s = now_window_s
+        self._clock, self._cpu_clock, self._sleep = clock, cpu_clock, sleep
         self._pending: dict = {}
         self._greenlet = None
+        self._last: tuple[float, float] | None = None  # (wall, cpu) of the previous sample
+        self._recent: deque = deque()  # (wall, cpu, lag) of the samples in the last now_window_s
         self.cpu_percent_now = 0.0
         self.loop_lag_now_s = 0.0
 
     def start(self) -> None:
         if self._greenlet is None:
+            self._last = (self._clock(), self._cpu_clock())
             self._greenlet = gevent.spawn(self._run)
 
     def stop(self) -> None:
@@ -88,27 +108,48 @@ class HealthMonitor:
             self._greenlet = None
 
     def _run(self) -> None:
-        interval = self.interval_s
-        wall0, cpu0 = time.perf_counter(), time.process_time()
+        interval, clock, sleep = self.interval_s, self._clock, self._sleep
         while True:
-            t0 = time.perf_counter()
-            gevent.sleep(interval)
-            t1 = time.perf_counter()
-            cpu1 = time.process_time()
-            lag = max(t1 - t0 - interval, 0.0)
-            key = self._key()
-            h = self._pending.get(key)
-            if h is None:
-                h = self._pending[key] = StageHealth()
-            h.lag.add(max(lag, 1e-6))
-            h.cpu_s += cpu1 - cpu0
-            h.wall_s += t1 - wall0
-            self.loop_lag_now_s = lag
-            if t1 > wall0:
-                self.cpu_percent_now = 100.0 * (cpu1 - cpu0) / (t1 - wall0)
-            wall0, cpu0 = t1, cpu1
+            t0 = clock()
+            sleep(interval)
+            self.observe(t0, clock(), self._cpu_clock())
+
+    def observe(self, asked_at: float, woke_at: float, cpu: float) -> None:
+        """One sample: a sleep of ``interval_s`` asked at ``asked_at`` returned at ``woke_at``;
+        ``cpu`` = process CPU seconds at ``woke_at``.
+
+        lag = max(woke_at − asked_at − interval_s, 0). The CPU and wall time since the previous
+        sample go to the stage ``key()`` names now.
+        """
+        # without start() there is no CPU reading from before this sleep: count its lag only
+        wall0, cpu0 = self._last if self._last is not None else (woke_at, cpu)
+        lag = max(woke_at - asked_at - self.interval_s, 0.0)
+        key = self._key()
+        h = self._pending.get(key)
+        if h is None:
+            h = self._pending[key] = StageHealth()
+        h.lag.add(max(lag, 1e-6))  # the histogram starts at 1 µs; 0 lag lands in its first bucket
+        h.cpu_s += cpu - cpu0
+        h.wall_s += woke_at - wall0
+        self._last = (woke_at, cpu)
+        self._update_now(woke_at, cpu, lag, wall0, cpu0)
+
+    def _update_now(self, t: float, cpu: float, lag: float, wall0: float, cpu0: float) -> None:
+        """cpu_percent_now = Δcpu / Δwall × 100 since the oldest sample kept (≤ now_window_s ago,
+        else the previous sample); loop_lag_now_s = the worst lag among the kept samples."""
+        recent = self._recent
+        recent.append((t, cpu, lag))
+        while len(recent) > 1 and t - recent[0][0] > self.now_window_s:
+            recent.popleft()
+        t_a, cpu_a, _ = recent[0]
+        if t_a >= t:  # only this sample is kept: measure from the previous one
+            t_a, cpu_a = wall0, cpu0
+        if t > t_a:
+            self.cpu_percent_now = 100.0 * (cpu - cpu_a) / (t - t_a)
+        self.loop_lag_now_s = max(s[2] for s in recent)
 
     def take_delta(self) -> dict:
+        """{stage key: StageHealth wire} of everything sampled since the previous call."""
         out = {k: h.to_wire() for k, h in self._pending.items()}
         self._pending = {}
         return out

@@ -1,0 +1,42 @@
+"""The real locustfile with benchmark knobs applied from the environment (bench/ only).
+
+Knobs, to measure what a client change would buy before anyone makes it in loadgen/:
+
+- ``LLM_BENCH_RECV_BYTES=N``: bytes per ``recv`` (loadgen.client.RECV_BYTES).
+- ``LLM_BENCH_YIELD_BYTES=N``: before reading again, yield to the other greenlets
+  (``gevent.sleep(0)``) when the previous read returned >= N bytes. A gevent socket read only
+  yields when the kernel buffer is empty, so a stream whose whole body is already buffered (a fast
+  server, a client that fell behind) is parsed to its end in one go while every other stream
+  waits: their first tokens are then stamped late by the sum of those turns. Yielding before the
+  next read (never between a read and its timestamp) bounds one turn to about N bytes of work.
+
+Everything else is exactly ``locustfile.py``.
+"""
+
+import os
+
+import gevent
+
+import loadgen.client
+
+if os.environ.get("LLM_BENCH_RECV_BYTES"):
+    loadgen.client.RECV_BYTES = int(os.environ["LLM_BENCH_RECV_BYTES"])
+
+if os.environ.get("LLM_BENCH_YIELD_BYTES"):
+    _yield_bytes = int(os.environ["LLM_BENCH_YIELD_BYTES"])
+    _read = loadgen.client._read_available
+    _big_read: set[int] = set()  # id(resp) of responses whose last read was large
+
+    def _fair_read_available(resp) -> bytes:
+        key = id(resp)
+        if key in _big_read:
+            _big_read.discard(key)
+            gevent.sleep(0)
+        data = _read(resp)
+        if len(data) >= _yield_bytes:
+            _big_read.add(key)
+        return data
+
+    loadgen.client._read_available = _fair_read_available
+
+from locustfile import *  # noqa: E402,F401,F403

@@ -54,7 +54,7 @@ SPEC: dict[str, Check] = {
     "stages.max": integer("the last stage's concurrency, e.g. 1024", ge=1),
     "stages.ramp_s": number("seconds to start a stage's users, e.g. 5; 0 for all at once", ge=0),
     "stages.warmup_s": number("seconds excluded from statistics, e.g. 30; 0 for none", ge=0),
-    "stages.warmup_turnover": boolean(),
+    "stages.turnover": boolean(),
     "stages.max_warmup_s": number("seconds, e.g. 600", gt=0),
     "stages.duration_s": number("seconds measured per stage, e.g. 60", gt=0),
     "stages.min_requests": integer("requests per window, e.g. 100; 0 turns it off", ge=0),

@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
         "max": 1024,
         "ramp_s": 5,
         "warmup_s": 30,
-        "warmup_turnover": True,
+        "turnover": True,
         "max_warmup_s": 600,
         "duration_s": 60,
         "min_requests": 0,
@@ -108,7 +108,7 @@ class StagesConfig:
     max: int
     ramp_s: float
     warmup_s: float
-    warmup_turnover: bool
+    turnover: bool
     max_warmup_s: float
     duration_s: float
     min_requests: int

@@ -27,7 +27,7 @@ class SweepShape(LoadTestShape):
             rt.scenario.concurrencies(),
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
-            warmup_turnover=st.warmup_turnover, max_warmup_s=st.max_warmup_s,
+            turnover=st.turnover, max_warmup_s=st.max_warmup_s,
             decide=rt.session.decide,
         )
 
@@ -49,6 +49,7 @@ class SweepShape(LoadTestShape):
                 finished=rt.finished,
                 finished_total=rt.finished_total(),
                 stage_done=rt.stage_done,
+                idle=rt.all_idle,
             ))
             for ev in tick.events:
                 session.on_event(ev, now)

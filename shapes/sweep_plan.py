@@ -7,17 +7,20 @@ stage at the largest concurrency that fits, warn runs it flagged.
 
 - ramp: ask for C users; ends when C users run, or after ``ramp_s`` × 4 + 10 s (so a lost worker
   cannot hang the sweep; the stage then records the users it really had).
-- warmup: ``warmup_s`` seconds; requests sent now are not measured. With ``warmup_turnover``
-  it also lasts until C requests have finished since the stage's ramp began, i.e. every stream
-  has turned over about once: users start together, and until their first requests end the
-  server sees a synchronized batch (no new prefills) whose throughput is not the steady state.
-  Capped at ``max_warmup_s``.
-- measure: the window. Closes when ``duration_s`` has passed and at least ``min_requests`` measured
-  requests finished, or at ``max_window_s`` whatever the count.
+- warmup: ``warmup_s`` seconds; requests sent now are not measured.
+- turnover (``turnover``, on by default): the warmup also lasts until C requests finished since
+  the stage's ramp began, and the window until C requests finished inside it — every stream turned
+  over about once. Users start together and fixed-length requests keep them in step: the server
+  alternates between a prefill burst and a decode-only batch, one cycle per request lifetime (a
+  1000-token request at C=512 lives ~100 s). A window shorter than that cycle reports a phase of
+  it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``.
+- measure: the window. Closes when ``duration_s`` has passed, at least ``min_requests`` measured
+  requests finished (and the turnover rule holds), or at ``max_window_s`` whatever the count.
 - A closed stage is *final* once none of its requests is still running (``stage_done(k)``);
   requests of stage k finish during stage k+1's ramp/warmup, which exclude them from k+1.
-- drain: after the last window, no new requests; ends when every closed stage is final or after
-  ``drain_s``.
+- drain: after the last window, no new requests; ends when every closed stage is final and no
+  request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
+  e.g. against a server's own counters), or after ``drain_s``.
 
 ``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on.
 """
@@ -36,6 +39,7 @@ class Observation:
     users: int  # users running now
     finished: Callable[[int], int]  # measured requests of stage k finished so far
     stage_done: Callable[[int], bool]  # no request of stage k still running (everywhere)
+    idle: Callable[[], bool] = lambda: True  # no request of any stage still running (everywhere)
     finished_total: int = 0  # every request finished so far in the run (measured or not)
 
 
@@ -58,13 +62,13 @@ class SweepPlan:
 
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
                  min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
-                 warmup_turnover: bool = False, max_warmup_s: float = float("inf")):
+                 turnover: bool = False, max_warmup_s: float = float("inf")):
         self.concurrencies = list(concurrencies)
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
         self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
         self.decide = decide
-        self.warmup_turnover, self.max_warmup_s = warmup_turnover, max_warmup_s
-        self.finished_at_ramp = 0  # run-wide finished count when this stage's ramp began
+        self.turnover, self.max_warmup_s = turnover, max_warmup_s
+        self.finished_mark = 0  # run-wide finished count when this stage's ramp / window began
         self.index = -1  # stage index (position in the sweep); -1 before the first
         self.kind: str | None = None
         self.since = 0.0  # when the current phase began
@@ -93,7 +97,7 @@ class SweepPlan:
             self._enter(DRAIN, now, events)
             return
         self.index = nxt
-        self.finished_at_ramp = self.finished_total
+        self.finished_mark = self.finished_total
         self.target = decision.run_concurrency or wanted
         if self.target != wanted:  # clamped: this is the last stage
             self.last_stage = True
@@ -104,6 +108,10 @@ class SweepPlan:
             if force or obs.stage_done(k):
                 self.pending.remove(k)
                 events.append(Event("final", k, {"forced": force and not obs.stage_done(k)}))
+
+    def _turned_over(self) -> bool:
+        """C requests finished since the mark (the ramp's or the window's start), if asked."""
+        return not self.turnover or self.finished_total - self.finished_mark >= self.target
 
     # -- the decision ------------------------------------------------------------------------------
     def tick(self, obs: Observation) -> Tick:
@@ -117,20 +125,20 @@ class SweepPlan:
             if obs.users >= self.target or elapsed >= self.ramp_s * 4 + 10:
                 self._enter(WARMUP, now, events)
         elif self.kind == WARMUP:
-            turned_over = (not self.warmup_turnover
-                           or obs.finished_total - self.finished_at_ramp >= self.target)
-            if (elapsed >= self.warmup_s and turned_over) or elapsed >= max(self.max_warmup_s, self.warmup_s):
+            if (elapsed >= self.warmup_s and self._turned_over()) or elapsed >= max(self.max_warmup_s, self.warmup_s):
                 self._enter(MEASURE, now, events)
+                self.finished_mark = self.finished_total
                 events.append(Event("window_open", self.index, {"t": now}))
         elif self.kind == MEASURE:
-            enough = obs.finished(self.index) >= self.min_requests
+            enough = obs.finished(self.index) >= self.min_requests and self._turned_over()
             if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
                 events.append(Event("window_close", self.index, {"t": now, "users": obs.users}))
                 self.pending.append(self.index)
                 self._next_stage(now, events)
         if self.kind == DRAIN:
-            self._finalize_ready(obs, events, force=now - self.since >= self.drain_s)
-            if not self.pending:
+            timed_out = now - self.since >= self.drain_s
+            self._finalize_ready(obs, events, force=timed_out)
+            if not self.pending and (timed_out or obs.idle()):
                 self.kind = DONE
                 events.append(Event("done", None, {"reason": self.exit_reason}))
         else:

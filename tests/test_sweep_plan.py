@@ -151,7 +151,7 @@ def test_ramp_gives_up_waiting_for_users_that_never_arrive():
 def test_turnover_warmup_waits_until_every_stream_finished_once():
     """C=8 users; requests take 20 s: warmup lasts until 8 requests finished since the ramp."""
     fake = FakeRun()
-    p = plan(fake, [8], warmup_s=5, warmup_turnover=True, max_warmup_s=100)
+    p = plan(fake, [8], warmup_s=5, turnover=True, max_warmup_s=100)
     t, finished, phases = 0.0, 0, []
     while p.kind != "measure":
         finished = 8 * int(t // 20)  # all 8 streams finish together every 20 s
@@ -165,9 +165,23 @@ def test_turnover_warmup_waits_until_every_stream_finished_once():
 
 def test_turnover_warmup_is_capped():
     fake = FakeRun()
-    p = plan(fake, [8], warmup_s=5, warmup_turnover=True, max_warmup_s=30)
+    p = plan(fake, [8], warmup_s=5, turnover=True, max_warmup_s=30)
     t = 0.0
     while p.kind != "measure":
         p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=0))
         t += 1
     assert 30 <= t - 1 <= 32  # ramp (1 tick) + the 30 s cap
+
+
+def test_turnover_window_lasts_until_c_requests_finished_inside_it():
+    fake = FakeRun()
+    p = plan(fake, [8], warmup_s=0, duration_s=5, turnover=True, max_warmup_s=100)
+    t, events = 0.0, []
+    while p.kind not in ("drain", "done"):
+        finished = 8 * int(t // 20)  # the 8 streams finish together every 20 s
+        tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=finished))
+        events += [(t, ev) for ev in tick.events]
+        t += 1
+    (t_open,) = [t for t, ev in events if ev.kind == "window_open"]
+    (t_close,) = [t for t, ev in events if ev.kind == "window_close"]
+    assert (t_open, t_close) == (20, 40)  # one whole cycle, though duration_s is 5

@@ -20,6 +20,7 @@ import gevent
 import orjson
 from geventhttpclient import HTTPClient
 from geventhttpclient._parser import HTTPParseError
+from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
 from loadgen.errors import RequestError, ServerUnusableError
@@ -32,6 +33,8 @@ ERROR_BODY_BYTES = 64 * 1024
 
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN}
 _CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
+# How a kept-alive connection that the server had already closed fails before any response byte.
+_STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 
 
 class _Closed(Exception):
@@ -102,6 +105,8 @@ def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
         return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
     if isinstance(exc, _Closed):
         return RequestError(errors.CONNECTION_RESET, str(exc))
+    if isinstance(exc, HTTPConnectionClosed):  # a parse "error" that is only the peer closing
+        return RequestError(errors.CONNECTION_RESET, "connection closed before the response")
     if isinstance(exc, HTTPParseError):
         return RequestError(errors.NOT_OPENAI if not connected else errors.CONNECTION_RESET, "invalid HTTP")
     if isinstance(exc, OSError):
@@ -145,9 +150,28 @@ class StreamClient:
             network_timeout=read_timeout_s,
             headers=headers,
         )
+        self._pooled = False  # the last response left its connection in the pool for reuse
 
     def close(self) -> None:
         self._http.close()
+
+    def _send(self, method: str, path: str, body: bytes):
+        """Send one request; once more on a new connection if a reused one was found closed.
+
+        A server may close a keep-alive connection right after a complete response (an idle
+        timeout, a stream it ended by closing). A closed-loop user sends its next request at once
+        and can beat the server's FIN: the request meets a closed socket before any response
+        byte. The server never read it, so it is sent again, once, on a fresh connection
+        (geventhttpclient itself retries only idempotent methods). A fresh connection that fails
+        the same way is a real failure.
+        """
+        reused, self._pooled = self._pooled, False
+        try:
+            return self._http.request(method, self.base_path + path, body=body)
+        except _STALE:
+            if not reused:
+                raise
+        return self._http.request(method, self.base_path + path, body=body)
 
     # -- plain JSON calls (model discovery, chat calibration) ------------------------------------
     def get_json(self, path: str) -> dict:
@@ -158,8 +182,9 @@ class StreamClient:
 
     def _json(self, method: str, path: str, body: bytes | None) -> dict:
         try:
-            resp = self._http.request(method, self.base_path + path, body=body or b"")
+            resp = self._send(method, path, body or b"")
             data = resp.read()
+            self._pooled = not resp.should_close()
         except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
             raise _transport_failure(exc, connected=False) from None
         if resp.status_code != 200:
@@ -167,7 +192,8 @@ class StreamClient:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
-            raise RequestError(errors.NOT_OPENAI, f"{path} did not answer JSON") from None
+            raise RequestError(errors.NOT_OPENAI, f"{method} {path} did not answer JSON "
+                               f"(Content-Type {resp.get('content-type')!r})") from None
 
     # -- the streaming request -------------------------------------------------------------------
     def stream(
@@ -190,7 +216,7 @@ class StreamClient:
         eof = False
         t = record.sent_s
         try:
-            resp = self._http.request("POST", self.base_path + path, body=body)
+            resp = self._send("POST", path, body)
             t = clock()
             if resp.status_code != 200:
                 failure = _http_failure(resp.status_code, resp.read(ERROR_BODY_BYTES))
@@ -216,13 +242,19 @@ class StreamClient:
                         seen = record.chunk_tokens_seen
                 for payload in decoder.flush():
                     record.on_payload(payload, t)
+                if not decoder.events and decoder.foreign_line is not None:
+                    raise RequestError(errors.MALFORMED_CHUNK, "the body is not an SSE stream (no `data:` "
+                                       f"event; first line {decoder.foreign_line[:80]!r})")
         except RequestError as exc:  # raised by the decoder/record for malformed data
             failure, t = exc, clock()
         except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
             failure, t = _transport_failure(exc, connected=resp is not None), clock()
         finally:
-            if resp is not None and not eof:
-                _discard(resp)
+            if resp is not None:
+                if eof:
+                    self._pooled = not resp.should_close()
+                else:
+                    _discard(resp)
         if failure is not None:
             return record.fail(failure, t), nbytes
         return record.finish(t, eof=True), nbytes

@@ -5,6 +5,8 @@ Imported by ``locustfile.py`` for its side effects (listeners on Locust's global
 
 from __future__ import annotations
 
+import signal
+
 from locust import events
 
 from loadgen.config import ConfigError, exit_on_config_error, register_options
@@ -28,6 +30,10 @@ def _init(environment, **_):
         exit_on_config_error(err)
     if not rt.is_worker:
         rt.session = Session(rt)
+        # Locust (2.47) installs its SIGTERM handler only after a headless shape run has ended, so a
+        # SIGTERM mid-run would kill the process with nothing written. Treat it like Ctrl-C, which
+        # Locust handles: the run stops, the results are written, the exit code is 130.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         if environment.web_ui:
             install_webui(environment)
 

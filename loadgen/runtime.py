@@ -54,6 +54,8 @@ class Runtime:
         self.session = None  # loadgen.session.Session on the process that owns the run
         self.ledger = StageStats()  # worker: every total shipped to the master
         self.workers_seen: set[str] = set()
+        self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
+        self.fatal_sent = False
 
     # -- role ------------------------------------------------------------------------------------
     @property
@@ -116,6 +118,19 @@ class Runtime:
                 return False
         return self.inflight(stage) == 0
 
+    def all_idle(self) -> bool:
+        """No request of any stage (measured or not) is running anywhere: the drain may end.
+
+        On the master this needs, from every live worker, a report sent after the worker adopted
+        the current phase (the drain: it sends nothing new), like ``stage_done``.
+        """
+        if not self.is_master:
+            return not any(self.collector.inflight.values())
+        for client_id in self.live_workers():
+            if self.worker_phase_seq.get(client_id, 0) < self.phase_seq:
+                return False
+        return not any(int(n) for d in self.worker_inflight.values() for n in d.values())
+
     def live_workers(self) -> list[str]:
         """Master: ids of workers that are connected (not missing)."""
         from locust.runners import STATE_MISSING
@@ -123,14 +138,24 @@ class Runtime:
         return [c.id for c in self.environment.runner.clients.values() if c.state != STATE_MISSING]
 
     def fatal(self, exc: Exception) -> None:
-        """The target cannot be load-tested: stop the run with a clear message (exit code 4)."""
+        """The target cannot be load-tested: stop the run with a clear message (exit code 4).
+
+        Once per process: every user meets the same problem, one line says it.
+        """
         from loadgen.errors import EXIT_SERVER_UNUSABLE
 
+        if self.fatal_sent:
+            return
+        self.fatal_sent = True
         session = getattr(self, "session", None)
         if session is not None:
             session.fatal(EXIT_SERVER_UNUSABLE, str(exc))
         else:
-            log.error("llm-loadgen: %s", exc)
+            log.error("llm-loadgen: %s", self.redact(str(exc)))
+
+    def redact(self, text: str) -> str:
+        """``text`` without the API key (a server may echo it back in an error message)."""
+        return text.replace(self.api_key, "<API key>") if self.api_key else text
 
     # -- model discovery (each process, once) ------------------------------------------------------
     def model(self, client) -> str:
@@ -244,8 +269,14 @@ def discover_model(client) -> str:
     except (KeyError, IndexError, TypeError):
         raise ServerUnusableError(
             "GET /v1/models did not list a model; is this an OpenAI-compatible server? "
-            "Set --model to skip discovery", kind=NOT_OPENAI,
+            "Set --model to skip discovery", kind=NOT_OPENAI, detail="GET /v1/models did not list a model",
         ) from None
+
+
+def not_openai_message(host: str, what: str) -> str:
+    """The one line that says the target does not speak the OpenAI API (``what``: the evidence)."""
+    return (f"{host} is not an OpenAI-compatible server: {what}; check --host (the server's base URL, "
+            "e.g. http://127.0.0.1:8000) and --endpoint")
 
 
 def write_ledger(rt: Runtime) -> None:

@@ -24,7 +24,7 @@ from loadgen.health import is_client_bound
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
-from loadgen.runtime import discover_model
+from loadgen.runtime import discover_model, not_openai_message
 
 log = logging.getLogger("llm_loadgen")
 
@@ -84,9 +84,13 @@ class Session:
                            "is the server running? check --host")
                 return False
             if rt._model is None:
-                self.fatal(errors.EXIT_SERVER_UNUSABLE, str(exc))
+                if exc.kind == errors.NOT_OPENAI:
+                    self.fatal(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, exc.detail))
+                else:
+                    self.fatal(errors.EXIT_SERVER_UNUSABLE, str(exc))
                 return False
-            say(f"llm-loadgen: warning: {exc}")
+            say(self.rt.redact(f"llm-loadgen: warning: model discovery failed ({exc.detail or exc}); "
+                               f"going on with model {rt._model!r}"))
         finally:
             client.close()
         headers = {"Authorization": f"Bearer {rt.api_key}"} if rt.api_key else {}
@@ -243,7 +247,7 @@ class Session:
     # -- stop paths --------------------------------------------------------------------------------
     def fatal(self, code: int, message: str) -> None:
         """Stop the run now with a clear one-line message; results so far are written on quit."""
-        say(f"llm-loadgen: {message}")
+        say(self.rt.redact(f"llm-loadgen: {message}"))
         self.stop_reason = self.stop_reason or "error"
         self.exit_code = code
         runner = self.rt.environment.runner

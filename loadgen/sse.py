@@ -7,7 +7,10 @@ Follows the WHATWG event-stream rules that matter for OpenAI-compatible streams:
   event and its data lines are joined with ``\\n``;
 - comment lines (``:...``) and the ``event``/``id``/``retry`` fields are skipped (we only need data);
 - an event without data, or with empty data, is not returned;
-- ``data: [DONE]`` is returned as the payload ``b"[DONE]"`` like any other.
+- ``data: [DONE]`` is returned as the payload ``b"[DONE]"`` like any other;
+- other lines are skipped too (WHATWG: unknown fields are ignored), but the first one is kept in
+  ``foreign_line`` and ``events`` counts the payloads returned, so the client can tell a body that
+  never was SSE (e.g. JSON lines without ``data:``) from an empty stream.
 
 It is called per socket read on every stream, so it keeps only the incomplete tail between reads
 (as a list of pieces, joined once when a line end arrives: no quadratic re-copying of a long line)
@@ -22,6 +25,7 @@ DEFAULT_MAX_LINE_BYTES = 1 << 20  # 1 MiB: far above any completion chunk, bound
 
 _BOM = b"\xef\xbb\xbf"
 _CR, _LF = 13, 10
+_FIELDS = frozenset({b"event", b"id", b"retry"})  # SSE fields other than data
 
 
 class SSEDecoder:
@@ -31,7 +35,8 @@ class SSEDecoder:
     ``RequestError(MALFORMED_CHUNK)`` instead of buffering without limit.
     """
 
-    __slots__ = ("max_line_bytes", "_pending", "_pending_len", "_data", "_data_len", "_skip_lf", "_started")
+    __slots__ = ("max_line_bytes", "_pending", "_pending_len", "_data", "_data_len", "_skip_lf", "_started",
+                 "events", "foreign_line")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
         if max_line_bytes < 1:
@@ -43,6 +48,8 @@ class SSEDecoder:
         self._data_len = 0
         self._skip_lf = False  # the previous read ended with CR: a leading LF belongs to it
         self._started = False
+        self.events = 0  # payloads returned so far
+        self.foreign_line: bytes | None = None  # the first line that is not an SSE field or comment
 
     def feed(self, data: bytes) -> list[bytes]:
         """Decode one read; return the payloads of the events it completed (often none or one)."""
@@ -103,11 +110,14 @@ class SSEDecoder:
                 data.append(line[6:] if line.startswith(b" ", 5) else line[5:])
             elif line == b"data":  # a field name without a colon has an empty value
                 data.append(b"")
-            else:  # a comment (":...") or a field we do not use (event, id, retry)
+            else:  # a comment (":..."), a field we do not use (event, id, retry), or not SSE at all
+                if self.foreign_line is None and line[0] != 58 and line.partition(b":")[0] not in _FIELDS:  # 58 ":"
+                    self.foreign_line = line[:120]
                 continue
             if len(data) > 1:
                 self._grow(data)
         self._data = data
+        self.events += len(out)
         return out
 
     def _grow(self, data: list[bytes]) -> None:

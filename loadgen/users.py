@@ -17,14 +17,17 @@ import gevent
 import orjson
 from gevent.lock import Semaphore
 from locust import User, constant, task
+from locust.exception import StopUser
 
 from loadgen.client import StreamClient
-from loadgen.errors import RequestError, ServerUnusableError
+from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError
 from loadgen.prompts import ChatPrompts, TokenIdPrompts, fit_word_count
 from loadgen.records import RequestRecord
+from loadgen.runtime import not_openai_message
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 IDLE_KINDS = frozenset({"drain", "done"})
+CONNECT_BACKOFF_S = (0.05, 1.0)  # first and longest pause after a refused connection
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
 _chat_words: dict[int, int] = {}
@@ -93,6 +96,7 @@ class LLMUser(User):
             read_timeout_s=sc.request.read_timeout_s,
         )
         self.path = PATHS[sc.endpoint]
+        self._backoff_s = 0.0
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None
         if sc.endpoint == "chat":
@@ -115,7 +119,7 @@ class LLMUser(User):
                 self.prompts = ChatPrompts(chat_word_count(self.client, sc, self.model), self._seed_key)
         except (ServerUnusableError, RequestError) as exc:
             rt.fatal(exc)
-            raise
+            raise StopUser() from None  # the run stops with one clear line, not a traceback per user
 
     @task
     def generate(self) -> None:
@@ -148,3 +152,16 @@ class LLMUser(User):
             start_time=start_wall,
             url=self.path,
         )
+        if result.ok:
+            rt.any_ok = True
+            self._backoff_s = 0.0
+        elif result.error_kind == NOT_OPENAI and not rt.any_ok:
+            rt.fatal(ServerUnusableError(
+                not_openai_message(self.host, f"POST {self.path}: {result.error_message}")))
+        elif result.error_kind == CONNECT_FAILED:
+            # The server is down (killed, restarting): retry at a growing pause instead of
+            # thousands of instant refusals a second, which would only burn the client's CPU.
+            self._backoff_s = min(max(2 * self._backoff_s, CONNECT_BACKOFF_S[0]), CONNECT_BACKOFF_S[1])
+            gevent.sleep(self._backoff_s)
+        else:
+            self._backoff_s = 0.0

@@ -1,0 +1,394 @@
+"""Server faults through the real `locust -f locustfile.py` command line (issue 7).
+
+Every fault must end up as one failure in Locust's stats and in summary.json under its stable
+category (loadgen.errors), the run carrying on. Counts are compared exactly with what the server
+did: the simulator's ``llmsim_faults_injected_total{kind}`` and a scripted raw server's own tally,
+both read after locust exited (the sweep's drain waits until no request is in flight, so every
+request the server saw was also recorded by us).
+
+Locust runs are waited for with gevent's subprocess so a raw server in this process keeps serving.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import gevent
+import gevent.subprocess
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from loadgen import errors
+from loadgen.sim.launch import running_sim
+from loadgen.sim.probe import request
+from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
+from tests.runlocust import ROOT, LocustRun, locust_cmd
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
+
+OUT = 20  # output tokens per request in the simulator runs
+SHORT = ("--scenario", "config/smoke.yaml", "--warmup", "1", "--set", "request.read_timeout_s=1")
+
+
+# -- harness shared with the other issue-7 test files ----------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_locust_coop(host: str, results: Path, *args: str, env: dict | None = None,
+                    timeout_s: float = 120) -> LocustRun:
+    """tests.runlocust.run_locust, waiting cooperatively (a raw_server here keeps serving)."""
+    cmd = locust_cmd(host, "--results-dir", str(results), *args)
+    proc = gevent.subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
+                                 env={**os.environ, **(env or {})})
+    return LocustRun(proc.returncode, proc.stdout, proc.stderr, Path(results))
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of a Prometheus /metrics page: {(name, sorted label items): value}."""
+    resp = request(url, "GET", "/metrics", timeout_s=5)
+    if resp.status != 200 or not resp.complete:
+        raise ValueError(f"{url}/metrics answered {resp.status} {resp.body[:300]!r}")
+    text = resp.body.decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def by_label(samples: dict, name: str, label: str, **match: str) -> dict[str, float]:
+    out = {}
+    for (n, labels), v in samples.items():
+        d = dict(labels)
+        if n == name and all(d.get(k) == want for k, want in match.items()):
+            out[d[label]] = v
+    return out
+
+
+def locust_failures(csv_prefix: Path) -> Counter:
+    """Locust's own failure counts (--csv PREFIX_failures.csv) by our category."""
+    counts: Counter = Counter()
+    with open(f"{csv_prefix}_failures.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            kind = re.fullmatch(r"RequestError\('(\w+)'\)", row["Error"]).group(1)
+            counts[kind] += int(row["Occurrences"])
+    return counts
+
+
+def locust_totals(csv_prefix: Path) -> tuple[int, int]:
+    """(requests, failures) of Locust's Aggregated row (--csv PREFIX_stats.csv)."""
+    with open(f"{csv_prefix}_stats.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["Name"] == "Aggregated")
+    return int(row["Request Count"]), int(row["Failure Count"])
+
+
+class Poller:
+    """Scrapes a /metrics URL every 0.3 s in a greenlet; keeps the last page that answered."""
+
+    def __init__(self, url: str):
+        self.url, self.last, self.scrapes, self.errors = url, None, 0, []
+        self._g = gevent.spawn(self._run)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.last = scrape(self.url)
+                self.scrapes += 1
+            except (OSError, EOFError, ValueError) as exc:
+                self.errors.append(repr(exc))
+            gevent.sleep(0.3)
+
+    def stop(self) -> None:
+        self._g.kill()
+
+
+# -- 1. the simulator's fault kinds, all at once -----------------------------------------------------
+SIM_KIND = {  # simulator fault -> our category (None: the request is complete)
+    "http_500": errors.HTTP_5XX,
+    "http_429": errors.OVERLOAD_429,
+    "http_503": errors.OVERLOAD_503,
+    "stream_error": errors.STREAM_ERROR,
+    "reset": errors.CONNECTION_RESET,
+    "stall": errors.READ_TIMEOUT,
+    "malformed": errors.MALFORMED_CHUNK,
+    "abort": errors.ABORTED,
+    "truncate": errors.TRUNCATED,
+    "no_done": None,  # a finish reason, then close without [DONE]: complete
+}
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simfaults")
+    rates = [a for kind in SIM_KIND for a in (f"--fault-{kind.replace('_', '-')}", "0.05")]
+    port = free_port()
+    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5", *rates) as sim:
+        poller = Poller(f"http://127.0.0.1:{port}")
+        try:
+            run = run_locust_coop(sim.url, tmp / "res", *SHORT, "--output-tokens", str(OUT),
+                                  "--stages", "4,8", "--stage-duration", "4", "--exporter-port", str(port),
+                                  "--csv", str(tmp / "locust"))
+        finally:
+            poller.stop()
+        metrics = scrape(sim.url)  # the simulator outlives locust: its final counts
+    assert run.code == errors.EXIT_FAILURES, run.stderr[-3000:]
+    return run, metrics, poller.last, tmp / "locust"
+
+
+def test_every_simulator_fault_is_its_category_counted_exactly(sim_run):
+    run, metrics, _, csv_prefix = sim_run
+    injected = by_label(metrics, "llmsim_faults_injected_total", "kind")
+    ours = run.summary["totals"]["errors"]
+    expected = {SIM_KIND[k]: int(n) for k, n in injected.items() if SIM_KIND[k]}
+    assert all(n > 0 for n in injected.values()), injected  # every kind really happened
+    assert ours == expected  # nothing else (no spurious failure kind), nothing missing
+    assert dict(locust_failures(csv_prefix)) == expected  # Locust's own stats agree
+
+
+def test_finish_reason_without_done_is_complete_and_totals_add_up(sim_run):
+    run, metrics, _, csv_prefix = sim_run
+    completed = metrics[("llmsim_requests_completed_total", (("model_name", "llmsim-fixed"),))]
+    no_done = by_label(metrics, "llmsim_faults_injected_total", "kind")["no_done"]
+    t = run.summary["totals"]
+    assert t["requests"] == completed + no_done
+    requests, failures = locust_totals(csv_prefix)
+    assert (requests, failures) == (t["requests"] + sum(t["errors"].values()), sum(t["errors"].values()))
+
+
+def test_failed_requests_tokens_are_counted_apart(sim_run):
+    run, metrics, _, _ = sim_run
+    t = run.summary["totals"]
+    assert t["output_tokens"] == OUT * t["requests"]  # complete requests only
+    assert t["failed_output_tokens"] > 0
+    written = metrics[("vllm:generation_tokens_total", (("model_name", "llmsim-fixed"),))]
+    assert t["output_tokens"] + t["failed_output_tokens"] <= written
+
+
+def test_the_run_carries_on_and_stages_hold_their_failures(sim_run):
+    run, _, _, _ = sim_run
+    s = run.summary
+    assert s["run"]["stop_reason"] == "completed" and s["run"]["exit_code"] == errors.EXIT_FAILURES
+    assert [st["concurrency"] for st in s["stages"]] == [4, 8]
+    for st in s["stages"]:
+        assert st["requests"] > 0 and st["error_count"] == sum(st["errors"].values()) > 0
+        assert set(st["errors"]) <= set(s["totals"]["errors"])
+    measured = Counter()
+    for st in s["stages"]:
+        measured.update(st["errors"])
+    assert all(measured[k] <= n for k, n in s["totals"]["errors"].items())
+
+
+def test_exporter_counts_failures_by_kind_and_overload_apart(sim_run):
+    run, _, exported, _ = sim_run
+    assert exported is not None, "the exporter never answered"
+    final = run.summary["totals"]["errors"]
+    outcome = {kind: o for (n, labels), _ in exported.items() if n == "llm_loadgen_requests_total"
+               for o, kind in [(dict(labels)["outcome"], dict(labels)["kind"])]}
+    assert {k for k, o in outcome.items() if o == "overload"} == set(errors.OVERLOAD_KINDS)
+    assert all(outcome[k] == "error" for k in final if k not in errors.OVERLOAD_KINDS)
+    seen = {dict(labels)["kind"]: v for (n, labels), v in exported.items()
+            if n == "llm_loadgen_requests_total" and dict(labels)["outcome"] != "ok"}
+    # The last scrape came at most 0.3 s before the end: most failures are there, none extra.
+    assert all(seen.get(k, 0) <= n for k, n in final.items())
+    assert sum(seen.values()) >= 0.5 * sum(final.values())
+
+
+# -- 2. faults the simulator does not make: a scripted raw server --------------------------------------
+def _status(code: int, message: str) -> bytes:
+    body = orjson.dumps({"error": {"message": message, "type": "X", "code": code}})
+    return (b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (code, len(body), body))
+
+
+def _usage(n: int) -> dict:
+    return {"prompt_tokens": 64, "completion_tokens": n, "total_tokens": 64 + n}
+
+
+def _content(n_tokens: int) -> bytes:
+    """n content chunks of one token each, with cumulative usage (vLLM continuous_usage_stats)."""
+    return b"".join(chunk(event(completion_chunk("t ", usage=_usage(i + 1)))) for i in range(n_tokens))
+
+
+END = b"0\r\n\r\n"
+DONE = chunk(event(b"[DONE]"))
+ERR = {"message": "engine died", "type": "InternalServerError", "param": None, "code": 500}
+# name -> (bytes after the request, keep the connection, expected category or None, tokens received)
+SCRIPT = {
+    "ok": (SSE_HEADERS + _content(4) + chunk(event(completion_chunk("t ", "length", _usage(5)))) + DONE
+           + END, True, None, 5),
+    "finish_no_done": (SSE_HEADERS + _content(4) + chunk(event(completion_chunk("t ", "length", _usage(5))))
+                       + END, True, None, 5),
+    "http_400": (_status(400, "prompt too long"), True, errors.HTTP_4XX, 0),
+    "http_404": (_status(404, "no such model"), True, errors.HTTP_4XX, 0),
+    "http_502": (_status(502, "bad gateway"), True, errors.HTTP_5XX, 0),
+    "error_vllm": (SSE_HEADERS + _content(2) + chunk(event({"error": ERR})) + DONE + END,
+                   True, errors.STREAM_ERROR, 2),
+    "error_sglang": (SSE_HEADERS + _content(2) + chunk(event({"error": {"object": "error", **ERR}})) + DONE
+                     + END, True, errors.STREAM_ERROR, 2),
+    "error_top_level": (SSE_HEADERS + _content(2) + chunk(event({"object": "error", **ERR})) + DONE + END,
+                        True, errors.STREAM_ERROR, 2),
+    "abort_sglang": (SSE_HEADERS + _content(3) + chunk(event(completion_chunk(
+        "", {"type": "abort", "message": "aborted"}, _usage(3)))) + DONE + END, True, errors.ABORTED, 3),
+    "empty_done": (SSE_HEADERS + DONE + END, True, errors.EMPTY_STREAM, 0),
+    "empty_finish": (SSE_HEADERS + chunk(event(completion_chunk("", "length", _usage(0)))) + DONE + END,
+                     True, errors.EMPTY_STREAM, 0),
+    "no_events": (SSE_HEADERS + END, True, errors.EMPTY_STREAM, 0),
+    "bad_json": (SSE_HEADERS + _content(1) + chunk(b'data: {"choices": [{"text": "t \n\n'), False,
+                 errors.MALFORMED_CHUNK, 1),
+    "not_sse": (SSE_HEADERS + chunk(orjson.dumps(completion_chunk("t ", "length", _usage(1))) + b"\n") + END,
+                True, errors.MALFORMED_CHUNK, 0),
+    "cut_mid_body": (SSE_HEADERS + _content(3), False, errors.CONNECTION_RESET, 3),
+}
+MODELS = orjson.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+
+class ScriptedServer:
+    """Answers POST /v1/completions with SCRIPT's cases in turn; counts what it sent.
+
+    Also answers GET /v1/models; anything else gets a 404. Records every request's headers.
+    """
+
+    def __init__(self, script: dict = SCRIPT):
+        self.script = script
+        self.cases = itertools.cycle(list(script))
+        self.served: Counter = Counter()
+        self.headers: list[tuple[bytes, bytes]] = []  # (request line, raw head)
+
+    def __call__(self, sock) -> None:
+        while True:
+            req = read_request(sock)
+            if not req:
+                return
+            head = req.partition(b"\r\n\r\n")[0]
+            line = head.split(b"\r\n", 1)[0]
+            self.headers.append((line, head))
+            method, path = line.split()[:2]
+            if method == b"POST" and path == b"/v1/completions":
+                name = next(self.cases)
+                data, keep, _, _ = self.script[name]
+                self.served[name] += 1
+                sock.sendall(data)
+                if not keep:
+                    return
+            elif path == b"/v1/models":
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(MODELS), MODELS))
+            else:
+                sock.sendall(_status(404, "not here"))
+
+    def expected(self) -> tuple[dict, int, int]:
+        """(failures by category, complete requests, tokens received by failed requests)."""
+        failures: Counter = Counter()
+        ok = failed_tokens = 0
+        for name, n in self.served.items():
+            _, _, kind, tokens = self.script[name]
+            if kind is None:
+                ok += n
+            else:
+                failures[kind] += n
+                failed_tokens += n * tokens
+        return dict(failures), ok, failed_tokens
+
+
+SCRIPTED_RUN = (*SHORT, "--output-tokens", "5", "--input-tokens", "64", "--stages", "2,4",
+                "--stage-duration", "2", "--kv-capacity-tokens", "1000000")
+
+
+def test_scripted_faults_each_in_their_category_with_exact_counts_and_tokens(tmp_path):
+    server = ScriptedServer()
+    with raw_server(server) as url:
+        run = run_locust_coop(url, tmp_path / "res", *SCRIPTED_RUN, "--csv", str(tmp_path / "locust"))
+    assert run.code == errors.EXIT_FAILURES, run.stderr[-3000:]
+    failures, ok, failed_tokens = server.expected()
+    assert min(server.served.values()) >= 2 and set(server.served) == set(SCRIPT)  # every case ran
+    t = run.summary["totals"]
+    assert t["errors"] == failures
+    assert dict(locust_failures(tmp_path / "locust")) == failures
+    assert t["requests"] == ok and t["output_tokens"] == 5 * ok
+    assert t["failed_output_tokens"] == failed_tokens
+    assert run.summary["run"]["stop_reason"] == "completed"
+    assert [s["concurrency"] for s in run.summary["stages"]] == [2, 4]
+
+
+# -- 3. the server dies mid-run and comes back ---------------------------------------------------------
+def test_server_killed_mid_run_and_restarted_the_run_carries_on(tmp_path):
+    port = free_port()
+    sim_args = ("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5", "--port", str(port))
+    results = tmp_path / "res"
+    sim = running_sim(*sim_args)
+    first = sim.__enter__()
+    proc = subprocess.Popen(
+        locust_cmd(first.url, "--results-dir", str(results), *SHORT, "--output-tokens", str(OUT),
+                   "--stages", "2,4", "--stage-duration", "5"),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:  # stage 0 ramps ~2 s after start; kill it inside its window
+            if "stage 0 C=2: ramp" in line:
+                break
+        time.sleep(2.5)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        time.sleep(1.0)
+        with running_sim(*sim_args) as second:
+            assert second.url == first.url
+            err = proc.stderr.read()
+            code = proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        sim.__exit__(None, None, None)
+    assert code == errors.EXIT_FAILURES, err[-3000:]
+    s = json_summary(results)
+    assert s["run"]["stop_reason"] == "completed"
+    assert [st["concurrency"] for st in s["stages"]] == [2, 4]
+    lost = s["totals"]["errors"]
+    assert set(lost) <= {errors.CONNECTION_RESET, errors.CONNECT_FAILED} and lost, lost
+    # While it is down, users back off (0.05 s doubling to 1 s), not thousands of refusals a second.
+    assert lost.get(errors.CONNECT_FAILED, 0) <= 40, lost
+    assert s["stages"][1]["requests"] > 0 and s["stages"][1]["error_count"] == 0  # after the restart
+    assert "Traceback" not in err
+
+
+def json_summary(results: Path) -> dict:
+    return orjson.loads((results / "summary.json").read_bytes())
+
+
+# -- 4. not an OpenAI-compatible server ------------------------------------------------------------------
+def _html_everywhere(sock) -> None:
+    while read_request(sock):
+        body = b"<html><body>hello</body></html>"
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
+
+
+@pytest.mark.parametrize("extra", [(), ("--model", "m")], ids=["discover-model", "model-given"])
+def test_a_server_that_is_not_openai_compatible_stops_the_run_with_one_clear_message(tmp_path, extra):
+    with raw_server(_html_everywhere) as url:
+        run = run_locust_coop(url, tmp_path / "res", *SHORT, "--stages", "2",
+                              "--kv-capacity-tokens", "1000000", *extra, timeout_s=60)
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
+    lines = [ln for ln in run.stderr.splitlines() if "OpenAI-compatible" in ln]
+    assert len(lines) == 1 and url in lines[0], run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    s = run.summary
+    assert s["run"]["stop_reason"] == "error" and s["run"]["exit_code"] == errors.EXIT_SERVER_UNUSABLE
+    requests, _ = locust_totals_from_output(run.stderr + run.stdout)
+    assert requests <= 4  # stopped at the first answers, not a flood of failures
+
+
+def locust_totals_from_output(text: str) -> tuple[int, int]:
+    """(requests, failures) from the last 'Aggregated' line Locust printed."""
+    line = [ln for ln in text.splitlines() if ln.strip().startswith("Aggregated")][-1]
+    m = re.search(r"Aggregated\s+(\d+)\s+(\d+)", line)
+    return int(m.group(1)), int(m.group(2))

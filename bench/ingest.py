@@ -17,6 +17,7 @@ histogram) plus the Prometheus exporter, scraped every 5 s like Prometheus would
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 import time
@@ -29,6 +30,11 @@ from locustproc import BenchLocust, Sampler  # noqa: E402
 TARGET_PER_CORE = 200_000
 TARGET_TOTAL = 110_000
 TARGET_TTFT_P50_S = 0.005
+
+
+def gauge(text: str, name: str) -> float | None:
+    m = re.search(rf"^{name}{{[^}}]*}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def window_cpu(samples: list[dict], lo: float, hi: float) -> tuple[float, float]:
@@ -72,20 +78,31 @@ def run_one(url: str, processes: int, concurrency: int, duration_s: float, workd
         "ttft_p50_s": stage["ttft_p50_s"], "ttft_p99_s": stage["ttft_p99_s"],
         "itl_p50_s": stage["itl_p50_s"], "requests": stage["requests"], "errors": stage["error_count"],
         "health": stage.get("client"), "flags": stage["flags"], "scrapes": len(scraped),
+        # the exporter's live self-check gauges, the highest value any scrape saw
+        "gauge_cpu_max": max((gauge(t, "llm_loadgen_client_cpu_percent") or 0 for t, _ in scraped), default=None),
+        "gauge_lag_max_s": max((gauge(t, "llm_loadgen_client_loop_lag_seconds") or 0 for t, _ in scraped),
+                               default=None),
         "scrape_s_max": max((s[1] for s in scraped), default=None),
     }
 
 
 def print_rows(rows: list[dict]) -> None:
     print(f"{'procs':>5} {'C':>4} {'tokens/s':>9} {'client CPU':>10} {'tokens/CPU-s':>12} "
-          f"{'TTFT p50':>9} {'TTFT p99':>9} {'self-check':>30}")
+          f"{'TTFT p50':>9} {'TTFT p99':>9} {'self-check (summary.json)':>32} {'exporter gauges (max)':>24}")
     for r in rows:
         h = r["health"] or {}
         check = (f"cpu {h.get('cpu_percent')}% lag99 {_ms(h.get('loop_lag_p99_s'))}"
                  f"{' BOUND' if 'client_bound' in r['flags'] else ''}")
         print(f"{r['processes'] or 1:>5} {r['concurrency']:>4} {r['tokens_per_s']:>9,.0f} "
               f"{r['client_cpu_percent']:>9.0f}% {r['tokens_per_cpu_s']:>12,.0f} "
-              f"{_ms(r['ttft_p50_s']):>9} {_ms(r['ttft_p99_s']):>9} {check:>30}", flush=True)
+              f"{_ms(r['ttft_p50_s']):>9} {_ms(r['ttft_p99_s']):>9} {check:>32} "
+              f"{_gauges(r):>24}", flush=True)
+
+
+def _gauges(r: dict) -> str:
+    if r["gauge_cpu_max"] is None:
+        return "no scrape"
+    return f"cpu {r['gauge_cpu_max']:.0f}% lag {_ms(r['gauge_lag_max_s'])}"
 
 
 def _ms(v: float | None) -> str:

@@ -1,0 +1,104 @@
+"""(b) Fidelity: reported TTFT and per-token ITL against the simulator's known answer, at scale.
+
+The simulator's ``fixed`` model sends the first chunk ``--ttft-ms`` after the request and then one
+chunk of ``tokens_per_chunk`` tokens every ``tokens_per_chunk × --itl-ms``; so the truth is
+TTFT = ttft_ms and per-token ITL = itl_ms for every request and token (p50 = p99 = the value).
+One locust run, one stage per concurrency (default 256 and 1024 streams). Figures per stage:
+
+- error = reported − truth, in ms and as a percentage of the truth, for TTFT p50/p99 and
+  per-token ITL p50/p99 (summary.json)
+- the client's self-check (CPU %, loop-lag p99, ``client_bound``) next to it, to see whether the
+  flag goes up when the error does
+- simulator overruns (``llmsim_step_overruns_total`` / ``llmsim_steps_total`` over the run): when
+  non-zero the simulator itself was late and part of the error is not the client's
+
+    .venv/bin/python bench/fidelity.py [--stages 256,1024] [--tokens-per-chunk 1,4] [--processes N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from locustproc import BenchLocust  # noqa: E402
+from simtools import sim_counters  # noqa: E402
+
+from loadgen.sim.launch import running_sim  # noqa: E402
+
+TTFT_MS, ITL_MS = 200.0, 20.0
+INPUT_TOKENS, OUTPUT_TOKENS = 256, 200
+
+
+def run_stage(concurrency: int, tokens_per_chunk: int, workdir: Path, duration_s: float,
+              processes: int = 0) -> dict:
+    sim_args = ("--preset", "fixed", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS),
+                "--tokens-per-chunk", str(tokens_per_chunk), "--kv-tokens", "100000000",
+                "--max-running", "100000")
+    ramp_s, warmup_s = 5, 8
+    with running_sim(*sim_args) as sim:
+        before = sim_counters(sim.url)
+        run = BenchLocust(sim.url, workdir / f"c{concurrency}-tpc{tokens_per_chunk}",
+                          "--stages", str(concurrency), "--ramp", str(ramp_s), "--warmup", str(warmup_s),
+                          "--stage-duration", str(duration_s), "--input-tokens", str(INPUT_TOKENS),
+                          "--output-tokens", str(OUTPUT_TOKENS), processes=processes)
+        try:
+            code = run.wait(ramp_s + warmup_s + duration_s + 120)
+        except BaseException:
+            run.kill()
+            raise
+        after = sim_counters(sim.url)
+    if code != 0:
+        raise RuntimeError(f"locust exited {code}:\n{run.stderr()[-3000:]}")
+    (stage,) = run.summary["stages"]
+    return {"stage": stage, "tokens_per_chunk": tokens_per_chunk, "processes": processes,
+            "sim_steps": after["steps"] - before["steps"], "sim_overruns": after["overruns"] - before["overruns"]}
+
+
+def _err(reported: float | None, truth_ms: float) -> str:
+    if reported is None:
+        return "-"
+    e = reported * 1000.0 - truth_ms
+    return f"{e:+7.2f}ms {100 * e / truth_ms:+6.1f}%"
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"truth: TTFT {TTFT_MS:.0f} ms, per-token ITL {ITL_MS:.0f} ms; error = reported - truth")
+    print(f"{'C':>5} {'procs':>5} {'tok/chunk':>9} {'tokens/s':>9} {'TTFT p50 err':>17} {'TTFT p99 err':>17} "
+          f"{'ITL p50 err':>17} {'ITL p99 err':>17} {'client':>24} {'sim overruns':>13}")
+    for r in rows:
+        s = r["stage"]
+        c = s.get("client") or {}
+        lag = c.get("loop_lag_p99_s")
+        check = (f"{c.get('cpu_percent')}% lag99 {lag * 1000:.1f}ms" if lag is not None else "-") + (
+            " BOUND" if "client_bound" in s["flags"] else "")
+        print(f"{s['concurrency']:>5} {r['processes'] or 1:>5} {r['tokens_per_chunk']:>9} {s['output_tokens_per_s'] or 0:>9,.0f} "
+              f"{_err(s['ttft_p50_s'], TTFT_MS):>17} {_err(s['ttft_p99_s'], TTFT_MS):>17} "
+              f"{_err(s['itl_p50_s'], ITL_MS):>17} {_err(s['itl_p99_s'], ITL_MS):>17} {check:>24} "
+              f"{r['sim_overruns']:>6.0f}/{r['sim_steps']:<6.0f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stages", default="256,1024")
+    ap.add_argument("--tokens-per-chunk", default="1,4",
+                    help="per stage (comma-separated, last repeats): 4 at 1024 streams keeps the chunk "
+                         "rate at 12.8k/s, which one client core and the simulator can both sustain")
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--processes", type=int, default=0, help="locust --processes (0: one process)")
+    args = ap.parse_args(argv)
+    stages = [int(x) for x in args.stages.split(",")]
+    tpcs = [int(x) for x in args.tokens_per_chunk.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-fidelity-") as tmp:
+        for i, c in enumerate(stages):
+            rows.append(run_stage(c, tpcs[min(i, len(tpcs) - 1)], Path(tmp), args.duration, args.processes))
+    print_rows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

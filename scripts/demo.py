@@ -1,4 +1,4 @@
-"""`make demo`: the seeds' sweep against the seeds' simulated server, in about two minutes.
+"""`make demo`: the seeds' sweep against the seeds' simulated server, in about three minutes.
 
 Starts the simulator with the Qwen3.5-397B / 8-GPU preset (1,570,000 KV tokens, SGLang flavor)
 sped up by a time scale, runs `locust --headless -f locustfile.py` with the seeds' scenario

@@ -56,6 +56,7 @@ class Runtime:
         self.workers_seen: set[str] = set()
         self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
         self.fatal_sent = False
+        self.cancelled: dict[int | None, int] = {}  # requests killed mid-flight by stage (this process)
 
     # -- role ------------------------------------------------------------------------------------
     @property

@@ -170,7 +170,7 @@ class Session:
             self.guard_state["warned"].append(d.concurrency)
         self.last_decision = d
 
-    def _finalize(self, k: int, forced: bool) -> None:
+    def _finalize(self, k: int, forced: bool, flag: str = "drain_timeout") -> None:
         rt, sc = self.rt, self.rt.scenario
         info = self.stage_info[k]
         stats = rt.collector.stages.get(k)
@@ -195,8 +195,9 @@ class Session:
         ):
             flags.append("client_bound")
         if forced:
-            row["unfinished_requests"] = rt.inflight(k)
-            flags.append("drain_timeout")
+            # still running, or already killed by the stop (Locust stops users before `quitting`)
+            row["unfinished_requests"] = rt.inflight(k) + rt.cancelled.get(k, 0)
+            flags.append(flag)
         if info.get("lost_requests"):
             row["lost_requests"] = info["lost_requests"]
         if info.get("users") is not None and info["users"] < info["concurrency"]:
@@ -275,6 +276,12 @@ class Session:
             self.watch.stop()
         if self.exporter is not None:
             self.exporter.stop()
+        # A stage whose window closed but whose last requests were still running when the run was
+        # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
+        written = {r["index"] for r in self.rows}
+        for k, info in sorted(self.stage_info.items()):
+            if "window_s" in info and k not in written:
+                self._finalize(k, forced=True, flag=self.stop_reason)
         self.write(final=False)
         if self.rows:
             say(format_stage_table(self.rows, self.knee()))

@@ -138,6 +138,9 @@ class LLMUser(User):
         record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
         try:
             result, nbytes = self.client.stream(self.path, body, record, on_tokens=rt.on_tokens)
+        except gevent.GreenletExit:  # the user was stopped mid-request (Ctrl-C, drain timeout)
+            rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
+            raise
         finally:
             collector.request_finished(stage)
         collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)

@@ -86,6 +86,10 @@ class Session:
             if rt._model is None:
                 if exc.kind == errors.NOT_OPENAI:
                     self.fatal(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, exc.detail))
+                elif exc.detail.startswith(("HTTP 401", "HTTP 403")):
+                    where = f"the environment variable {sc.api_key_env}" if sc.api_key_env else "api_key_env"
+                    self.fatal(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the request (GET /v1/models: "
+                               f"{exc.detail}); check the API key in {where}")
                 else:
                     self.fatal(errors.EXIT_SERVER_UNUSABLE, str(exc))
                 return False

@@ -255,7 +255,8 @@ MODELS = orjson.dumps({"object": "list", "data": [{"id": "scripted", "object": "
 class ScriptedServer:
     """Answers POST /v1/completions with SCRIPT's cases in turn; counts what it sent.
 
-    Also answers GET /v1/models; anything else gets a 404. Records every request's headers.
+    A case's bytes may be a function of the request head. Other paths: ``respond`` (GET
+    /v1/models answers one model, anything else a 404). Records every request's head.
     """
 
     def __init__(self, script: dict = SCRIPT):
@@ -277,14 +278,17 @@ class ScriptedServer:
                 name = next(self.cases)
                 data, keep, _, _ = self.script[name]
                 self.served[name] += 1
-                sock.sendall(data)
+                sock.sendall(data(head) if callable(data) else data)
                 if not keep:
                     return
-            elif path == b"/v1/models":
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(MODELS), MODELS))
             else:
-                sock.sendall(_status(404, "not here"))
+                sock.sendall(self.respond(path, head))
+
+    def respond(self, path: bytes, head: bytes) -> bytes:
+        if path == b"/v1/models":
+            return (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(MODELS), MODELS))
+        return _status(404, "not here")
 
     def expected(self) -> tuple[dict, int, int]:
         """(failures by category, complete requests, tokens received by failed requests)."""
@@ -392,3 +396,54 @@ def locust_totals_from_output(text: str) -> tuple[int, int]:
     line = [ln for ln in text.splitlines() if ln.strip().startswith("Aggregated")][-1]
     m = re.search(r"Aggregated\s+(\d+)\s+(\d+)", line)
     return int(m.group(1)), int(m.group(2))
+
+
+# -- 5. the client on its own: a kept-alive connection the server closed ------------------------------
+def _ok_response() -> bytes:
+    return SCRIPT["ok"][0]
+
+
+def test_a_reused_connection_found_closed_is_retried_once_on_a_new_one():
+    """The server ends a complete response, then drops the connection when the next request comes
+    (what a keep-alive race with the server's FIN looks like): that request is sent again, once."""
+    from loadgen.client import StreamClient
+    from loadgen.records import RequestRecord
+
+    connections = []
+
+    def handler(sock):
+        connections.append(sock)
+        read_request(sock)
+        sock.sendall(_ok_response())
+        read_request(sock)  # the next request on this connection: no answer, just close
+
+    with raw_server(handler) as url:
+        client = StreamClient(url, read_timeout_s=5)
+        try:
+            results = [client.stream("/v1/completions", b"{}", RequestRecord(time.perf_counter(), 5,
+                                                                             "completions"))[0]
+                       for _ in range(3)]
+        finally:
+            client.close()
+    assert [r.ok for r in results] == [True, True, True]
+    assert len(connections) == 3  # each second request on a connection went to a new one
+
+
+def test_a_new_connection_closed_before_any_answer_is_a_reset_not_a_retry():
+    from loadgen.client import StreamClient
+    from loadgen.records import RequestRecord
+
+    connections = []
+
+    def handler(sock):
+        connections.append(sock)
+        read_request(sock)  # read it, answer nothing, close
+
+    with raw_server(handler) as url:
+        client = StreamClient(url, read_timeout_s=5)
+        try:
+            result, _ = client.stream("/v1/completions", b"{}", RequestRecord(time.perf_counter(), 5,
+                                                                               "completions"))
+        finally:
+            client.close()
+    assert result.error_kind == errors.CONNECTION_RESET and len(connections) == 1

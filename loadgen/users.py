@@ -124,7 +124,7 @@ class LLMUser(User):
     @task
     def generate(self) -> None:
         rt = self.rt
-        if rt.kind in IDLE_KINDS:
+        if rt.kind in IDLE_KINDS or rt.fatal_sent:  # a fatal error: the run is stopping, send no more
             gevent.sleep(0.2)
             return
         if self.model is None or self.prompts is None:

@@ -11,6 +11,10 @@ One locust run, one stage per concurrency (default 256 and 1024 streams). Figure
   flag goes up when the error does
 - simulator overruns (``llmsim_step_overruns_total`` / ``llmsim_steps_total`` over the run): when
   non-zero the simulator itself was late and part of the error is not the client's
+- a reference row per stage: bench/refclient.py (raw sockets, no Locust, no histograms) against a
+  fresh simulator under the same load. What it sees late is the simulator's and the machine's
+  share; our error minus the reference's is what our client adds. Per-token ITL of the reference
+  = chunk gap / tokens per chunk.
 
     .venv/bin/python bench/fidelity.py [--stages 256,1024] [--tokens-per-chunk 1,4] [--processes N]
 """
@@ -18,6 +22,8 @@ One locust run, one stage per concurrency (default 256 and 1024 streams). Figure
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -54,8 +60,25 @@ def run_stage(concurrency: int, tokens_per_chunk: int, workdir: Path, duration_s
     if code != 0:
         raise RuntimeError(f"locust exited {code}:\n{run.stderr()[-3000:]}")
     (stage,) = run.summary["stages"]
-    return {"stage": stage, "tokens_per_chunk": tokens_per_chunk, "processes": processes,
+    with running_sim(*sim_args) as sim:
+        ref = reference(sim.url, concurrency, ramp_s + warmup_s, duration_s)
+    return {"stage": stage, "reference": ref, "tokens_per_chunk": tokens_per_chunk, "processes": processes,
             "sim_steps": after["steps"] - before["steps"], "sim_overruns": after["overruns"] - before["overruns"]}
+
+
+def reference(url: str, streams: int, warmup_s: float, duration_s: float) -> dict:
+    """bench/refclient.py in its own process, same load and timing as the locust stage."""
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "refclient.py"), url,
+                          "--streams", str(streams), "--seconds", str(warmup_s + duration_s), "--warmup",
+                          str(warmup_s), "--tokens", str(OUTPUT_TOKENS), "--input-tokens", str(INPUT_TOKENS)],
+                         capture_output=True, text=True, timeout=warmup_s + duration_s + 180)
+    if out.returncode != 0:
+        raise RuntimeError(f"refclient failed ({out.returncode}): {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _per(v: float | None, n: int) -> float | None:
+    return None if v is None else v / n
 
 
 def _err(reported: float | None, truth_ms: float) -> str:
@@ -66,19 +89,25 @@ def _err(reported: float | None, truth_ms: float) -> str:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"truth: TTFT {TTFT_MS:.0f} ms, per-token ITL {ITL_MS:.0f} ms; error = reported - truth")
-    print(f"{'C':>5} {'procs':>5} {'tok/chunk':>9} {'tokens/s':>9} {'TTFT p50 err':>17} {'TTFT p99 err':>17} "
-          f"{'ITL p50 err':>17} {'ITL p99 err':>17} {'client':>24} {'sim overruns':>13}")
+    print(f"truth: TTFT {TTFT_MS:.0f} ms, per-token ITL {ITL_MS:.0f} ms; error = reported - truth; "
+          "ref = bench/refclient.py on a fresh simulator under the same load")
+    print(f"{'C':>5} {'client':>6} {'procs':>5} {'tok/chunk':>9} {'tokens/s':>9} {'TTFT p50 err':>17} "
+          f"{'TTFT p99 err':>17} {'ITL p50 err':>17} {'ITL p99 err':>17} {'self-check':>24} {'sim overruns':>13}")
     for r in rows:
-        s = r["stage"]
+        s, ref, tpc = r["stage"], r["reference"], r["tokens_per_chunk"]
         c = s.get("client") or {}
         lag = c.get("loop_lag_p99_s")
         check = (f"{c.get('cpu_percent')}% lag99 {lag * 1000:.1f}ms" if lag is not None else "-") + (
             " BOUND" if "client_bound" in s["flags"] else "")
-        print(f"{s['concurrency']:>5} {r['processes'] or 1:>5} {r['tokens_per_chunk']:>9} {s['output_tokens_per_s'] or 0:>9,.0f} "
+        print(f"{s['concurrency']:>5} {'ours':>6} {r['processes'] or 1:>5} {tpc:>9} "
+              f"{s['output_tokens_per_s'] or 0:>9,.0f} "
               f"{_err(s['ttft_p50_s'], TTFT_MS):>17} {_err(s['ttft_p99_s'], TTFT_MS):>17} "
               f"{_err(s['itl_p50_s'], ITL_MS):>17} {_err(s['itl_p99_s'], ITL_MS):>17} {check:>24} "
-              f"{r['sim_overruns']:>6.0f}/{r['sim_steps']:<6.0f}", flush=True)
+              f"{r['sim_overruns']:>6.0f}/{r['sim_steps']:<6.0f}")
+        print(f"{s['concurrency']:>5} {'ref':>6} {1:>5} {tpc:>9} {'':>9} "
+              f"{_err(ref['ttft_p50_s'], TTFT_MS):>17} {_err(ref['ttft_p99_s'], TTFT_MS):>17} "
+              f"{_err(_per(ref['gap_p50_s'], tpc), ITL_MS):>17} {_err(_per(ref['gap_p99_s'], tpc), ITL_MS):>17} "
+              f"{ref['cpu_percent']:>5.1f}% cpu, {ref['requests']} req", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,9 @@ Knobs, to measure what a client change would buy before anyone makes it in loadg
   waits: their first tokens are then stamped late by the sum of those turns. Yielding before the
   next read (never between a read and its timestamp) bounds one turn to about N bytes of work.
 
+- ``LLM_BENCH_SLICE_MS=X``: the same yield, decided by time instead: yield before reading again
+  when this stream has run for more than X ms since it last yielded.
+
 Everything else is exactly ``locustfile.py``.
 """
 
@@ -38,5 +41,25 @@ if os.environ.get("LLM_BENCH_YIELD_BYTES"):
         return data
 
     loadgen.client._read_available = _fair_read_available
+
+if os.environ.get("LLM_BENCH_SLICE_MS"):
+    import time
+
+    _slice_s = float(os.environ["LLM_BENCH_SLICE_MS"]) / 1000.0
+    _read_sliced = loadgen.client._read_available
+    _last_yield: dict[int, float] = {}  # id(resp) -> perf_counter() when its greenlet last yielded
+
+    def _sliced_read_available(resp) -> bytes:
+        key, now = id(resp), time.perf_counter()
+        last = _last_yield.setdefault(key, now)
+        if now - last > _slice_s:
+            gevent.sleep(0)
+            _last_yield[key] = time.perf_counter()
+        data = _read_sliced(resp)
+        if not data:
+            _last_yield.pop(key, None)
+        return data
+
+    loadgen.client._read_available = _sliced_read_available
 
 from locustfile import *  # noqa: E402,F401,F403

@@ -75,6 +75,25 @@ def is_client_bound(summary: dict, cpu_percent_max: float, loop_lag_p99_s_max: f
     return cpu >= cpu_percent_max or lag >= loop_lag_p99_s_max
 
 
+def worst_of(summaries: list[dict]) -> dict:
+    """Combine the ``StageHealth.summary()`` of several processes into one judged by the worst.
+
+    Each field is the maximum over the processes *separately* (highest CPU %, highest lag p50,
+    highest lag p99), plus ``processes``: a process with a long lag but little CPU (descheduled
+    by the OS, one hogging greenlet) must not hide behind another with more CPU and no lag.
+    Empty input: every field None, ``processes`` 0.
+    """
+    if not summaries:
+        return {"cpu_percent": None, "loop_lag_p50_s": None, "loop_lag_p99_s": None, "processes": 0}
+
+    def top(field: str):
+        values = [s[field] for s in summaries if s.get(field) is not None]
+        return max(values) if values else None
+
+    return {"cpu_percent": top("cpu_percent"), "loop_lag_p50_s": top("loop_lag_p50_s"),
+            "loop_lag_p99_s": top("loop_lag_p99_s"), "processes": len(summaries)}
+
+
 class HealthMonitor:
     """Samples loop lag and CPU into per-stage buckets; ``key()`` says which stage is current.
 

@@ -241,7 +241,8 @@ def register_options(parser: Any) -> None:
         if kind is bool:
             add(flag, action="store_true", default=False, help=f"{text} [{dotted}]")
         elif isinstance(kind, tuple):
-            add(flag, choices=kind, default=None, help=f"{text} [{dotted}]")
+            # no argparse `choices`: a bad value gets our one-line error naming the fix
+            add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
         else:
             add(flag, default=None, metavar=_dest(flag).upper(), help=f"{text} [{dotted}]")
     add(

@@ -146,19 +146,30 @@ class Session:
             if self.watch:
                 self.watch.begin_stage(ev.stage)
         elif ev.kind == "window_close":
-            info = self.stage_info[ev.stage]
-            info["window_s"] = ev.data["t"] - info["open_t"]
-            info["users"] = ev.data["users"]
             self.close_seq[ev.stage] = rt.phase_seq + 1  # the next phase's seq
-            if self.watch:
-                info["server"] = self.watch.end_stage(ev.stage)
         elif ev.kind == "final":
             self._finalize(ev.stage, forced=ev.data.get("forced", False))
         elif ev.kind == "done":
             self.stop_reason = ev.data["reason"]
-            if self.stop_reason == "guard_abort":
+            if self.stop_reason in ("guard_abort", "server_over_capacity"):
                 self.exit_code = errors.EXIT_GUARD_ABORT
             self.finished_run = True
+
+    def close_window(self, k: int, t: float, users: int) -> str | None:
+        """A stage's window just closed: record it, read the server watch, and say whether the
+        sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity)."""
+        info = self.stage_info[k]
+        info["window_s"] = t - info["open_t"]
+        info["users"] = users
+        if not self.watch:
+            return None
+        server = info["server"] = self.watch.end_stage(k)
+        if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
+            say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
+                f"(C={info['concurrency']}: preemptions {server.get('preemptions')}, queued polls "
+                f"{server.get('queued_polls_max')}); stopping the sweep (guard.abort_on_over_capacity)")
+            return "server_over_capacity"
+        return None
 
     def _on_guard(self, ev) -> None:
         d = ev.data["decision"]
@@ -213,6 +224,15 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header())
         say(format_stage_row(row))
+        mismatch = row.get("token_mismatch") or {}
+        if mismatch.get("input") or mismatch.get("output"):
+            say(f"llm-loadgen: warning: stage {k}: {mismatch.get('input', 0)} of {row['requests']} requests "
+                f"had a prompt other than {sc.input_tokens} tokens and {mismatch.get('output', 0)} an "
+                f"output other than {sc.output_tokens} (does the server honour min_tokens/ignore_eos? "
+                "chat: a template that varies?)")
+        if mismatch.get("estimated"):
+            say(f"llm-loadgen: warning: stage {k}: {mismatch['estimated']} requests came without usage; "
+                "their token counts are counted chunks (stream_options.include_usage ignored?)")
         if "client_bound" in flags:
             say(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {client['cpu_percent']}%, loop lag p99 "
                 f"{client['loop_lag_p99_s']} s): its TTFT/ITL include client delays; add workers "

@@ -28,6 +28,7 @@ class SweepShape(LoadTestShape):
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
+            stop_after=rt.session.close_window,
             decide=rt.session.decide,
         )
 

@@ -62,12 +62,15 @@ class SweepPlan:
 
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
                  min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
-                 turnover: bool = False, max_warmup_s: float = float("inf")):
+                 turnover: bool = False, max_warmup_s: float = float("inf"),
+                 stop_after: Callable[[int, float, int], str | None] | None = None):
         self.concurrencies = list(concurrencies)
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
         self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
         self.decide = decide
         self.turnover, self.max_warmup_s = turnover, max_warmup_s
+        # stop_after(stage, t, users) at each window close: a reason to end the sweep, or None
+        self.stop_after = stop_after
         self.finished_mark = 0  # run-wide finished count when this stage's ramp / window began
         self.index = -1  # stage index (position in the sweep); -1 before the first
         self.kind: str | None = None
@@ -134,7 +137,12 @@ class SweepPlan:
             if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
                 events.append(Event("window_close", self.index, {"t": now, "users": obs.users}))
                 self.pending.append(self.index)
-                self._next_stage(now, events)
+                reason = self.stop_after(self.index, now, obs.users) if self.stop_after else None
+                if reason:
+                    self.exit_reason = reason
+                    self._enter(DRAIN, now, events)
+                else:
+                    self._next_stage(now, events)
         if self.kind == DRAIN:
             timed_out = now - self.since >= self.drain_s
             self._finalize_ready(obs, events, force=timed_out)

@@ -504,10 +504,10 @@ def test_bad_cli_values_name_the_option(args, key, value):
     assert message.startswith(f"{key}: ") and f"got {value}" in message, message
 
 
-def test_choice_options_are_checked_by_the_parser(capsys):
-    with pytest.raises(SystemExit) as info:
-        _parse(["--guard-action", "stop"])
-    assert info.value.code == 2 and "invalid choice" in capsys.readouterr().err
+def test_choice_options_get_our_one_line_error_not_argparse_usage():
+    with pytest.raises(ConfigError) as info:
+        scenario_from_options(_parse(["--guard-action", "stop"]))
+    assert str(info.value).startswith("guard.action (from --guard-action)") and "'stop'" in str(info.value)
 
 
 def test_typed_values_relayed_by_a_master_are_accepted():

@@ -65,6 +65,20 @@ def test_live_watch_flags_a_stage_where_the_server_preempts(tmp_path):
     assert high["server"]["preemptions"] > 0 or high["server"]["queued_polls_max"] >= 2
 
 
+def test_abort_on_over_capacity_stops_after_the_stage_that_preempted(tmp_path):
+    with running_sim("--preset", "llama8b-1gpu-vllm", "--time-scale", "5") as sim:
+        run = run_locust(sim.url, tmp_path / "abort", "--scenario", "config/smoke.yaml",
+                         "--input-tokens", "1000", "--output-tokens", "1000", "--stages", "8,128,256",
+                         "--warmup", "3", "--stage-duration", "6", "--guard-action", "warn",
+                         "--set", "guard.watch_interval_s=0.5", "--set", "guard.abort_on_over_capacity=true",
+                         "--set", "stages.drain_s=5")
+    assert run.code == EXIT_GUARD_ABORT, run.stderr[-3000:]
+    s = run.summary
+    assert s["run"]["stop_reason"] == "server_over_capacity"
+    assert [st["concurrency"] for st in s["stages"]] == [8, 128]
+    assert "server_over_capacity" in s["stages"][1]["flags"]
+
+
 def test_chat_prompts_are_calibrated_to_exactly_n_input_tokens(tmp_path):
     with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as sim:
         run = run_locust(sim.url, tmp_path / "chat", "--scenario", "config/smoke.yaml",

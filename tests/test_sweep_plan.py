@@ -185,3 +185,13 @@ def test_turnover_window_lasts_until_c_requests_finished_inside_it():
     (t_open,) = [t for t, ev in events if ev.kind == "window_open"]
     (t_close,) = [t for t, ev in events if ev.kind == "window_close"]
     assert (t_open, t_close) == (20, 40)  # one whole cycle, though duration_s is 5
+
+
+def test_stop_after_a_window_ends_the_sweep_there_and_finishes_its_rows():
+    fake = FakeRun()
+    p = plan(fake, [1, 2, 4], stop_after=lambda k, t, users: "server_over_capacity" if k == 1 else None)
+    events = fake.run(p)
+    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    assert ramps == [1, 2]
+    assert [ev.stage for ev in kinds(events, "final")] == [0, 1]
+    assert kinds(events, "done")[0].data["reason"] == "server_over_capacity"

@@ -12,7 +12,15 @@ import pytest
 from loadgen import errors
 from loadgen.client import StreamClient
 from loadgen.records import RequestRecord
-from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request, stream_tokens
+from tests.rawserver import (
+    SSE_HEADERS,
+    chunk,
+    completion_chunk,
+    event,
+    raw_server,
+    read_request,
+    stream_tokens,
+)
 
 
 def run_stream(url, read_timeout_s=5.0, expected=5):

@@ -85,6 +85,8 @@ def soak(minutes: float, time_scale: float, users: int, scrape_s: float, workdir
         "requests_per_sim_hour": stage["requests"] / sim_hours, "errors": stage["error_count"],
         "rss_start_mb": inside[0]["rss"], "rss_end_mb": inside[-1]["rss"],
         "rss_mb_per_sim_hour": slope(hours, [s["rss"] for s in inside]),
+        # the same over the second half only: a slope that shrinks is warm-up, one that holds is a leak
+        "rss_mb_per_sim_hour_late": slope(hours[len(hours) // 2:], [s["rss"] for s in inside[len(hours) // 2:]]),
         "series_start": inside[0]["series"], "series_end": inside[-1]["series"],
         "series_per_sim_hour": slope(hours, [s["series"] for s in inside]),
         "scrape_ms_start": inside[0]["scrape_s"] * 1000, "scrape_ms_end": inside[-1]["scrape_s"] * 1000,
@@ -99,7 +101,8 @@ def print_result(r: dict) -> None:
           f"{r['errors']} errors, {r['samples']} samples")
     per_k = r["rss_mb_per_sim_hour"] / r["requests_per_sim_hour"] * 1e6 if r["requests_per_sim_hour"] else 0
     print(f"  RSS    {r['rss_start_mb']:.1f} -> {r['rss_end_mb']:.1f} MB   slope {r['rss_mb_per_sim_hour']:+.2f} "
-          f"MB per simulated h ({per_k:+.1f} KB per 1000 requests)")
+          f"MB per simulated h ({per_k:+.1f} KB per 1000 requests); second half "
+          f"{r['rss_mb_per_sim_hour_late']:+.2f} MB per simulated h")
     print(f"  series {r['series_start']} -> {r['series_end']}   slope {r['series_per_sim_hour']:+.2f} "
           f"per simulated h")
     print(f"  scrape {r['scrape_ms_start']:.1f} -> {r['scrape_ms_end']:.1f} ms (max {r['scrape_ms_max']:.1f} ms)"

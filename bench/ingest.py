@@ -11,7 +11,11 @@ histogram) plus the Prometheus exporter, scraped every 5 s like Prometheus would
 - tokens per client CPU-second = output tokens/s / (client CPU % / 100)
 - reported TTFT p50/p99 (summary.json); the truth is ~0: nginx sends the stream with its headers
 
-    .venv/bin/python bench/ingest.py [--processes 0,2] [--duration 20] [--concurrency 16]
+Variants: ``default`` is ``locustfile.py`` as shipped (the targets apply to it); ``fair`` is
+bench/tuned_locustfile.py with 32 KB reads and a yield to the other streams after every full read
+(a candidate client change, measured here before anyone makes it in loadgen/client.py).
+
+    .venv/bin/python bench/ingest.py [--processes 0,2] [--variants default,fair] [--duration 20]
 """
 
 from __future__ import annotations
@@ -45,14 +49,21 @@ def window_cpu(samples: list[dict], lo: float, hi: float) -> tuple[float, float]
     return inside[-1]["cpu_s"] - inside[0]["cpu_s"], inside[-1]["t"] - inside[0]["t"]
 
 
+VARIANTS = {
+    "default": ("locustfile.py", {}),
+    "fair": ("bench/tuned_locustfile.py", {"LLM_BENCH_RECV_BYTES": "32768", "LLM_BENCH_YIELD_BYTES": "16384"}),
+}
+
+
 def run_one(url: str, processes: int, concurrency: int, duration_s: float, workdir: Path,
-            extra: tuple[str, ...] = (), locustfile: str = "locustfile.py") -> dict:
+            extra: tuple[str, ...] = (), locustfile: str = "locustfile.py", env: dict | None = None,
+            variant: str = "default") -> dict:
     ramp_s, warmup_s = 1, 3
-    run = BenchLocust(url, workdir / f"p{processes}", "--stages", str(concurrency), "--ramp", str(ramp_s),
+    run = BenchLocust(url, workdir / f"{variant}-p{processes}", "--stages", str(concurrency), "--ramp", str(ramp_s),
                       "--warmup", str(warmup_s), "--stage-duration", str(duration_s),
                       "--input-tokens", "1000", "--output-tokens", "1000",
                       "--kv-capacity-tokens", "1000000000", *extra,
-                      processes=processes, exporter_port=free_port(), locustfile=locustfile)
+                      processes=processes, exporter_port=free_port(), locustfile=locustfile, env=env)
     cpu = Sampler(run.sample, 0.5)
     scrapes = Sampler(run.scrape, 5.0)
     try:
@@ -73,7 +84,7 @@ def run_one(url: str, processes: int, concurrency: int, duration_s: float, workd
     cpu_pct = 100.0 * d_cpu / d_wall
     tps = stage["output_tokens_per_s"]
     return {
-        "processes": processes, "concurrency": concurrency, "tokens_per_s": tps,
+        "variant": variant, "processes": processes, "concurrency": concurrency, "tokens_per_s": tps,
         "client_cpu_percent": cpu_pct, "tokens_per_cpu_s": tps / (cpu_pct / 100.0),
         "ttft_p50_s": stage["ttft_p50_s"], "ttft_p99_s": stage["ttft_p99_s"],
         "itl_p50_s": stage["itl_p50_s"], "requests": stage["requests"], "errors": stage["error_count"],
@@ -87,13 +98,13 @@ def run_one(url: str, processes: int, concurrency: int, duration_s: float, workd
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'procs':>5} {'C':>4} {'tokens/s':>9} {'client CPU':>10} {'tokens/CPU-s':>12} "
+    print(f"{'variant':>8} {'procs':>5} {'C':>4} {'tokens/s':>9} {'client CPU':>10} {'tokens/CPU-s':>12} "
           f"{'TTFT p50':>9} {'TTFT p99':>9} {'self-check (summary.json)':>32} {'exporter gauges (max)':>24}")
     for r in rows:
         h = r["health"] or {}
         check = (f"cpu {h.get('cpu_percent')}% lag99 {_ms(h.get('loop_lag_p99_s'))}"
                  f"{' BOUND' if 'client_bound' in r['flags'] else ''}")
-        print(f"{r['processes'] or 1:>5} {r['concurrency']:>4} {r['tokens_per_s']:>9,.0f} "
+        print(f"{r['variant']:>8} {r['processes'] or 1:>5} {r['concurrency']:>4} {r['tokens_per_s']:>9,.0f} "
               f"{r['client_cpu_percent']:>9.0f}% {r['tokens_per_cpu_s']:>12,.0f} "
               f"{_ms(r['ttft_p50_s']):>9} {_ms(r['ttft_p99_s']):>9} {check:>32} "
               f"{_gauges(r):>24}", flush=True)
@@ -110,7 +121,9 @@ def _ms(v: float | None) -> str:
 
 
 def verdicts(rows: list[dict]) -> list[str]:
+    """Targets, judged on the default variant (as shipped)."""
     out = []
+    rows = [r for r in rows if r.get("variant", "default") == "default"] or rows
     best_core = max(r["tokens_per_cpu_s"] for r in rows)
     best_total = max(r["tokens_per_s"] for r in rows)
     ttft = min(r["ttft_p50_s"] for r in rows)
@@ -126,6 +139,7 @@ def verdicts(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--processes", default="0,2", help="comma-separated: 0 = one process, N = --processes N")
+    ap.add_argument("--variants", default="default", help=f"comma-separated subset of {','.join(VARIANTS)}")
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--duration", type=float, default=20.0)
     args = ap.parse_args(argv)
@@ -134,9 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp, running_flood(1000, 1000) as url:
-        for p in (int(x) for x in args.processes.split(",")):
-            rows.append(run_one(url, p, args.concurrency, args.duration, Path(tmp)))
-            time.sleep(1)
+        for variant in args.variants.split(","):
+            locustfile, env = VARIANTS[variant]
+            for p in (int(x) for x in args.processes.split(",")):
+                rows.append(run_one(url, p, args.concurrency, args.duration, Path(tmp), locustfile=locustfile,
+                                    env=env, variant=variant))
+                time.sleep(1)
     print_rows(rows)
     for line in verdicts(rows):
         print(line)

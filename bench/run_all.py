@@ -4,7 +4,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
 
   datapath  bench/bench_datapath.py  SSE decode -> record -> stats, tokens per CPU-second (no I/O)
   ingest    bench/ingest.py          (a) the real locust user on an nginx flood: tokens per client
-                                     CPU-second, tokens/s with 1 and 2 processes, reported TTFT
+                                     CPU-second, tokens/s with 1 and 2 processes, reported TTFT;
+                                     as shipped and with a candidate fairness change ("fair")
   fidelity  bench/fidelity.py        (b) reported TTFT / ITL vs the simulator's known answer at
                                      256 and 1024 streams, next to the client's self-check
   memory    bench/memory.py          (c) RSS of one process with 1024 streaming users
@@ -46,7 +47,7 @@ def run_section(name: str, args) -> int:
     if name == "ingest":
         import ingest
 
-        return ingest.main(["--processes", "0,2", "--duration", "20"])
+        return ingest.main(["--processes", "0,2", "--variants", "default,fair", "--duration", "20"])
     if name == "fidelity":
         import fidelity
 

@@ -47,6 +47,7 @@ sim: install
 	$(PY) -m loadgen.sim $(ARGS)
 
 bench: install
+	@bash scripts/ensure-nginx.sh
 	$(PY) bench/run_all.py
 
 lint: install

@@ -59,7 +59,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "knee": {"threshold": 0.10},
     "exporter": {"port": 0, "host": "127.0.0.1"},
-    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.05},
+    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02},
     "results_dir": "results",
 }
 

@@ -22,7 +22,7 @@ import os
 from gevent.lock import Semaphore
 
 from loadgen.config import Scenario, scenario_from_options
-from loadgen.health import HealthMonitor, StageHealth
+from loadgen.health import HealthMonitor, StageHealth, worst_of
 from loadgen.stats import Collector, StageStats
 
 log = logging.getLogger("llm_loadgen")
@@ -248,11 +248,7 @@ class Runtime:
         if not self.is_master:  # a local run generates load in this very process
             self.merge_health("local", self.health.take_delta())
         per_worker = self.health_by_stage.get(stage, {})
-        summaries = [h.summary() for h in per_worker.values()]
-        if not summaries:
-            return {"cpu_percent": None, "loop_lag_p50_s": None, "loop_lag_p99_s": None, "processes": 0}
-        worst = max(summaries, key=lambda s: (s["cpu_percent"], s["loop_lag_p99_s"] or 0))
-        return {**worst, "processes": len(summaries)}
+        return worst_of([h.summary() for h in per_worker.values()])
 
 
 def discover_model(client) -> str:

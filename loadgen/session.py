@@ -146,7 +146,12 @@ class Session:
             if self.watch:
                 self.watch.begin_stage(ev.stage)
         elif ev.kind == "window_close":
+            info = self.stage_info[ev.stage]
+            info["window_s"] = ev.data["t"] - info["open_t"]
+            info["users"] = ev.data["users"]
             self.close_seq[ev.stage] = rt.phase_seq + 1  # the next phase's seq
+            if self.watch and "server" not in info:
+                info["server"] = self.watch.end_stage(ev.stage)
         elif ev.kind == "final":
             self._finalize(ev.stage, forced=ev.data.get("forced", False))
         elif ev.kind == "done":
@@ -156,11 +161,10 @@ class Session:
             self.finished_run = True
 
     def close_window(self, k: int, t: float, users: int) -> str | None:
-        """A stage's window just closed: record it, read the server watch, and say whether the
-        sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity)."""
+        """The plan asks as a stage's window closes: read the server watch for it, and say whether
+        the sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity).
+        The window itself is recorded by the ``window_close`` event that follows."""
         info = self.stage_info[k]
-        info["window_s"] = t - info["open_t"]
-        info["users"] = users
         if not self.watch:
             return None
         server = info["server"] = self.watch.end_stage(k)

@@ -56,7 +56,7 @@ def free_port() -> int:
 def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path) -> None:
     """A real locust run with the exporter on; long enough to outlive the queries, then stopped."""
     cmd = locust_cmd(sim_url, "--scenario", "config/smoke.yaml", "--output-tokens", "25",
-                     "--stages", "3,6", "--warmup", "2", "--stage-duration", "12",
+                     "--stages", "1,2,3,4,6", "--warmup", "2", "--stage-duration", "5",
                      "--exporter-port", str(port), "--results-dir", str(results))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -89,6 +89,7 @@ def live_prometheus(tmp_path_factory):
         assert resp["data"]["result"], f"targets not scraped: {prom.targets_health()}\n{prom.log_tail()}"
         # and some failures and stage changes have happened under load
         prom.wait_for('sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
+        prom.wait_for('min(max_over_time(llm_loadgen_stage{job="llm-loadgen"}[2m])) >= 1', timeout_s=40)
         yield prom, None
 
 

@@ -145,44 +145,51 @@ def loadgen_rows(lay: Layout) -> None:
               [(f"sum(llm_loadgen_guard_breaches_total{L})", "")])
 
 
-def server_rows(lay: Layout) -> None:
-    lay.row("Server: vLLM")
-    lay.panel("timeseries", "vLLM requests", "Running and waiting requests in the scheduler.",
-              [(f"sum(vllm:num_requests_running{S})", "running"),
-               (f"sum(vllm:num_requests_waiting{S})", "waiting")])
-    lay.panel("timeseries", "vLLM KV cache usage", "Fraction of KV cache blocks in use (0-1).",
-              [(f"max(vllm:kv_cache_usage_perc{S})", "kv usage")], "percentunit")
-    lay.panel("timeseries", "vLLM preemptions/s", "Requests preempted (KV cache full).",
-              [(rate("vllm:num_preemptions_total", S), "preemptions/s")])
-    lay.panel("timeseries", "Generation tokens/s: server vs client",
-              "Server-counted generation tokens against tokens the load generator received.",
-              [(rate("vllm:generation_tokens_total", S), "vLLM"),
-               (rate("llm_loadgen_received_output_tokens_total"), "client (live)")])
-    lay.panel("timeseries", "vLLM TTFT", "Server-side time to first token.",
-              quantiles("vllm:time_to_first_token_seconds", S, (0.5, 0.99), "server ")
-              + [(quantile(0.99, "llm_loadgen_ttft_seconds"), "client p99")], "s")
-    lay.panel("timeseries", "vLLM ITL", "Server-side inter-token latency (per engine step).",
-              quantiles("vllm:inter_token_latency_seconds", S, (0.5, 0.99), "server ")
-              + [(quantile(0.99, "llm_loadgen_itl_chunk_seconds"), "client per-chunk p99")], "s")
+# The server rows: the same panels for each engine, with that engine's own metric names.
+SERVERS = (
+    {"name": "vLLM", "running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
+     "waiting_label": "waiting", "requests_help": "Running and waiting requests in the scheduler.",
+     "usage": "vllm:kv_cache_usage_perc", "usage_title": "vLLM KV cache usage",
+     "usage_help": "Fraction of KV cache blocks in use (0-1).", "usage_label": "kv usage",
+     "evict": "vllm:num_preemptions_total", "evict_title": "vLLM preemptions/s",
+     "evict_help": "Requests preempted (KV cache full).", "evict_label": "preemptions/s",
+     "generated": "vllm:generation_tokens_total", "ttft": "vllm:time_to_first_token_seconds",
+     "itl": "vllm:inter_token_latency_seconds", "itl_help": "Server-side inter-token latency (per engine step).",
+     "client_itl": ("llm_loadgen_itl_chunk_seconds", "client per-chunk p99")},
+    {"name": "SGLang", "running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs",
+     "waiting_label": "queued", "requests_help": "Running and queued requests.",
+     "usage": "sglang:token_usage", "usage_title": "SGLang token usage",
+     "usage_help": "Fraction of KV token pool in use (0-1).", "usage_label": "token usage",
+     "evict": "sglang:num_retracted_requests_total", "evict_title": "SGLang retractions/s",
+     "evict_help": "Decode requests sent back to the queue.", "evict_label": "retracted/s",
+     "generated": "sglang:generation_tokens_total", "ttft": "sglang:time_to_first_token_seconds",
+     "itl": "sglang:inter_token_latency_seconds", "itl_help": "Server-side ITL (gap / tokens in chunk).",
+     "client_itl": ("llm_loadgen_itl_seconds", "client per-token p99")},
+)
 
-    lay.row("Server: SGLang")
-    lay.panel("timeseries", "SGLang requests", "Running and queued requests.",
-              [(f"sum(sglang:num_running_reqs{S})", "running"),
-               (f"sum(sglang:num_queue_reqs{S})", "queued")])
-    lay.panel("timeseries", "SGLang token usage", "Fraction of KV token pool in use (0-1).",
-              [(f"max(sglang:token_usage{S})", "token usage")], "percentunit")
-    lay.panel("timeseries", "SGLang retractions/s", "Decode requests sent back to the queue.",
-              [(rate("sglang:num_retracted_requests_total", S), "retracted/s")])
-    lay.panel("timeseries", "Generation tokens/s: server vs client",
-              "Server-counted generation tokens against tokens the load generator received.",
-              [(rate("sglang:generation_tokens_total", S), "SGLang"),
-               (rate("llm_loadgen_received_output_tokens_total"), "client (live)")])
-    lay.panel("timeseries", "SGLang TTFT", "Server-side time to first token.",
-              quantiles("sglang:time_to_first_token_seconds", S, (0.5, 0.99), "server ")
-              + [(quantile(0.99, "llm_loadgen_ttft_seconds"), "client p99")], "s")
-    lay.panel("timeseries", "SGLang ITL", "Server-side ITL (gap / tokens in chunk).",
-              quantiles("sglang:inter_token_latency_seconds", S, (0.5, 0.99), "server ")
-              + [(quantile(0.99, "llm_loadgen_itl_seconds"), "client per-token p99")], "s")
+
+def server_rows(lay: Layout) -> None:
+    for sv in SERVERS:
+        name = sv["name"]
+        lay.row(f"Server: {name}")
+        lay.panel("timeseries", f"{name} requests", sv["requests_help"],
+                  [(f"sum({sv['running']}{S})", "running"),
+                   (f"sum({sv['waiting']}{S})", sv["waiting_label"])])
+        lay.panel("timeseries", sv["usage_title"], sv["usage_help"],
+                  [(f"max({sv['usage']}{S})", sv["usage_label"])], "percentunit")
+        lay.panel("timeseries", sv["evict_title"], sv["evict_help"],
+                  [(rate(sv["evict"], S), sv["evict_label"])])
+        lay.panel("timeseries", "Generation tokens/s: server vs client",
+                  "Server-counted generation tokens against tokens the load generator received.",
+                  [(rate(sv["generated"], S), name),
+                   (rate("llm_loadgen_received_output_tokens_total"), "client (live)")])
+        lay.panel("timeseries", f"{name} TTFT", "Server-side time to first token.",
+                  quantiles(sv["ttft"], S, (0.5, 0.99), "server ")
+                  + [(quantile(0.99, "llm_loadgen_ttft_seconds"), "client p99")], "s")
+        client_itl, client_label = sv["client_itl"]
+        lay.panel("timeseries", f"{name} ITL", sv["itl_help"],
+                  quantiles(sv["itl"], S, (0.5, 0.99), "server ")
+                  + [(quantile(0.99, client_itl), client_label)], "s")
 
 
 def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:

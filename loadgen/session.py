@@ -112,6 +112,13 @@ class Session:
         sc = self.rt.scenario
         self.capacity = resolve_capacity(sc.guard.kv_capacity_tokens, host, headers)
         cap = self.capacity
+        need = sc.input_tokens + sc.output_tokens
+        if cap.max_model_len and need > cap.max_model_len:
+            # every request would be refused with a 400: say so once instead of sweeping failures
+            self.fatal(errors.EXIT_CONFIG, f"config error: input_tokens + output_tokens = {need:,} exceeds "
+                       f"the server's max_model_len {cap.max_model_len:,} (GET /v1/models); lower "
+                       "--input-tokens or --output-tokens")
+            return
         if cap.tokens is None:
             say(f"llm-loadgen: KV capacity unknown ({cap.detail}); running UNGUARDED "
                 "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")

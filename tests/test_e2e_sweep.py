@@ -88,3 +88,12 @@ def test_chat_prompts_are_calibrated_to_exactly_n_input_tokens(tmp_path):
     assert st["requests"] > 0
     assert st["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}
     assert st["input_tokens"] == 300 * st["requests"]
+
+
+def test_prompt_plus_output_beyond_max_model_len_stops_at_start_with_one_line(tmp_path):
+    with running_sim("--preset", "fixed", "--max-model-len", "1000") as sim:
+        run = run_locust(sim.url, tmp_path / "mml", "--scenario", "config/smoke.yaml",
+                         "--input-tokens", "900", "--output-tokens", "200")
+    assert run.code == 2, run.stderr[-2000:]
+    assert "1,100 exceeds the server's max_model_len 1,000" in run.stderr
+    assert run.summary["stages"] == [] and run.summary["run"]["stop_reason"] == "error"

@@ -219,6 +219,7 @@ class StreamClient:
         resp = None
         failure: RequestError | None = None
         eof = False
+        seen = 0
         t = record.sent_s
         try:
             resp = self._send("POST", path, body)
@@ -232,7 +233,6 @@ class StreamClient:
                 )
             else:
                 decoder = SSEDecoder()
-                seen = 0
                 while True:
                     data = _read_available(resp)
                     t = clock()
@@ -257,6 +257,8 @@ class StreamClient:
         except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
             failure, t = _transport_failure(exc, connected=resp is not None), clock()
         finally:
+            if on_tokens is not None and record.chunk_tokens_seen != seen:
+                on_tokens(record.chunk_tokens_seen - seen)
             if resp is not None:
                 if eof:
                     self._pooled = not resp.should_close()

@@ -17,6 +17,7 @@ EXIT_FAILURES = 1  # Locust's own: the run completed but some requests failed
 EXIT_CONFIG = 2  # bad scenario/option: one line on stderr naming key, value and fix
 EXIT_GUARD_ABORT = 3  # the KV guard refused a stage; completed stages are written
 EXIT_SERVER_UNUSABLE = 4  # connection refused at start, or not an OpenAI-compatible server
+EXIT_INTERNAL = 5  # a bug of ours stopped the sweep; completed stages are written
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; results gathered so far are written
 
 # Stable failure categories. They are Locust stats error names, exporter label values and

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "llm_loadgen_"
 LABELS = ("model", "endpoint", "scenario")
-PHASES = ("idle", "ramp", "warmup", "measure", "drain", "done")
+PHASES = ("idle", "ramp", "warmup", "measure", "closing", "drain", "done")
 
 # Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
 # `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.

@@ -1,7 +1,7 @@
 """KV-capacity guard: refuse (or clamp) a stage whose requests cannot all fit in the server's KV cache.
 
 Pure logic, no I/O and no clock. Discovery of the capacity and the live `/metrics` poller live in
-``loadgen.server_probe`` (also importable from here); this module decides from numbers and
+``loadgen.server_probe``; this module decides from numbers and
 accumulates samples it is handed.
 
 A closed-loop stage at concurrency C keeps C requests in flight, each holding up to
@@ -12,23 +12,11 @@ preempts (vLLM) or retracts (SGLang) requests: the stage measures thrashing, not
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
+from loadgen.config_schema import GUARD_ACTIONS
 from loadgen.errors import ConfigError
-
-GUARD_ACTIONS = ("abort", "clamp", "warn")
-# The I/O half lives in loadgen.server_probe (which imports StageWatch from here); callers may
-# still import it from loadgen.guard. Resolved lazily so neither module imports the other at load.
-_PROBE_NAMES = frozenset({"Capacity", "ServerWatch", "discover_capacity", "resolve_capacity"})
-
-
-def __getattr__(name: str):
-    if name in _PROBE_NAMES:
-        from loadgen import server_probe
-
-        return getattr(server_probe, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _exact(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> Fraction:
@@ -120,82 +108,6 @@ def decide(
         return GuardDecision(concurrency, True, fit, projected, capacity, action, True, msg)
     msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
     return GuardDecision(concurrency, True, concurrency, projected, capacity, action, True, msg)
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """The guard's verdict on a whole sweep, computed before the first stage starts.
-
-    ``decisions`` has one entry per requested stage, in order. ``runs`` is what will actually run:
-    stages up to the first breach; with ``abort`` the sweep stops before it (``stopped_before`` =
-    its concurrency); with ``clamp`` it runs at ``clamped_to`` and the sweep ends there (later
-    stages would only repeat the clamped concurrency; a clamp equal to the previous stage is
-    dropped as a repeat). ``warn`` runs everything.
-    """
-
-    decisions: list[GuardDecision]
-    runs: list[int]
-    stopped_before: int | None
-    clamped_to: int | None
-    capacity_tokens: int | None
-    margin: float
-    action: str
-    lines: list[str] = field(default_factory=list)
-
-    def summary(self, capacity_source: str | None) -> dict:
-        """The summary.json ``guard`` object."""
-        return {
-            "capacity_tokens": self.capacity_tokens,
-            "capacity_source": capacity_source,
-            "margin": self.margin,
-            "action": self.action,
-            "stopped_before": self.stopped_before,
-            "clamped_to": self.clamped_to,
-        }
-
-
-def plan_sweep(
-    concurrencies: list[int],
-    capacity: int | None,
-    input_tokens: int,
-    output_tokens: int,
-    margin: float,
-    action: str,
-) -> SweepPlan:
-    """Decide every stage in order and where the sweep stops (see SweepPlan)."""
-    decisions = [decide(c, capacity, input_tokens, output_tokens, margin, action) for c in concurrencies]
-    runs: list[int] = []
-    stopped_before = clamped_to = end_index = None
-    end_verdict = ""
-    for i, d in enumerate(decisions):
-        if not d.breach or action == "warn":
-            runs.append(d.concurrency)
-            continue
-        end_index = i
-        if d.allowed and d.run_concurrency is not None and (not runs or d.run_concurrency > runs[-1]):
-            clamped_to = d.run_concurrency
-            runs.append(clamped_to)
-            end_verdict = f"CLAMPED to {clamped_to}"
-        elif d.allowed:
-            stopped_before = d.concurrency
-            end_verdict = f"REFUSED (clamp {d.run_concurrency} repeats the previous stage)"
-        else:
-            stopped_before = d.concurrency
-            end_verdict = "REFUSED"
-        break
-    lines = []
-    for i, d in enumerate(decisions):
-        if capacity is None:
-            verdict = "unguarded"
-        elif i == end_index:
-            verdict = end_verdict
-        elif end_index is not None and i > end_index:
-            verdict = "not run"
-        else:
-            verdict = "over capacity (warn)" if d.breach else "ok"
-        share = f" = {d.projected_tokens / capacity:.0%} of {capacity:,}" if capacity else ""
-        lines.append(f"C={d.concurrency}: {d.projected_tokens:,.0f} KV tokens{share}: {verdict}")
-    return SweepPlan(decisions, runs, stopped_before, clamped_to, capacity, margin, action, lines)
 
 
 def _max(a: float | None, b: float | None) -> float | None:

@@ -28,6 +28,7 @@ from loadgen.stats import Collector, StageStats
 log = logging.getLogger("llm_loadgen")
 
 PHASE_MESSAGE = "llm_phase"
+FATAL_MESSAGE = "llm_fatal"  # worker -> master: this target cannot be load-tested
 MEASURE = "measure"
 
 
@@ -50,7 +51,7 @@ class Runtime:
         self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
         self._model: str | None = scenario.model
         self._model_lock = Semaphore()
-        self.api_key = os.environ.get(scenario.api_key_env) or None
+        self.api_key = api_key(scenario)
         self.session = None  # loadgen.session.Session on the process that owns the run
         self.ledger = StageStats()  # worker: every total shipped to the master
         self.workers_seen: set[str] = set()
@@ -91,6 +92,12 @@ class Runtime:
                 PHASE_MESSAGE, {"stage": self.stage, "kind": self.kind, "seq": self.phase_seq}
             )
 
+    def end_window(self, stage: int) -> None:
+        """The window of ``stage`` just closed: stop counting toward it here and on every worker,
+        before anything slow (a /metrics read) happens."""
+        self.set_phase(stage, "closing")
+        self.broadcast_phase()
+
     def on_tokens(self, n: int) -> None:
         """Live token arrival: counts toward the window of the stage being measured."""
         self.collector.add_window_tokens(self.measuring, n)
@@ -98,12 +105,12 @@ class Runtime:
     def finished(self, stage: int) -> int:
         """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""
         stats = self.collector.stages.get(stage)
-        return 0 if stats is None else stats.requests_ok + sum(stats.errors.values())
+        return 0 if stats is None else stats.requests_ok + stats.error_count
 
     def finished_total(self) -> int:
         """Every request finished so far in the run (ok or failed, measured or not)."""
         t = self.collector.totals
-        return t.requests_ok + sum(t.errors.values())
+        return t.requests_ok + t.error_count
 
     def stage_done(self, stage: int) -> bool:
         """No request of ``stage`` is still running anywhere.
@@ -153,6 +160,8 @@ class Runtime:
             session.fatal(EXIT_SERVER_UNUSABLE, str(exc))
         else:
             log.error("llm-loadgen: %s", self.redact(str(exc)))
+            if self.is_worker:  # the master owns the run: it stops it and sets the exit code
+                self.environment.runner.send_message(FATAL_MESSAGE, self.redact(str(exc)))
 
     def redact(self, text: str) -> str:
         """``text`` without the API key (a server may echo it back in an error message)."""
@@ -251,6 +260,11 @@ class Runtime:
         return worst_of([h.summary() for h in per_worker.values()])
 
 
+def api_key(scenario) -> str | None:
+    """The key from the environment variable the scenario names (``api_key_env``; null: no key)."""
+    return (os.environ.get(scenario.api_key_env) or None) if scenario.api_key_env else None
+
+
 def discover_model(client) -> str:
     """The first model id from GET /v1/models; ServerUnusableError (with ``kind``) if none."""
     from loadgen.errors import NOT_OPENAI, RequestError, ServerUnusableError
@@ -303,7 +317,7 @@ def install(environment) -> Runtime:
         if rt.is_worker:
             rt.scenario = scenario_from_options(environment.parsed_options)
             rt._model = rt.scenario.model
-            rt.api_key = os.environ.get(rt.scenario.api_key_env) or None
+            rt.api_key = api_key(rt.scenario)
         if not rt.is_master:
             rt.health.start()
 
@@ -329,7 +343,16 @@ def install(environment) -> Runtime:
         d = msg.data
         rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
 
+    def _on_fatal(environment, msg, **_):
+        from loadgen.errors import EXIT_SERVER_UNUSABLE
+
+        if rt.session is not None and not rt.fatal_sent:
+            rt.fatal_sent = True
+            rt.session.fatal(EXIT_SERVER_UNUSABLE, f"worker {msg.node_id}: {msg.data}")
+
     if environment.runner is not None and rt.is_worker:
         environment.runner.register_message(PHASE_MESSAGE, _on_phase)
+    elif environment.runner is not None and rt.is_master:
+        environment.runner.register_message(FATAL_MESSAGE, _on_fatal)
     return rt
 

@@ -293,6 +293,7 @@ class ServerWatch:
         self._seen_ok = self._warned = False
         self._poll_errors = 0
         self._greenlet: gevent.Greenlet | None = None
+        self._gen_start: tuple[float, float] | None = None  # (t, generation counter) at window open
 
     def start(self) -> ServerWatch:
         self._greenlet = gevent.spawn(self._run)
@@ -351,7 +352,7 @@ class ServerWatch:
         ``preemptions``, failed polls, why the watch is off (None if on), and the server's own
         ``output_tokens`` / ``output_tokens_per_s`` over the window (generation-token counter
         read when the window opened and closed; None when the server has no such counter)."""
-        gen_end, gen_start = self.generation_tokens(), getattr(self, "_gen_start", None)
+        gen_end, gen_start = self.generation_tokens(), self._gen_start
         out = self.stages.end(index, self.clock())
         if gen_start and gen_end and gen_end[1] >= gen_start[1] and gen_end[0] > gen_start[0]:
             tokens = gen_end[1] - gen_start[1]

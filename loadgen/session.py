@@ -19,12 +19,13 @@ from loadgen import errors
 from loadgen.client import StreamClient
 from loadgen.errors import ConfigError, ServerUnusableError
 from loadgen.exporter import exporter_from_config
-from loadgen.guard import ServerWatch, decide, resolve_capacity
+from loadgen.guard import decide
 from loadgen.health import is_client_bound
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.runtime import discover_model, not_openai_message
+from loadgen.server_probe import ServerWatch, resolve_capacity
 
 log = logging.getLogger("llm_loadgen")
 
@@ -172,6 +173,7 @@ class Session:
         the sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity).
         The window itself is recorded by the ``window_close`` event that follows."""
         info = self.stage_info[k]
+        self.rt.end_window(k)
         if not self.watch:
             return None
         server = info["server"] = self.watch.end_stage(k)
@@ -319,7 +321,9 @@ class Session:
                 self._finalize(k, forced=True, flag=self.stop_reason)
         self.write(final=False)
         if self.rows:
-            say(format_stage_table(self.rows, self.knee()))
+            summary = self.summary(final=True)
+            say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
+                                   threshold=self.rt.scenario.knee.threshold))
         say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
 
     # -- results -------------------------------------------------------------------------------------

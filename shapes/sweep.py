@@ -11,6 +11,7 @@ import logging
 
 from locust import LoadTestShape
 
+from loadgen.errors import EXIT_INTERNAL
 from shapes.sweep_plan import Observation, SweepPlan
 
 log = logging.getLogger("llm_loadgen")
@@ -57,7 +58,7 @@ class SweepShape(LoadTestShape):
             rt.broadcast_phase()
         except Exception as exc:  # a bug of ours must not lose the stages already measured
             log.exception("sweep failed")
-            session.fatal(1, f"internal error in the sweep: {exc!r}")
+            session.fatal(EXIT_INTERNAL, f"internal error in the sweep: {exc!r}")
             return None
         if tick.users is None:
             return None

@@ -391,6 +391,19 @@ def test_a_server_that_is_not_openai_compatible_stops_the_run_with_one_clear_mes
     assert (1 if extra else 0) <= requests <= 4, requests
 
 
+def test_a_worker_that_finds_the_server_unusable_stops_the_distributed_run(tmp_path):
+    """The master's start checks pass (model given); the worker's first answers are not OpenAI:
+    the worker tells the master, which stops the run with one line and exit code 4."""
+    with raw_server(_html_everywhere) as url:
+        # (--processes workers dial Locust's default master port; --master-bind-port is not passed on)
+        run = run_locust_coop(url, tmp_path / "dist", *SHORT, "--stages", "2", "--kv-capacity-tokens",
+                              "1000000", "--model", "m", "--processes", "1", timeout_s=90)
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
+    assert "OpenAI-compatible" in run.stderr and "Traceback" not in run.stderr
+    s = run.summary
+    assert s["run"]["stop_reason"] == "error" and s["run"]["exit_code"] == errors.EXIT_SERVER_UNUSABLE
+
+
 # -- 5. the client on its own: a kept-alive connection the server closed ------------------------------
 def _ok_response() -> bytes:
     return SCRIPT["ok"][0]

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.errors import ConfigError
-from loadgen.guard import StageWatch, decide, max_fitting_concurrency, plan_sweep, projected_kv_tokens
+from loadgen.guard import StageWatch, decide, max_fitting_concurrency, projected_kv_tokens
 from loadgen.server_probe import (
     ServerWatch,
     capacity_from_server_info,
@@ -107,44 +107,6 @@ def test_bad_action_and_margin_name_the_key():
         decide(1, 10, 1, 1, -0.1, "abort")
     with pytest.raises(ConfigError, match="guard.margin"):
         decide(1, 10, 1, 1, float("nan"), "abort")
-
-
-def test_plan_abort_stops_before_1024():
-    plan = plan_sweep(SWEEP, SEED_CAPACITY, 1000, 1000, 0.0, "abort")
-    assert plan.runs == SWEEP[:-1] and plan.runs[-1] == 512
-    assert (plan.stopped_before, plan.clamped_to) == (1024, None)
-    assert len(plan.decisions) == len(SWEEP) == len(plan.lines)
-    assert plan.lines[-1].endswith("REFUSED") and plan.lines[-2].endswith("ok")
-    assert "65%" in plan.lines[-2]  # 1,024,000 / 1,570,000
-    assert plan.summary("sglang_server_info") == {
-        "capacity_tokens": SEED_CAPACITY,
-        "capacity_source": "sglang_server_info",
-        "margin": 0.0,
-        "action": "abort",
-        "stopped_before": 1024,
-        "clamped_to": None,
-    }
-
-
-def test_plan_clamp_ends_the_sweep_at_785():
-    plan = plan_sweep(SWEEP + [2048], SEED_CAPACITY, 1000, 1000, 0.0, "clamp")
-    assert plan.runs == SWEEP[:-1] + [785]
-    assert (plan.stopped_before, plan.clamped_to) == (None, 785)
-    assert plan.lines[-2].endswith("CLAMPED to 785") and plan.lines[-1].endswith("not run")
-
-
-def test_plan_clamp_that_repeats_the_previous_stage_stops_instead():
-    plan = plan_sweep([785, 1024], SEED_CAPACITY, 1000, 1000, 0.0, "clamp")
-    assert plan.runs == [785]
-    assert (plan.stopped_before, plan.clamped_to) == (1024, None)
-
-
-def test_plan_warn_and_unguarded_run_everything():
-    warned = plan_sweep(SWEEP, SEED_CAPACITY, 1000, 1000, 0.0, "warn")
-    assert warned.runs == SWEEP and warned.stopped_before is None
-    assert warned.lines[-1].endswith("over capacity (warn)")
-    unguarded = plan_sweep(SWEEP, None, 1000, 1000, 0.0, "abort")
-    assert unguarded.runs == SWEEP and all(line.endswith("unguarded") for line in unguarded.lines)
 
 
 # ---------------------------------------------------------------- metrics parsing (pure)
@@ -404,16 +366,6 @@ def test_resolve_scenario_value_wins_and_quotes_the_server():
     assert (auto.tokens, auto.source) == (SEED_CAPACITY, "sglang_server_info")
     offline = resolve_capacity(4096, f"http://127.0.0.1:{free_port()}", None, timeout_s=2)
     assert (offline.tokens, offline.source, offline.flavor) == (4096, "scenario", None)
-
-
-def test_io_names_are_importable_from_guard():
-    from loadgen import guard, server_probe
-
-    assert guard.ServerWatch is server_probe.ServerWatch
-    assert guard.resolve_capacity is server_probe.resolve_capacity
-    assert guard.Capacity is server_probe.Capacity and guard.discover_capacity is discover_capacity
-    with pytest.raises(AttributeError):
-        guard.no_such_name  # noqa: B018
 
 
 def test_server_root():

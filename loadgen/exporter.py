@@ -187,7 +187,7 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
         ("stage", "Index of the current stage (0-based).", snap.stage_index),
         ("target_concurrency", "Concurrency the current stage asks for.", snap.target_concurrency),
         ("kv_projected_tokens", "KV tokens the guard projects for the current concurrency: "
-         "concurrency * (input + output tokens per request).", snap.kv_projected_tokens),
+         "concurrency * (input + output tokens per request) * (1 + margin).", snap.kv_projected_tokens),
         ("kv_capacity_tokens", "KV cache capacity of the server in tokens, as discovered.",
          snap.kv_capacity_tokens),
         ("client_cpu_percent", "CPU use of the load generator process(es), percent of one core.",

@@ -9,9 +9,7 @@ working; TTFT/ITL/TPOT go into our own histograms (Locust rounds times to ~2 sig
 from __future__ import annotations
 
 import itertools
-import os
 import time
-import zlib
 
 import gevent
 import orjson
@@ -34,9 +32,9 @@ _chat_words: dict[int, int] = {}
 
 
 def _process_key(environment) -> int:
-    """A number unique to this process, so prompts differ across workers and hosts."""
-    client_id = getattr(environment.runner, "client_id", None)
-    return zlib.crc32(client_id.encode()) if client_id else os.getpid()
+    """This process's place in the run (the worker index the master assigned; 0 locally), so
+    prompts differ across workers yet repeat from run to run with the same seed and workers."""
+    return int(getattr(environment.runner, "worker_index", 0) or 0)
 
 
 def request_body(scenario, model: str, prompt) -> bytes:

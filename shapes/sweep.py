@@ -37,6 +37,10 @@ class SweepShape(LoadTestShape):
         rt = self.runner.environment.llm
         session = rt.session
         if session.finished_run or session.exit_code is not None and session.stop_reason == "error":
+            if session.finished_run and not getattr(self, "_said_once", False):
+                self._said_once = True  # the web UI's "New" button on a process that already ran
+                log.warning("llm-loadgen: this process already ran its sweep (results in %s); start "
+                            "locust again for another run", rt.scenario.results_dir)
             return None
         try:
             if not session.started and not session.start():

@@ -193,14 +193,14 @@ class Collector:
     measured; ``inflight[stage]``: requests started and not finished (stage None = not measured).
     A local run and the master keep everything here for the whole run (only ever added to). On a
     worker, ``take_delta()`` hands what was added since the previous call to the master and
-    starts ``totals`` and ``stages`` afresh; ``inflight`` stays absolute (its changes travel too).
+    starts ``totals`` and ``stages`` afresh. ``inflight`` is this process's own absolute count; a
+    worker reports it whole (``Runtime.report``), so the master can drop a lost worker's share.
     """
 
     def __init__(self) -> None:
         self.totals = StageStats()
         self.stages: dict[int, StageStats] = {}
         self.inflight: dict[int | None, int] = {}
-        self._inflight_delta: dict[int | None, int] = {}
 
     def _stage(self, stage: int) -> StageStats:
         s = self.stages.get(stage)
@@ -227,26 +227,22 @@ class Collector:
 
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1
-        self._inflight_delta[stage] = self._inflight_delta.get(stage, 0) + 1
 
     def request_finished(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) - 1
-        self._inflight_delta[stage] = self._inflight_delta.get(stage, 0) - 1
 
     def take_delta(self) -> dict:
         """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
 
-        Stages and in-flight changes are lists of ``[stage, value]`` pairs so integer and None
-        stage keys survive both JSON and msgpack unchanged.
+        Stages are a list of ``[stage, wire]`` pairs so integer stage keys survive both JSON and
+        msgpack unchanged.
         """
         delta = {
             "totals": self.totals.to_wire(),
             "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
-            "inflight": [[k, n] for k, n in self._inflight_delta.items() if n],
         }
         self.totals = StageStats()
         self.stages = {}
-        self._inflight_delta = {}
         return delta
 
     def merge_delta(self, delta: dict) -> None:
@@ -254,6 +250,3 @@ class Collector:
         self.totals.merge(StageStats.from_wire(delta["totals"]))
         for k, wire in delta["stages"]:
             self._stage(int(k)).merge(StageStats.from_wire(wire))
-        for k, n in delta["inflight"]:
-            k = None if k is None else int(k)
-            self.inflight[k] = self.inflight.get(k, 0) + int(n)

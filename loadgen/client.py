@@ -23,7 +23,8 @@ from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
-from loadgen.errors import RequestError, ServerUnusableError
+from loadgen.config_fields import Shown
+from loadgen.errors import ConfigError, RequestError
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
@@ -101,7 +102,7 @@ def _http_failure(status: int, body: bytes) -> RequestError:
         kind = errors.HTTP_4XX
     else:
         kind = errors.HTTP_5XX
-    return RequestError(kind, message)
+    return RequestError(kind, message, status=status)
 
 
 def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
@@ -123,6 +124,18 @@ def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
     raise exc
 
 
+def check_host(host: str | None) -> str:
+    """``host`` if it is an http(s) base URL with a host name (what this client can talk to), else
+    ConfigError naming the fix. The one rule for --host: the start check and every client use it."""
+    fix = "pass the server's base URL, e.g. --host http://127.0.0.1:8000"
+    if not host:
+        raise ConfigError("--host", Shown("nothing"), "a target server is required", fix)
+    parts = urlsplit(host)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("--host", host, "must be an http:// or https:// URL with a host name", fix)
+    return host
+
+
 class StreamClient:
     """Streaming POSTs to one OpenAI-compatible server over a keep-alive connection."""
 
@@ -135,12 +148,7 @@ class StreamClient:
         read_timeout_s: float = 120.0,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ServerUnusableError(
-                f"--host must be an http(s) URL like http://127.0.0.1:30000, got {base_url!r}"
-            )
-        self.base_path = parts.path.rstrip("/")
+        self.base_path = urlsplit(check_host(base_url)).path.rstrip("/")
         self._clock = clock
         headers = {
             "Content-Type": "application/json",
@@ -178,14 +186,21 @@ class StreamClient:
                 raise
         return self._http.request(method, self.base_path + path, body=body)
 
-    # -- plain JSON calls (model discovery, chat calibration) ------------------------------------
+    # -- plain calls (start check, server watch, chat calibration) --------------------------------
     def get_json(self, path: str) -> dict:
         return self._json("GET", path, None)
 
     def post_json(self, path: str, body: dict) -> dict:
         return self._json("POST", path, orjson.dumps(body))
 
-    def _json(self, method: str, path: str, body: bytes | None) -> dict:
+    def get_text(self, path: str) -> str:
+        """GET ``path`` and return the body as text (e.g. Prometheus ``/metrics``, not JSON).
+
+        Raises RequestError (``status`` set for an HTTP answer other than 200)."""
+        return self._call("GET", path, None)[1].decode("utf-8", "replace")
+
+    def _call(self, method: str, path: str, body: bytes | None):
+        """One complete request: (response, body bytes) of a 200 answer, else RequestError."""
         try:
             resp = self._send(method, path, body or b"")
             data = resp.read()
@@ -194,6 +209,10 @@ class StreamClient:
             raise _transport_failure(exc, connected=False) from None
         if resp.status_code != 200:
             raise _http_failure(resp.status_code, data)
+        return resp, data
+
+    def _json(self, method: str, path: str, body: bytes | None) -> dict:
+        resp, data = self._call(method, path, body)
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

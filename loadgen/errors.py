@@ -89,10 +89,15 @@ class ServerUnusableError(LoadgenError):
 
 
 class RequestError(LoadgenError):
-    """One LLM request failed. ``kind`` is one of FAILURE_KINDS; the message never holds secrets."""
+    """One LLM request failed. ``kind`` is one of FAILURE_KINDS; the message never holds secrets.
 
-    def __init__(self, kind: str, message: str = ""):
+    ``status`` is the HTTP status when the server answered one other than 200 (None otherwise):
+    callers that care which status (401/403 at the start check) read it here, not in the text.
+    """
+
+    def __init__(self, kind: str, message: str = "", status: int | None = None):
         assert kind in FAILURE_KINDS, kind
         self.kind = kind
         self.message = message
+        self.status = status
         super().__init__(f"{kind}: {message}" if message else kind)

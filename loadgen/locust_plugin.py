@@ -1,4 +1,5 @@
-"""Locust event listeners: command-line options, the per-process Runtime, and the run's Session.
+"""Locust event listeners: command-line options, the per-process Runtime and Fleet, and the run's
+Session (``environment.llm_run``, on the process that owns the run).
 
 Imported by ``locustfile.py`` for its side effects (listeners on Locust's global ``events``).
 """
@@ -6,13 +7,13 @@ Imported by ``locustfile.py`` for its side effects (listeners on Locust's global
 from __future__ import annotations
 
 import signal
-from urllib.parse import urlsplit
 
 import gevent
 from locust import events
 
+from loadgen.client import check_host
 from loadgen.config import ConfigError, exit_on_config_error, register_options
-from loadgen.config_fields import Shown
+from loadgen.distributed import install_fleet
 from loadgen.runtime import install
 from loadgen.session import Session
 from loadgen.webui import install_webui
@@ -31,34 +32,25 @@ def _init(environment, **_):
         rt = install(environment)
     except ConfigError as err:
         exit_on_config_error(err)
+    fleet = install_fleet(rt)
     if not rt.is_worker:
         if environment.parsed_options is not None and environment.parsed_options.headless:
             try:  # the web UI may still get a host; a headless run must have a usable one now
                 check_host(environment.host)
             except ConfigError as err:
                 exit_on_config_error(err)
-        rt.session = Session(rt)
+        session = environment.llm_run = Session(rt, fleet)
         _interrupt_on_signals(environment)
         if environment.web_ui:
             install_webui(environment)
 
         @environment.events.quitting.add_listener
         def _quitting(environment, **_):
-            rt.session.on_quitting()
+            session.on_quitting()
 
         @environment.events.quit.add_listener
         def _quit(**_):
-            rt.session.on_quit()
-
-
-def check_host(host: str | None) -> None:
-    """ConfigError unless ``host`` is an http(s) base URL (what StreamClient needs)."""
-    fix = "pass the server's base URL, e.g. --host http://127.0.0.1:8000"
-    if not host:
-        raise ConfigError("--host", Shown("nothing"), "a target server is required", fix)
-    parts = urlsplit(host)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError("--host", host, "must be an http:// or https:// URL with a host name", fix)
+            session.on_quit()
 
 
 def _interrupt_on_signals(environment) -> None:

@@ -1,27 +1,26 @@
-"""Ask the server about its KV cache: capacity before the run, overload signals during it.
+"""What the server says about itself: pure parsers of its answers, and the live /metrics watch.
 
-Parsing (``parse_metrics``, ``capacity_from_*``, ``watch_sample``) is pure and tested on fixture
-texts. I/O is plain ``urllib`` GETs with short timeouts: inside locust gevent has monkey-patched
-sockets, so they yield instead of blocking the loop. Nothing here raises for an odd or unreachable
-server; it reports what it tried instead.
+Parsing (``parse_models``, ``parse_metrics``, ``capacity_from_*``, ``watch_sample``) is pure and
+tested on fixture texts. The start check that asks for these answers is ``loadgen.preflight``;
+``ServerWatch`` polls ``/metrics`` during the run. All requests go through ``StreamClient`` (the
+one HTTP client; gevent-native, so a slow answer yields instead of blocking the loop). Nothing
+here raises for an odd or unreachable server; it reports what it tried instead.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
 import gevent
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.client import StreamClient
+from loadgen.errors import CONNECT_FAILED, READ_TIMEOUT, RequestError
 from loadgen.guard import StageWatch
 
 log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 16 * 1024 * 1024
 # Labels that only name a replica of the same scheduler (SGLang --enable-metrics-for-all-schedulers
 # reports the same pool from every TP rank): series differing only in these are one series.
 REPLICA_LABELS = frozenset({"tp_rank", "attn_tp_rank"})
@@ -40,6 +39,7 @@ WATCH_METRICS = {
     },
 }
 
+METRICS_PATH = "/metrics"
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 # Tokens the server generated, read at the edges of each measurement window so a stage shows the
@@ -56,30 +56,15 @@ def server_root(base_url: str) -> str:
     return root[:-3] if root.endswith("/v1") else root
 
 
-@dataclass(frozen=True)
-class Reply:
-    status: int | None  # None: no HTTP answer at all
-    body: str
-    error: str  # "" when status is 200
-    refused: bool = False
-
-
-def http_get(url: str, headers: dict | None, timeout_s: float) -> Reply:
-    """GET ``url``; never raises. Environment proxies are ignored, like the load client does."""
-    request = urllib.request.Request(
-        url, headers={"Accept": "text/plain, application/json", **(headers or {})}
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(request, timeout=timeout_s) as resp:
-            return Reply(resp.status, resp.read(MAX_BODY_BYTES).decode("utf-8", "replace"), "")
-    except urllib.error.HTTPError as e:
-        return Reply(e.code, "", f"HTTP {e.code}")
-    except urllib.error.URLError as e:
-        refused = isinstance(e.reason, ConnectionRefusedError)
-        return Reply(None, "", f"cannot connect ({e.reason})", refused)
-    except Exception as e:  # timeouts, resets, bad status lines: one failed source, not a crash
-        return Reply(None, "", f"{type(e).__name__}: {e}".rstrip(": "))
+def failure_text(exc: RequestError) -> str:
+    """A failed GET in a few words, never the body (a server may echo the API key in it)."""
+    if exc.status is not None:
+        return f"HTTP {exc.status}"
+    if exc.kind == READ_TIMEOUT:
+        return "timed out"
+    if exc.kind == CONNECT_FAILED:
+        return f"cannot connect ({exc.message})"
+    return exc.message or exc.kind
 
 
 def parse_metrics(text: str) -> Samples:
@@ -198,74 +183,43 @@ class Capacity:
     detail: str  # what was tried, for the startup message
 
 
-def _json(reply: Reply) -> object:
-    try:
-        return json.loads(reply.body) if reply.status == 200 else None
-    except ValueError:
-        return None
+@dataclass(frozen=True)
+class ModelsInfo:
+    """What ``GET /v1/models`` says about the first model it lists (None: not in the answer).
 
-
-def _models_info(models: object) -> tuple[int | None, str | None]:
-    """``/v1/models`` -> (data[0].max_model_len, data[0].owned_by when it names a known server)."""
-    data = models.get("data") if isinstance(models, dict) else None
-    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
-    length = first.get("max_model_len")
-    owner = first.get("owned_by")
-    return (length if isinstance(length, int) else None), (owner if owner in WATCH_METRICS else None)
-
-
-def discover_capacity(base_url: str, headers: dict | None = None, timeout_s: float = 5) -> Capacity:
-    """Try, in order: SGLang /get_server_info, vLLM /metrics cache_config_info, SGLang /metrics gauge.
-
-    A failing source falls through to the next; a refused connection ends the search at once.
+    ``max_model_len``: vLLM and SGLang; ``owned_by`` names the server (vllm, sglang, llamacpp);
+    ``n_vocab`` / ``n_ctx``: llama.cpp's ``meta`` (vocabulary size, context per the whole server).
     """
-    root, tried = server_root(base_url), []
 
-    def get(path: str) -> Reply:
-        reply = http_get(root + path, headers, timeout_s)
-        if reply.error:
-            tried.append(f"GET {path}: {reply.error}")
-        return reply
+    model: str | None
+    max_model_len: int | None = None
+    owned_by: str | None = None
+    n_vocab: int | None = None
+    n_ctx: int | None = None
 
-    def found(tokens: int, source: str, flavor: str, how: str) -> Capacity:
-        tried.append(f"{tokens:,} tokens from {how}")
-        return Capacity(tokens, source, flavor, max_model_len, "; ".join(tried))
-
-    models = get("/v1/models")
-    max_model_len, flavor = _models_info(_json(models))
-    if models.refused:
-        return Capacity(
-            None, None, None, None, f"KV capacity unknown: server at {root} refused the connection"
-        )
-    tokens = capacity_from_server_info(_json(info := get("/get_server_info")))
-    if tokens:
-        return found(tokens, "sglang_server_info", "sglang", "GET /get_server_info max_total_num_tokens")
-    if info.status == 200:
-        tried.append("GET /get_server_info: no max_total_num_tokens")
-    metrics = get("/metrics")
-    samples = parse_metrics(metrics.body) if metrics.status == 200 else {}
-    flavor = flavor or flavor_of(samples)
-    if tokens := capacity_from_vllm_metrics(samples):
-        return found(tokens, "vllm_cache_config", "vllm", "/metrics vllm:cache_config_info")
-    if tokens := capacity_from_sglang_metrics(samples):
-        return found(tokens, "sglang_metrics", "sglang", "/metrics sglang:max_total_num_tokens")
-    if metrics.status == 200:
-        tried.append("GET /metrics: no vllm:cache_config_info or sglang:max_total_num_tokens")
-    return Capacity(None, None, flavor, max_model_len, "KV capacity unknown: " + "; ".join(tried))
+    @property
+    def flavor(self) -> str | None:
+        """``owned_by`` when it names a server whose /metrics the watch knows (vllm, sglang)."""
+        return self.owned_by if self.owned_by in WATCH_METRICS else None
 
 
-def resolve_capacity(
-    configured: int | None, base_url: str, headers: dict | None = None, timeout_s: float = 5
-) -> Capacity:
-    """The scenario's ``guard.kv_capacity_tokens`` wins when set; the server still gives flavor and
-    max_model_len (and its own figure, quoted in ``detail`` when it differs)."""
-    discovered = discover_capacity(base_url, headers, timeout_s)
-    if configured is None:
-        return discovered
-    detail = f"{configured:,} tokens from scenario guard.kv_capacity_tokens"
-    if discovered.tokens is not None and discovered.tokens != configured:
-        detail += f" (server reports {discovered.tokens:,} via {discovered.source})"
-    return Capacity(configured, "scenario", discovered.flavor, discovered.max_model_len, detail)
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def parse_models(answer: object) -> ModelsInfo:
+    """``/v1/models`` JSON -> ModelsInfo of ``data[0]``; ``model`` None when no model is listed."""
+    data = answer.get("data") if isinstance(answer, dict) else None
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    meta = first.get("meta") if isinstance(first.get("meta"), dict) else {}
+    model, owner = first.get("id"), first.get("owned_by")
+    return ModelsInfo(
+        model=model if isinstance(model, str) and model else None,
+        max_model_len=_positive_int(first.get("max_model_len")),
+        owned_by=owner if isinstance(owner, str) else None,
+        n_vocab=_positive_int(meta.get("n_vocab")),
+        n_ctx=_positive_int(meta.get("n_ctx")),
+    )
 
 
 class ServerWatch:
@@ -278,15 +232,22 @@ class ServerWatch:
     def __init__(
         self,
         base_url: str,
-        headers: dict | None,
+        api_key: str | None,
         flavor: str | None,
         interval_s: float = 2.0,
         timeout_s: float = 2.0,
         queued_polls: int = 2,
         clock=time.perf_counter,
     ):
-        self.url = server_root(base_url) + "/metrics"
-        self.headers, self.flavor, self.interval_s, self.timeout_s = headers, flavor, interval_s, timeout_s
+        root = server_root(base_url)
+        self.url = root + METRICS_PATH
+        self.flavor, self.interval_s, self.timeout_s = flavor, interval_s, timeout_s
+
+        def client() -> StreamClient:
+            return StreamClient(root, api_key=api_key, connect_timeout_s=timeout_s, read_timeout_s=timeout_s)
+
+        # one for the polling greenlet, one for the reads at the window's edges (never waiting on a poll)
+        self._poll_client, self._edge_client = client(), client()
         self.clock = clock
         self.stages = StageWatch(queued_polls)
         self.disabled: str | None = None
@@ -305,15 +266,15 @@ class ServerWatch:
 
     def poll_once(self) -> bool:
         """One poll; False once the watch has disabled itself."""
-        reply = http_get(self.url, self.headers, self.timeout_s)
-        samples = parse_metrics(reply.body) if reply.status == 200 else {}
+        text, error = self._get(self._poll_client)
+        samples = parse_metrics(text) if error is None else {}
         self.flavor = self.flavor or flavor_of(samples)
         sample = watch_sample(samples, self.flavor)
         if sample is not None:
             self._seen_ok = True
             self.stages.feed(self.clock(), sample)
         elif not self._seen_ok:
-            self.disabled = reply.error or f"no {self.flavor or 'vLLM/SGLang'} queue or KV metrics in it"
+            self.disabled = error or f"no {self.flavor or 'vLLM/SGLang'} queue or KV metrics in it"
             log.warning(
                 "server watch off: GET %s: %s (no preemption/queue figures per stage)",
                 self.url,
@@ -327,9 +288,17 @@ class ServerWatch:
                 log.warning(
                     "server watch: GET %s failed (%s); counting failed polls per stage",
                     self.url,
-                    reply.error or "metrics missing",
+                    error or "metrics missing",
                 )
         return True
+
+    @staticmethod
+    def _get(client: StreamClient) -> tuple[str, str | None]:
+        """(/metrics text, None), or ("", what failed)."""
+        try:
+            return client.get_text(METRICS_PATH), None
+        except RequestError as exc:
+            return "", failure_text(exc)
 
     def generation_tokens(self) -> tuple[float, float] | None:
         """(time, the server's generation-token counter) now, or None if it doesn't expose one."""
@@ -337,8 +306,8 @@ class ServerWatch:
         if name is None or not self._seen_ok:  # only once /metrics has answered (or never, if off)
             return None
         t = self.clock()
-        reply = http_get(self.url, self.headers, self.timeout_s)
-        series = parse_metrics(reply.body).get(name) if reply.status == 200 else None
+        text, error = self._get(self._edge_client)
+        series = parse_metrics(text).get(name) if error is None else None
         value = _total(series) if series else None
         return None if value is None else ((t + self.clock()) / 2, value)
 
@@ -372,3 +341,5 @@ class ServerWatch:
         if self._greenlet is not None:
             self._greenlet.kill(block=True, timeout=self.timeout_s + 1)
             self._greenlet = None
+        self._poll_client.close()
+        self._edge_client.close()

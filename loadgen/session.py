@@ -16,16 +16,16 @@ from datetime import UTC, datetime
 import gevent
 
 from loadgen import errors
-from loadgen.client import StreamClient
-from loadgen.errors import ConfigError, ServerUnusableError
+from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.guard import decide
 from loadgen.health import is_client_bound
+from loadgen.phases import Phase
+from loadgen.preflight import StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
-from loadgen.runtime import discover_model, not_openai_message
-from loadgen.server_probe import ServerWatch, resolve_capacity
+from loadgen.server_probe import ServerWatch
 
 log = logging.getLogger("llm_loadgen")
 
@@ -40,10 +40,15 @@ def say(line: str) -> None:
 
 
 class Session:
-    def __init__(self, rt):
-        self.rt = rt
+    """The run's state on the process that owns it; ``rt`` is that process's Runtime, ``fleet``
+    the load-generating processes (``loadgen.distributed``)."""
+
+    def __init__(self, rt, fleet):
+        self.rt, self.fleet = rt, fleet
+        rt.on_fatal = lambda message: self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
         self.started_wall = time.time()
-        self.capacity = None  # guard.Capacity
+        self.server = None  # preflight.ServerInfo, once the start check passed
+        self.capacity = None  # server_probe.Capacity
         self.watch: ServerWatch | None = None
         self.stage_info: dict[int, dict] = {}
         self.rows: list[dict] = []
@@ -59,79 +64,29 @@ class Session:
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
-        """Before the first stage: can we talk to the server, which model, what KV capacity.
-
-        Returns False when the run must not start (the reason is printed and the exit code set).
-        """
+        """Before the first stage: the start check (``loadgen.preflight``), the server watch and
+        the exporter. Returns False when the run must not start (the reason is printed and the
+        exit code set)."""
         self.started = True
         rt, sc = self.rt, self.rt.scenario
         host = rt.environment.host
-        if not host:
-            self.fatal(errors.EXIT_CONFIG, "no target: pass --host http://HOST:PORT of the server")
-            return False
         try:
-            client = StreamClient(host, api_key=rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
-                                  read_timeout_s=sc.request.read_timeout_s)
-        except ServerUnusableError as exc:
-            self.fatal(errors.EXIT_CONFIG, str(exc))
+            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
+        except StartRefused as exc:
+            self.fatal(exc.exit_code, str(exc))
             return False
-        try:
-            discovered = discover_model(client)
-            if rt._model is None:
-                rt._model = discovered
-        except ServerUnusableError as exc:
-            if exc.kind == errors.CONNECT_FAILED:
-                self.fatal(errors.EXIT_SERVER_UNUSABLE, f"cannot connect to {host} ({exc.detail}); "
-                           "is the server running? check --host")
-                return False
-            if rt._model is None:
-                if exc.kind == errors.NOT_OPENAI:
-                    self.fatal(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, exc.detail))
-                elif exc.detail.startswith(("HTTP 401", "HTTP 403")):
-                    where = f"the environment variable {sc.api_key_env}" if sc.api_key_env else "api_key_env"
-                    self.fatal(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the request (GET /v1/models: "
-                               f"{exc.detail}); check the API key in {where}")
-                else:
-                    self.fatal(errors.EXIT_SERVER_UNUSABLE, str(exc))
-                return False
-            say(self.rt.redact(f"llm-loadgen: warning: model discovery failed ({exc.detail or exc}); "
-                               f"going on with model {rt._model!r}"))
-        finally:
-            client.close()
-        headers = {"Authorization": f"Bearer {rt.api_key}"} if rt.api_key else {}
-        self._start_guard(host, headers)
-        if self.exit_code is None:
-            try:
-                self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, rt)
-            except ConfigError as exc:
-                self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
-            if self.exporter is not None:
-                say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
-        return self.exit_code is None
-
-    def _start_guard(self, host: str, headers: dict) -> None:
-        sc = self.rt.scenario
-        self.capacity = resolve_capacity(sc.guard.kv_capacity_tokens, host, headers)
-        cap = self.capacity
-        need = sc.input_tokens + sc.output_tokens
-        if cap.max_model_len and need > cap.max_model_len:
-            # every request would be refused with a 400: say so once instead of sweeping failures
-            self.fatal(errors.EXIT_CONFIG, f"config error: input_tokens + output_tokens = {need:,} exceeds "
-                       f"the server's max_model_len {cap.max_model_len:,} (GET /v1/models); lower "
-                       "--input-tokens or --output-tokens")
-            return
-        if cap.tokens is None:
-            say(f"llm-loadgen: KV capacity unknown ({cap.detail}); running UNGUARDED "
-                "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")
-            if sc.guard.require:
-                self.fatal(errors.EXIT_GUARD_ABORT, "--require-guard is set and the server reports no "
-                           "KV capacity; set --kv-capacity-tokens to the server's KV tokens")
-                return
-        else:
-            say(f"llm-loadgen: KV capacity {cap.tokens:,} tokens (source: {cap.source})")
+        rt.use_model(self.server.model)
+        self.capacity = cap = self.server.capacity
         if sc.guard.watch and cap.flavor:
-            self.watch = ServerWatch(host, headers, cap.flavor, sc.guard.watch_interval_s)
+            self.watch = ServerWatch(host, rt.api_key, cap.flavor, sc.guard.watch_interval_s)
             self.watch.start()
+        try:
+            self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))
+        except ConfigError as exc:
+            self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
+        if self.exporter is not None:
+            say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
+        return self.exit_code is None
 
     def decide(self, concurrency: int):
         sc = self.rt.scenario
@@ -173,7 +128,9 @@ class Session:
         the sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity).
         The window itself is recorded by the ``window_close`` event that follows."""
         info = self.stage_info[k]
-        self.rt.end_window(k)
+        # stop counting toward the window here and on every worker before the slow /metrics read
+        self.rt.set_phase(k, Phase.CLOSING)
+        self.fleet.broadcast_phase()
         if not self.watch:
             return None
         server = info["server"] = self.watch.end_stage(k)
@@ -216,7 +173,7 @@ class Session:
             row["server"] = server
             if server.get("over_capacity"):
                 flags.append("server_over_capacity")
-        client = rt.stage_health(k)
+        client = self.fleet.stage_health(k)
         row["client"] = client
         if client["cpu_percent"] is not None and is_client_bound(
             client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max
@@ -224,7 +181,7 @@ class Session:
             flags.append("client_bound")
         if forced:
             # still running, or already killed by the stop (Locust stops users before `quitting`)
-            row["unfinished_requests"] = rt.inflight(k) + rt.cancelled.get(k, 0)
+            row["unfinished_requests"] = self.fleet.inflight(k) + rt.cancelled.get(k, 0)
             flags.append(flag)
         if info.get("lost_requests"):
             row["lost_requests"] = info["lost_requests"]
@@ -254,21 +211,11 @@ class Session:
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self) -> None:
-        """Master: a worker that stopped reporting is recorded as lost, with what it had running.
-
-        Its samples reported so far stay counted (deltas are additive, never resent); its
-        in-flight requests are lost and no longer hold back the stages they belong to.
-        """
+        """Master: a worker that stopped reporting is recorded as lost, with what it had running
+        (its samples reported so far stay counted; see ``Fleet.drop_lost``)."""
         rt = self.rt
-        if not rt.is_master:
-            return
-        live = set(rt.live_workers())
-        for cid in [c for c in rt.worker_inflight if c not in live]:
-            lost = rt.worker_inflight.pop(cid)
-            rt.worker_phase_seq.pop(cid, None)
-            rt.worker_health_now.pop(cid, None)
-            running = {k: int(n) for k, n in lost.items() if n}
-            for k, n in running.items():
+        for lost in self.fleet.drop_lost():
+            for k, n in lost.running.items():
                 if k is not None and k in self.stage_info:
                     info = self.stage_info[k]
                     info["lost_requests"] = info.get("lost_requests", 0) + n
@@ -276,11 +223,11 @@ class Session:
                         info["flags"].append("worker_lost")
             concurrency = self.stage_info.get(rt.stage, {}).get("concurrency")
             self.worker_losses.append({
-                "worker": cid, "at": _iso(time.time()), "stage": rt.stage, "concurrency": concurrency,
-                "phase": rt.kind, "inflight_lost": sum(running.values()),
+                "worker": lost.client_id, "at": _iso(time.time()), "stage": rt.stage, "concurrency": concurrency,
+                "phase": rt.kind, "inflight_lost": lost.requests,
             })
-            say(f"llm-loadgen: worker {cid} lost during stage {rt.stage} ({rt.kind}); "
-                f"{sum(running.values())} requests it was running are lost; carrying on")
+            say(f"llm-loadgen: worker {lost.client_id} lost during stage {rt.stage} ({rt.kind}); "
+                f"{lost.requests} requests it was running are lost; carrying on")
 
     # -- stop paths --------------------------------------------------------------------------------
     def fatal(self, code: int, message: str) -> None:
@@ -343,11 +290,11 @@ class Session:
                 "started_at": _iso(self.started_wall),
                 "ended_at": _iso(time.time()) if final else None,
                 "host": env.host,
-                "model": rt._model,
+                "model": rt.model_name,
                 "endpoint": sc.endpoint,
                 "exit_code": self.exit_code if self.exit_code is not None else (0 if final else None),
                 "stop_reason": self.stop_reason,
-                "workers": len(rt.workers_seen) if rt.is_master else 1,
+                "workers": self.fleet.workers,
                 "worker_losses": self.worker_losses,
             },
             "scenario": sc.to_dict(),
@@ -391,3 +338,34 @@ class Session:
             write_results(self.rt.scenario.results_dir, self.summary(final), plots=final)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)
+
+
+class ExporterFeed:
+    """The exporter's source (``exporter.ExporterSource``): the run as it stands, at each scrape."""
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def exporter_snapshot(self):
+        from loadgen.exporter import ExporterSnapshot
+
+        session, rt = self.session, self.session.rt
+        cpu, lag = session.fleet.health_now()
+        decision, capacity = session.last_decision, session.capacity
+        info = session.stage_info.get(rt.stage, {}) if rt.stage is not None else {}
+        return ExporterSnapshot(
+            totals=rt.collector.totals,
+            inflight=session.fleet.inflight_total(),
+            users=rt.environment.runner.user_count if rt.environment.runner else 0,
+            stage_index=rt.stage,
+            target_concurrency=info.get("concurrency"),
+            phase=rt.kind,
+            kv_projected_tokens=decision.projected_tokens if decision else None,
+            kv_capacity_tokens=capacity.tokens if capacity else None,
+            guard_breaches=session.guard_state["breaches"],
+            client_cpu_percent=cpu,
+            client_loop_lag_s=lag,
+            model=rt.model_name or "",
+            endpoint=rt.scenario.endpoint,
+            scenario=rt.scenario.name,
+        )

@@ -19,12 +19,11 @@ from locust.exception import StopUser
 
 from loadgen.client import StreamClient
 from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError
+from loadgen.preflight import not_openai_message
 from loadgen.prompts import ChatPrompts, TokenIdPrompts, fit_word_count
 from loadgen.records import RequestRecord
-from loadgen.runtime import not_openai_message
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-IDLE_KINDS = frozenset({"drain", "done"})
 CONNECT_BACKOFF_S = (0.05, 1.0)  # first and longest pause after a refused connection
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
@@ -122,7 +121,7 @@ class LLMUser(User):
     @task
     def generate(self) -> None:
         rt = self.rt
-        if rt.kind in IDLE_KINDS or rt.fatal_sent:  # a fatal error: the run is stopping, send no more
+        if not rt.kind.sends_requests or rt.fatal_sent:  # a fatal error: the run is stopping, send no more
             gevent.sleep(0.2)
             return
         if self.model is None or self.prompts is None:

@@ -78,13 +78,13 @@ def template_declarations() -> dict:
     }
 
 
-def live_rows(rt, now_s: float | None) -> list[dict]:
+def live_rows(session, now_s: float | None) -> list[dict]:
     """Stages the session knows but has not finalized: measuring, finishing, or ramping/warming up.
 
     window_s = now_s − window open while measuring (None without a clock), the closed window's
     length afterwards; ramp/warmup of the current stage has no window yet.
     """
-    session, done = rt.session, {r["index"] for r in rt.session.rows}
+    rt, done = session.rt, {r["index"] for r in session.rows}
     out = []
     for k, info in sorted(session.stage_info.items()):
         if k in done:
@@ -104,10 +104,10 @@ def live_rows(rt, now_s: float | None) -> list[dict]:
     return out
 
 
-def llm_view(rt, now_s: float | None) -> dict:
+def llm_view(session, now_s: float | None) -> dict:
     """Everything the tabs show, in summary.json form; ``now_s`` = seconds since the run started."""
-    summary = rt.session.summary()
-    stages = [dict(r, status="done") for r in summary["stages"]] + live_rows(rt, now_s)
+    rt, summary = session.rt, session.summary()
+    stages = [dict(r, status="done") for r in summary["stages"]] + live_rows(session, now_s)
     totals = {"index": "all", "concurrency": None, "status": "run total",
               **rt.collector.totals.row(now_s), "window_s": now_s, "flags": []}
     return {
@@ -176,7 +176,11 @@ def install_webui(environment, clock=None) -> None:
     """
     from flask import Blueprint, make_response, request
 
-    web_ui, rt = environment.web_ui, environment.llm
+    web_ui = environment.web_ui
+
+    def view():  # the run's Session (environment.llm_run), looked up at each request
+        return llm_view(environment.llm_run, clock())
+
     clock = clock or _run_clock(environment)
     web_ui.template_args.update(template_declarations())
     base = getattr(environment.parsed_options, "web_base_path", "") or None
@@ -185,12 +189,12 @@ def install_webui(environment, clock=None) -> None:
     @bp.route(STATS_ROUTE)
     @web_ui.auth_required_if_enabled
     def llm_stats():
-        return web_ui.app.json.response(llm_view(rt, clock()))
+        return web_ui.app.json.response(view())
 
     @bp.route(CSV_ROUTE)
     @web_ui.auth_required_if_enabled
     def llm_stages_csv():
-        response = make_response(stages_csv_text(llm_view(rt, clock())["stages"]))
+        response = make_response(stages_csv_text(view()["stages"]))
         response.headers["Content-Type"] = "text/csv"
         name = f"llm_stages_{time.strftime('%Y%m%d-%H%M%S')}.csv"
         response.headers["Content-Disposition"] = f"attachment;filename={name}"
@@ -204,7 +208,7 @@ def install_webui(environment, clock=None) -> None:
             return response
         try:
             data = json.loads(response.get_data())
-            data["extended_stats"] = extended_stats(llm_view(rt, clock()))
+            data["extended_stats"] = extended_stats(view())
             response.set_data(web_ui.app.json.dumps(data))
         except Exception:
             log.exception("llm-loadgen: adding the LLM tables to the web UI's stats failed")

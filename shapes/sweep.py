@@ -29,13 +29,14 @@ class SweepShape(LoadTestShape):
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            stop_after=rt.session.close_window,
-            decide=rt.session.decide,
+            stop_after=self.session.close_window,
+            decide=self.session.decide,
         )
 
     def tick(self):
         rt = self.runner.environment.llm
-        session = rt.session
+        session = self.session = self.runner.environment.llm_run
+        fleet = session.fleet
         if session.finished_run or session.exit_code is not None and session.stop_reason == "error":
             if session.finished_run and not getattr(self, "_said_once", False):
                 self._said_once = True  # the web UI's "New" button on a process that already ran
@@ -54,12 +55,12 @@ class SweepShape(LoadTestShape):
                 users=self.runner.user_count,
                 finished=rt.finished,
                 finished_total=rt.finished_total(),
-                stage_done=rt.stage_done,
-                idle=rt.all_idle,
+                stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
+                idle=fleet.all_idle,
             ))
             for ev in tick.events:
                 session.on_event(ev, now)
-            rt.broadcast_phase()
+            fleet.broadcast_phase()
         except Exception as exc:  # a bug of ours must not lose the stages already measured
             log.exception("sweep failed")
             session.fatal(EXIT_INTERNAL, f"internal error in the sweep: {exc!r}")

@@ -20,14 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.errors import ConfigError
 from loadgen.guard import StageWatch, decide, max_fitting_concurrency, projected_kv_tokens
+from loadgen.preflight import probe
 from loadgen.server_probe import (
     ServerWatch,
     capacity_from_server_info,
     capacity_from_sglang_metrics,
     capacity_from_vllm_metrics,
-    discover_capacity,
     parse_metrics,
-    resolve_capacity,
     server_root,
     watch_sample,
 )
@@ -267,10 +266,16 @@ def serve(routes: dict):
         server.server_close()
 
 
-def test_discover_sglang_server_info_with_auth_header_and_v1_suffix():
+def discover(url: str, api_key: str | None = None, timeout_s: float = 2.0, configured: int | None = None):
+    """The start check's capacity: /v1/models read once, then the capacity sources."""
+    return probe(url, api_key=api_key, configured_capacity=configured,
+                 models_timeouts_s=(timeout_s, timeout_s), probe_timeout_s=timeout_s)[1]
+
+
+def test_discover_sglang_server_info_with_auth_header():
     routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
     with serve(routes) as (url, hits):
-        cap = discover_capacity(url + "/v1/", {"Authorization": "Bearer k"}, timeout_s=2)
+        cap = discover(url, "k")
     assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
         SEED_CAPACITY,
         "sglang_server_info",
@@ -278,7 +283,22 @@ def test_discover_sglang_server_info_with_auth_header_and_v1_suffix():
         262144,
     )
     assert "1,570,000" in cap.detail
-    assert [p for p, _ in hits] == ["/v1/models", "/get_server_info"]
+    assert [p for p, _ in hits] == ["/v1/models", "/get_server_info"]  # /v1/models read once
+    assert all(auth == "Bearer k" for _, auth in hits)
+
+
+def test_a_v1_suffix_reads_the_management_endpoints_at_the_root():
+    """/v1/models is read where the streams go (host + /v1/models); /get_server_info at the root."""
+    routes = {"/v1/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
+    with serve(routes) as (url, hits):
+        cap = discover(url + "/v1/", "k")
+    assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
+        SEED_CAPACITY,
+        "sglang_server_info",
+        "sglang",
+        262144,
+    )
+    assert [p for p, _ in hits] == ["/v1/v1/models", "/get_server_info"]
     assert all(auth == "Bearer k" for _, auth in hits)
 
 
@@ -286,7 +306,7 @@ def test_discover_sglang_server_info_with_auth_header_and_v1_suffix():
 def test_discover_vllm_falls_through_404_to_cache_config(name):
     routes = {"/v1/models": (200, VLLM_MODELS), "/metrics": (200, fixture(name))}
     with serve(routes) as (url, _):
-        cap = discover_capacity(url, None, timeout_s=2)
+        cap = discover(url, timeout_s=2)
     assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
         SEED_CAPACITY,
         "vllm_cache_config",
@@ -302,7 +322,7 @@ def test_discover_sglang_metrics_when_server_info_is_not_json():
         "/metrics": (200, fixture("metrics_sglang.txt")),
     }
     with serve(routes) as (url, _):
-        cap = discover_capacity(url, None, timeout_s=2)
+        cap = discover(url, timeout_s=2)
     assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
         SEED_CAPACITY,
         "sglang_metrics",
@@ -313,7 +333,7 @@ def test_discover_sglang_metrics_when_server_info_is_not_json():
 
 def test_discover_404_everywhere_says_so():
     with serve({}) as (url, hits):
-        cap = discover_capacity(url, None, timeout_s=2)
+        cap = discover(url, timeout_s=2)
     assert (cap.tokens, cap.source, cap.flavor) == (None, None, None)
     for path in ("/v1/models", "/get_server_info", "/metrics"):
         assert f"GET {path}: HTTP 404" in cap.detail
@@ -323,7 +343,7 @@ def test_discover_404_everywhere_says_so():
 def test_discover_metrics_without_capacity_keeps_the_flavor():
     routes = {"/metrics": (200, 'vllm:num_requests_running{engine="0"} 3\n')}
     with serve(routes) as (url, _):
-        cap = discover_capacity(url, None, timeout_s=2)
+        cap = discover(url, timeout_s=2)
     assert (cap.tokens, cap.flavor) == (None, "vllm")
     assert "no vllm:cache_config_info" in cap.detail
 
@@ -336,7 +356,7 @@ def free_port() -> int:
 
 @pytest.mark.timeout(20)
 def test_discover_closed_port_gives_up_after_one_refusal():
-    cap = discover_capacity(f"http://127.0.0.1:{free_port()}", None, timeout_s=5)
+    cap = discover(f"http://127.0.0.1:{free_port()}", timeout_s=5)
     assert cap.tokens is None and "refused" in cap.detail
 
 
@@ -345,16 +365,16 @@ def test_discover_silent_server_times_out_per_source():
     with socket.socket() as listener:  # accepts connections (backlog) and never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
-        cap = discover_capacity(f"http://127.0.0.1:{listener.getsockname()[1]}", None, timeout_s=0.3)
+        cap = discover(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=0.3)
     assert cap.tokens is None and cap.detail.count("timed out") == 3
 
 
 def test_resolve_scenario_value_wins_and_quotes_the_server():
     routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
     with serve(routes) as (url, _):
-        cap = resolve_capacity(1_000_000, url, None, timeout_s=2)
-        same = resolve_capacity(SEED_CAPACITY, url, None, timeout_s=2)
-        auto = resolve_capacity(None, url, None, timeout_s=2)
+        cap = discover(url, configured=1_000_000)
+        same = discover(url, configured=SEED_CAPACITY)
+        auto = discover(url, configured=None)
     assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
         1_000_000,
         "scenario",
@@ -364,7 +384,7 @@ def test_resolve_scenario_value_wins_and_quotes_the_server():
     assert "server reports 1,570,000 via sglang_server_info" in cap.detail
     assert "server reports" not in same.detail
     assert (auto.tokens, auto.source) == (SEED_CAPACITY, "sglang_server_info")
-    offline = resolve_capacity(4096, f"http://127.0.0.1:{free_port()}", None, timeout_s=2)
+    offline = discover(f"http://127.0.0.1:{free_port()}", configured=4096)
     assert (offline.tokens, offline.source, offline.flavor) == (4096, "scenario", None)
 
 

@@ -27,6 +27,7 @@ from locust import User, task
 from locust.env import Environment
 
 from loadgen.config import load_scenario
+from loadgen.distributed import Fleet
 from loadgen.errors import READ_TIMEOUT, RequestError
 from loadgen.guard import decide
 from loadgen.records import RequestRecord
@@ -82,8 +83,8 @@ def ui(tmp_path, monkeypatch):
     env.create_web_ui("127.0.0.1", 0, delayed_start=True)  # as locust's main: init listeners first
     rt = Runtime(env, load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path)}))
     env.llm = rt
-    rt.session = Session(rt)
-    rt.session.capacity = Capacity(300, "scenario", None, None, "test")
+    env.llm_run = Session(rt, Fleet(rt))
+    env.llm_run.capacity = Capacity(300, "scenario", None, None, "test")
     now = [0.0]
     install_webui(env, clock=lambda: now[0])
     env.web_ui.start()
@@ -102,7 +103,7 @@ def phase(session, stage, kind, **data):
 def run_stage_0_and_open_stage_1(rt, now):
     """Stage 0 (C=1): 4 ok x 10 tokens + 1 timeout (2 tokens) in a 10 s window, final.
     Stage 1 (C=2): window open at t=25, 2 ok x 5 tokens so far. One unmeasured request (8 tokens)."""
-    s = rt.session
+    s = rt.environment.llm_run
     phase(s, 0, "ramp", concurrency=1)
     phase(s, 0, "measure")
     s.on_event(Event("window_open", 0, {"t": 10.0}), 10.0)
@@ -140,7 +141,7 @@ def test_stats_route_has_done_live_and_total_rows_with_known_numbers(ui):
     done, live = view["stages"]
     assert [s["status"] for s in view["stages"]] == ["done", "measuring"]
     # the completed stage is summary.json's row (same source), plus its status
-    assert {k: v for k, v in done.items() if k != "status"} == json.loads(json.dumps(rt.session.summary()["stages"][0]))
+    assert {k: v for k, v in done.items() if k != "status"} == json.loads(json.dumps(rt.environment.llm_run.summary()["stages"][0]))
     assert (done["index"], done["concurrency"], done["requests"], done["error_count"]) == (0, 1, 4, 1)
     assert done["errors"] == {READ_TIMEOUT: 1}
     assert done["output_tokens"] == 40 and done["input_tokens"] == 4 * PROMPT
@@ -179,7 +180,7 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     assert items["KV capacity (tokens)"] == "300" and items["Phase"] == "stage 1: measure"
 
     # stage 1 ends and the guard refuses C=4: Locust's memoized stats answer, our tables move on
-    s = rt.session
+    s = rt.environment.llm_run
     s.on_event(Event("window_close", 1, {"t": 30.0, "users": 2}), 30.0)
     closing = client.get(STATS_ROUTE).get_json()["stages"][1]  # closed, requests may still run
     assert (closing["status"], closing["window_s"], closing["output_tokens_per_s"]) == ("finishing", 5.0, 2.0)
@@ -189,7 +190,7 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert [r["status"] for r in rows] == ["done", "done", "run total"]
     assert rows[1]["out_tok_s"] == num(10 / 5.0)
-    assert rt.session.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee (C)"] == "1"
+    assert rt.environment.llm_run.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee (C)"] == "1"
     assert items["Guard stopped before C"] == "4"
 
 
@@ -206,7 +207,7 @@ def test_stages_csv_download(ui):
 
 def test_a_broken_view_leaves_locusts_stats_intact(ui):
     _, rt, _, client = ui
-    rt.session = None  # llm_view cannot work: Locust's own answer must still come through
+    ui[0].llm_run = None  # llm_view cannot work: Locust's own answer must still come through
     data = client.get("/stats/requests").get_json()
     assert "stats" in data and "extended_stats" not in data
 

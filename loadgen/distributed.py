@@ -1,0 +1,236 @@
+"""The load-generating processes as the process that owns the run sees them, and their messages.
+
+A local run generates load in the owning process itself; a distributed run in its workers. Either
+way the owner asks the same questions of one ``Fleet``: is stage k done, is everything idle, how
+many requests are in flight, how healthy was the worst client during a stage, which workers were
+lost. On a worker, the ``Fleet`` instead ships reports and writes the worker's ledger.
+
+Wire (Locust custom messages and report hooks; msgpack-safe dicts):
+- master -> workers ``llm_phase`` ``{"stage", "kind", "seq"}``, re-sent every tick so late joiners
+  catch up; a worker drops a seq it already passed.
+- worker -> master report (``report_to_master`` every 3 s and once at quit) under ``data["llm"]``:
+  ``{"delta": Collector.take_delta(), "health": HealthMonitor.take_delta(), "inflight": {stage: n}
+  (absolute), "phase_seq": int, "health_now": [cpu %, loop lag s]}``. Deltas are additive and never
+  resent, so master totals are exactly the sum of every worker's samples (= the sum of the ledgers
+  in ``<results-dir>/workers/<client id>.json``).
+- worker -> master ``llm_fatal`` (text): the worker found the target unusable; the owner stops.
+
+A worker that stops reporting is *lost*: its samples so far stay counted, its in-flight requests
+are lost (``drop_lost``) and no longer hold back the stages they belong to.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.health import StageHealth, worst_of
+from loadgen.stats import StageStats
+
+log = logging.getLogger("llm_loadgen")
+
+PHASE_MESSAGE = "llm_phase"
+FATAL_MESSAGE = "llm_fatal"  # worker -> master: this target cannot be load-tested
+LOCAL = "local"  # the health table's key for a local run's own process
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    """A worker that stopped reporting, with what it had running (``{stage or None: requests}``)."""
+
+    client_id: str
+    running: dict
+
+    @property
+    def requests(self) -> int:
+        return sum(self.running.values())
+
+
+class Fleet:
+    """Per-worker tables (master), or this process's own figures (local runner); see the module
+    docstring. ``rt`` is this process's ``Runtime`` (collector, phase, health monitor)."""
+
+    def __init__(self, rt):
+        self.rt = rt
+        self.inflight_by_worker: dict[str, dict] = {}  # absolute, from each worker's latest report
+        self.phase_seq_by_worker: dict[str, int] = {}
+        self.health_now_by_worker: dict[str, list] = {}  # [cpu %, loop lag s] from the latest report
+        self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
+        self.workers_seen: set[str] = set()
+        self.ledger = StageStats()  # worker: every total shipped to the master
+
+    @property
+    def master(self) -> bool:
+        return self.rt.is_master
+
+    # -- worker side -------------------------------------------------------------------------------
+    def report(self) -> dict:
+        """Worker: everything since the last report, plus absolute in-flight counts (module doc)."""
+        rt = self.rt
+        delta = rt.collector.take_delta()
+        self.ledger.merge(StageStats.from_wire(delta["totals"]))
+        return {
+            "delta": delta,
+            "health": rt.health.take_delta(),
+            "inflight": dict(rt.collector.inflight),
+            "phase_seq": rt.phase_seq,
+            "health_now": [rt.health.cpu_percent_now, rt.health.loop_lag_now_s],
+        }
+
+    def write_ledger(self) -> None:
+        """Worker: what this worker recorded and shipped (after its final report)."""
+        client_id = self.rt.environment.runner.client_id
+        path = Path(self.rt.scenario.results_dir) / "workers" / f"{client_id}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"client_id": client_id, "totals": self.ledger.to_wire()}))
+        except OSError as exc:
+            log.warning("could not write the worker ledger %s: %s", path, exc)
+
+    # -- master side -------------------------------------------------------------------------------
+    def merge_report(self, client_id: str, data: dict) -> None:
+        """Master: merge one worker report."""
+        self.workers_seen.add(client_id)
+        self.rt.collector.merge_delta(data["delta"])
+        self.merge_health(client_id, data["health"])
+        self.inflight_by_worker[client_id] = data["inflight"]
+        self.phase_seq_by_worker[client_id] = data["phase_seq"]
+        self.health_now_by_worker[client_id] = data["health_now"]
+
+    def merge_health(self, client_id: str, health: dict) -> None:
+        """Fold one process's health delta into the per-stage, per-process table."""
+        for key, wire in health.items():
+            per_worker = self.health_by_stage.setdefault(key, {})
+            h = StageHealth.from_wire(wire)
+            if client_id in per_worker:
+                per_worker[client_id].merge(h)
+            else:
+                per_worker[client_id] = h
+
+    def broadcast_phase(self) -> None:
+        """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
+        rt, runner = self.rt, self.rt.environment.runner
+        if self.master and runner.clients:
+            runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq})
+
+    def live_workers(self) -> list[str]:
+        """Master: ids of workers that are connected (not missing)."""
+        from locust.runners import STATE_MISSING
+
+        return [c.id for c in self.rt.environment.runner.clients.values() if c.state != STATE_MISSING]
+
+    def drop_lost(self) -> list[LostWorker]:
+        """Master: forget workers that are no longer connected; what each had running."""
+        if not self.master:
+            return []
+        live = set(self.live_workers())
+        lost = []
+        for cid in [c for c in self.inflight_by_worker if c not in live]:
+            running = {k: int(n) for k, n in self.inflight_by_worker.pop(cid).items() if n}
+            self.phase_seq_by_worker.pop(cid, None)
+            self.health_now_by_worker.pop(cid, None)
+            lost.append(LostWorker(cid, running))
+        return lost
+
+    # -- the owner's questions -------------------------------------------------------------------------
+    def _reported_since(self, seq: int) -> bool:
+        """Every live worker sent a report after adopting phase ``seq``."""
+        return all(self.phase_seq_by_worker.get(cid, 0) >= seq for cid in self.live_workers())
+
+    def stage_done(self, stage: int, close_seq: int) -> bool:
+        """No request of ``stage`` is still running anywhere.
+
+        On the master this needs, from every live worker, a report sent after the worker learned
+        that the stage's window closed (phase seq ``close_seq``), so a stale report cannot
+        finalize early.
+        """
+        if self.master and not self._reported_since(close_seq):
+            return False
+        return self.inflight(stage) == 0
+
+    def all_idle(self) -> bool:
+        """No request of any stage (measured or not) is running anywhere: the drain may end.
+
+        On the master this needs, from every live worker, a report sent after the worker adopted
+        the current phase (the drain: it sends nothing new), like ``stage_done``.
+        """
+        if not self.master:
+            return not any(self.rt.collector.inflight.values())
+        if not self._reported_since(self.rt.phase_seq):
+            return False
+        return not any(int(n) for d in self.inflight_by_worker.values() for n in d.values())
+
+    def inflight(self, stage: int) -> int:
+        """Requests of ``stage`` still running, over every load-generating process."""
+        if self.master:
+            return sum(int(d.get(stage, 0)) for d in self.inflight_by_worker.values())
+        return int(self.rt.collector.inflight.get(stage, 0))
+
+    def inflight_total(self) -> int:
+        if self.master:
+            return sum(sum(d.values()) for d in self.inflight_by_worker.values())
+        return sum(self.rt.collector.inflight.values())
+
+    def health_now(self) -> tuple[float | None, float | None]:
+        """(CPU %, event-loop lag s) now: the worst worker's, or this process's."""
+        if not self.master:
+            return self.rt.health.cpu_percent_now, self.rt.health.loop_lag_now_s
+        now = list(self.health_now_by_worker.values())
+        return max((h[0] for h in now), default=None), max((h[1] for h in now), default=None)
+
+    def stage_health(self, stage: int) -> dict:
+        """The worst load-generating process's health summary during ``stage``."""
+        if not self.master:  # a local run generates load in this very process
+            self.merge_health(LOCAL, self.rt.health.take_delta())
+        per_worker = self.health_by_stage.get(stage, {})
+        return worst_of([h.summary() for h in per_worker.values()])
+
+    @property
+    def workers(self) -> int:
+        """Load-generating processes that took part (1 for a local run)."""
+        return len(self.workers_seen) if self.master else 1
+
+
+def install_fleet(rt) -> Fleet:
+    """Wire this process's ``Fleet`` into Locust's report hooks and custom messages.
+
+    Worker: reports, the phase message, the ledger at quit, and ``rt.fatal`` tells the master.
+    Master: merges reports; a worker's ``llm_fatal`` becomes ``rt.fatal`` (whose handler the
+    owner installs).
+    """
+    fleet = Fleet(rt)
+    events, runner = rt.environment.events, rt.environment.runner
+
+    @events.report_to_master.add_listener
+    def _on_report_to_master(client_id, data, **_):
+        data["llm"] = fleet.report()
+
+    @events.worker_report.add_listener
+    def _on_worker_report(client_id, data, **_):
+        if "llm" in data:
+            fleet.merge_report(client_id, data["llm"])
+
+    @events.quit.add_listener
+    def _on_quit(**_):
+        if rt.is_worker:
+            fleet.write_ledger()
+
+    def _on_phase(environment, msg, **_):
+        d = msg.data
+        rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
+
+    def _on_fatal(environment, msg, **_):
+        rt.fatal(f"worker {msg.node_id}: {msg.data}")
+
+    def _tell_master(message: str) -> None:
+        log.error("llm-loadgen: %s", rt.redact(message))
+        runner.send_message(FATAL_MESSAGE, rt.redact(message))  # the master stops the run
+
+    if runner is not None and rt.is_worker:
+        runner.register_message(PHASE_MESSAGE, _on_phase)
+        rt.on_fatal = _tell_master
+    elif runner is not None and rt.is_master:
+        runner.register_message(FATAL_MESSAGE, _on_fatal)
+    return fleet

@@ -1,0 +1,241 @@
+"""The start check, done once by the process that owns the run, before the first stage.
+
+In order: the host (``client.check_host``, the one rule), ``GET /v1/models`` read once (the model,
+its context length, llama.cpp's vocabulary, the server's flavor), then the KV capacity (the
+scenario's value, else SGLang ``/get_server_info``, vLLM ``/metrics`` ``cache_config_info``,
+SGLang's ``/metrics`` gauge), then the checks that need both (max_model_len, --require-guard).
+The answer is a frozen ``ServerInfo``; a target that cannot be load-tested raises ``StartRefused``
+with the exit code and the one line that says why (auth, not OpenAI, refused, too long a request).
+These messages live here and nowhere else; ``users`` quotes ``not_openai_message`` for the same
+finding mid-run.
+
+Every request goes through ``StreamClient``: its failures are ``errors.RequestError`` kinds, and an
+authentication failure is recognised by ``RequestError.status`` (401/403), not by message text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loadgen import errors
+from loadgen.client import StreamClient, check_host
+from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
+from loadgen.server_probe import (
+    METRICS_PATH,
+    Capacity,
+    ModelsInfo,
+    capacity_from_server_info,
+    capacity_from_sglang_metrics,
+    capacity_from_vllm_metrics,
+    failure_text,
+    flavor_of,
+    parse_metrics,
+    parse_models,
+    server_root,
+)
+
+MODELS_PATH = "/v1/models"
+PROBE_TIMEOUT_S = 5.0  # each capacity source; a missing one must not hold the start for long
+AUTH_STATUSES = frozenset({401, 403})
+
+
+class StartRefused(LoadgenError):
+    """The run must not start: ``exit_code`` and the one line (``str(self)``) that says why."""
+
+    def __init__(self, exit_code: int, message: str):
+        self.exit_code = exit_code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the start check found. ``model`` is the one the run sends (given, else discovered);
+    ``models`` is the /v1/models answer (None when it could not be read)."""
+
+    model: str | None
+    models: ModelsInfo | None
+    capacity: Capacity
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.capacity.max_model_len
+
+    @property
+    def flavor(self) -> str | None:
+        return self.capacity.flavor
+
+
+@dataclass(frozen=True)
+class ModelsReply:
+    """One read of ``GET /v1/models``: the parsed answer, or the RequestError that prevented it."""
+
+    info: ModelsInfo | None
+    error: RequestError | None = None
+
+
+def read_models(client: StreamClient) -> ModelsReply:
+    """GET /v1/models once; never raises. A JSON answer listing no model is NOT_OPENAI."""
+    try:
+        info = parse_models(client.get_json(MODELS_PATH))
+    except RequestError as exc:
+        return ModelsReply(None, exc)
+    if info.model is None:
+        return ModelsReply(info, RequestError(errors.NOT_OPENAI, "GET /v1/models did not list a model"))
+    return ModelsReply(info)
+
+
+def discover_model(client: StreamClient) -> str:
+    """The first model id from GET /v1/models (a worker without --model); else ServerUnusableError."""
+    reply = read_models(client)
+    if reply.error is None:
+        return reply.info.model
+    exc = reply.error
+    if reply.info is not None:  # JSON, but no model listed
+        raise ServerUnusableError("GET /v1/models did not list a model; is this an OpenAI-compatible "
+                                  "server? Set --model to skip discovery", kind=exc.kind, detail=exc.message)
+    raise ServerUnusableError(f"GET /v1/models failed ({exc}); set the model with --model or `model:` in "
+                              "the scenario", kind=exc.kind, detail=exc.message)
+
+
+def not_openai_message(host: str, what: str) -> str:
+    """The one line that says the target does not speak the OpenAI API (``what``: the evidence)."""
+    return (f"{host} is not an OpenAI-compatible server: {what}; check --host (the server's base URL, "
+            "e.g. http://127.0.0.1:8000) and --endpoint")
+
+
+def discover_capacity(client: StreamClient, models: ModelsReply) -> Capacity:
+    """Try, in order: SGLang /get_server_info, vLLM /metrics cache_config_info, SGLang /metrics gauge.
+
+    ``client`` talks to the server's root (``server_root(host)``). ``models`` is the start check's
+    one read of /v1/models (flavor, max_model_len); a refused connection there ends the search.
+    A failing source falls through to the next; ``detail`` says what was tried.
+    """
+    tried: list[str] = []
+    info = models.info or ModelsInfo(None)
+    max_model_len, flavor = info.max_model_len, info.flavor
+    if models.error is not None:
+        if models.error.kind == errors.CONNECT_FAILED:
+            return Capacity(None, None, None, None,
+                            f"KV capacity unknown: could not connect to the server ({models.error.message})")
+        if models.info is None:
+            tried.append(f"GET {MODELS_PATH}: {failure_text(models.error)}")
+
+    def get(path: str, read: Callable[[str], object]) -> object:
+        try:
+            return read(path)
+        except RequestError as exc:
+            tried.append(f"GET {path}: {failure_text(exc)}")
+            return None
+
+    def found(tokens: int, source: str, flavor: str, how: str) -> Capacity:
+        tried.append(f"{tokens:,} tokens from {how}")
+        return Capacity(tokens, source, flavor, max_model_len, "; ".join(tried))
+
+    server_info = get("/get_server_info", client.get_json)
+    if tokens := capacity_from_server_info(server_info):
+        return found(tokens, "sglang_server_info", "sglang", "GET /get_server_info max_total_num_tokens")
+    if server_info is not None:
+        tried.append("GET /get_server_info: no max_total_num_tokens")
+    text = get(METRICS_PATH, client.get_text)
+    samples = None if text is None else parse_metrics(text)
+    flavor = flavor or flavor_of(samples or {})
+    if tokens := capacity_from_vllm_metrics(samples or {}):
+        return found(tokens, "vllm_cache_config", "vllm", "/metrics vllm:cache_config_info")
+    if tokens := capacity_from_sglang_metrics(samples or {}):
+        return found(tokens, "sglang_metrics", "sglang", "/metrics sglang:max_total_num_tokens")
+    if samples is not None:
+        tried.append("GET /metrics: no vllm:cache_config_info or sglang:max_total_num_tokens")
+    return Capacity(None, None, flavor, max_model_len, "KV capacity unknown: " + "; ".join(tried))
+
+
+def resolve_capacity(configured: int | None, client: StreamClient, models: ModelsReply) -> Capacity:
+    """The scenario's ``guard.kv_capacity_tokens`` wins when set; the server still gives flavor and
+    max_model_len (and its own figure, quoted in ``detail`` when it differs)."""
+    discovered = discover_capacity(client, models)
+    if configured is None:
+        return discovered
+    detail = f"{configured:,} tokens from scenario guard.kv_capacity_tokens"
+    if discovered.tokens is not None and discovered.tokens != configured:
+        detail += f" (server reports {discovered.tokens:,} via {discovered.source})"
+    return Capacity(configured, "scenario", discovered.flavor, discovered.max_model_len, detail)
+
+
+def _clients(host: str, api_key: str | None, models_timeouts_s: tuple[float, float],
+             probe_timeout_s: float) -> tuple[StreamClient, StreamClient]:
+    """(client at ``host``, as the streams see it, for /v1/models; client at the server's root)."""
+    connect_s, read_s = models_timeouts_s
+    return (StreamClient(host, api_key=api_key, connect_timeout_s=connect_s, read_timeout_s=read_s),
+            StreamClient(server_root(host), api_key=api_key, connect_timeout_s=probe_timeout_s,
+                         read_timeout_s=probe_timeout_s))
+
+
+def probe(host: str, *, api_key: str | None = None, configured_capacity: int | None = None,
+          models_timeouts_s: tuple[float, float] = (PROBE_TIMEOUT_S, PROBE_TIMEOUT_S),
+          probe_timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ModelsReply, Capacity]:
+    """Read /v1/models once (``models_timeouts_s`` = connect, read) and resolve the capacity from
+    the server's root, whatever the models answer was. Never raises for a bad server."""
+    models_client, root_client = _clients(check_host(host), api_key, models_timeouts_s, probe_timeout_s)
+    try:
+        models = read_models(models_client)
+        return models, resolve_capacity(configured_capacity, root_client, models)
+    finally:
+        models_client.close()
+        root_client.close()
+
+
+def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
+    """The one line for a /v1/models failure that stops the run (no model to fall back on)."""
+    if exc.kind == errors.CONNECT_FAILED:
+        message = f"cannot connect to {host} ({exc.message}); is the server running? check --host"
+    elif exc.kind == errors.NOT_OPENAI:
+        message = not_openai_message(host, exc.message)
+    elif exc.status in AUTH_STATUSES:
+        where = f"the environment variable {key_env}" if key_env else "api_key_env"
+        message = f"{host} refused the request (GET /v1/models: {exc.message}); check the API key in {where}"
+    else:
+        message = (f"GET /v1/models failed ({exc}); set the model with --model or `model:` in the "
+                   "scenario")
+    return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
+
+
+def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None]) -> ServerInfo:
+    """The whole start check (module docstring). ``say`` prints one user-facing line (redacted by
+    the caller). Raises StartRefused when the run must not start."""
+    try:
+        check_host(host)
+    except ConfigError as exc:
+        raise StartRefused(errors.EXIT_CONFIG, f"config error: {exc}") from None
+    req = scenario.request
+    models_client, root_client = _clients(host, api_key, (req.connect_timeout_s, req.read_timeout_s),
+                                          PROBE_TIMEOUT_S)
+    try:
+        models = read_models(models_client)
+        model = scenario.model
+        if models.error is not None:
+            exc = models.error
+            if model is None or exc.kind == errors.CONNECT_FAILED:
+                raise _refusal(host, exc, scenario.api_key_env)
+            say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
+                f"going on with model {model!r}")
+        elif model is None:
+            model = models.info.model
+        capacity = resolve_capacity(scenario.guard.kv_capacity_tokens, root_client, models)
+    finally:
+        models_client.close()
+        root_client.close()
+    need = scenario.input_tokens + scenario.output_tokens
+    if capacity.max_model_len and need > capacity.max_model_len:
+        # every request would be refused with a 400: say so once instead of sweeping failures
+        raise StartRefused(errors.EXIT_CONFIG, f"config error: input_tokens + output_tokens = {need:,} exceeds "
+                           f"the server's max_model_len {capacity.max_model_len:,} (GET /v1/models); lower "
+                           "--input-tokens or --output-tokens")
+    if capacity.tokens is None:
+        say(f"llm-loadgen: KV capacity unknown ({capacity.detail}); running UNGUARDED "
+            "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")
+        if scenario.guard.require:
+            raise StartRefused(errors.EXIT_GUARD_ABORT, "--require-guard is set and the server reports no "
+                               "KV capacity; set --kv-capacity-tokens to the server's KV tokens")
+    else:
+        say(f"llm-loadgen: KV capacity {capacity.tokens:,} tokens (source: {capacity.source})")
+    return ServerInfo(model, models.info, capacity)

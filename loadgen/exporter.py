@@ -35,12 +35,13 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_KINDS, ConfigError
+from loadgen.phases import Phase
 
 log = logging.getLogger(__name__)
 
 PREFIX = "llm_loadgen_"
 LABELS = ("model", "endpoint", "scenario")
-PHASES = ("idle", "ramp", "warmup", "measure", "closing", "drain", "done")
+PHASES = tuple(Phase)  # the phase gauge has one series per phase
 
 # Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
 # `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.

@@ -1,9 +1,12 @@
 """The run as the owning process (local runner or master) sees it: from start checks to results.
 
-``Session`` turns the sweep plan's events into what users get: a phase for every process, a guard
-decision before each stage, a row per stage printed when its last request finishes, and
-``summary.json`` / ``stages.csv`` / ``report.html`` rewritten after every stage and on every stop
-path (normal end, guard abort, Ctrl-C / SIGTERM, fatal error), so nothing gathered is lost.
+``Session`` owns the run's state: the start check's answer (``loadgen.preflight``), the server
+watch, each stage's ``results.StageInfo``, the guard's record, the rows, the stop reason and exit
+code. It turns the sweep plan's typed events into what users get: a phase for every process, a
+guard decision before each stage, one read of the server watch as each window closes, a row per
+stage printed when its last request finishes, and ``summary.json`` / ``stages.csv`` /
+``report.html`` rewritten after every stage and on every stop path (normal end, guard abort,
+Ctrl-C / SIGTERM, fatal error), so nothing gathered is lost.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from datetime import UTC, datetime
 
 import gevent
 
@@ -25,13 +27,11 @@ from loadgen.preflight import StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
+from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
+from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
-
-
-def _iso(ts: float | None) -> str | None:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds") if ts else None
 
 
 def say(line: str) -> None:
@@ -50,17 +50,16 @@ class Session:
         self.server = None  # preflight.ServerInfo, once the start check passed
         self.capacity = None  # server_probe.Capacity
         self.watch: ServerWatch | None = None
-        self.stage_info: dict[int, dict] = {}
+        self.stage_info: dict[int, StageInfo] = {}
         self.rows: list[dict] = []
-        self.guard_state = {"stopped_before": None, "clamped_to": None, "breaches": 0, "warned": []}
+        self.guard = GuardRecord()
         self.stop_reason: str | None = None
         self.exit_code: int | None = None
-        self.close_seq: dict[int, int] = {}
+        self.close_seq: dict[int, int] = {}  # stage -> the phase seq after its window closed
         self.worker_losses: list[dict] = []
         self.finished_run = False
         self.started = False
         self.exporter = None
-        self.last_decision = None
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -94,119 +93,68 @@ class Session:
                       sc.output_tokens, sc.guard.margin, sc.guard.action)
 
     # -- sweep events --------------------------------------------------------------------------------
-    def on_event(self, ev, now: float) -> None:
+    def on_event(self, ev, now: float) -> str | None:
+        """Act on one of the plan's events. Returns a reason to stop the sweep (only for a
+        ``WindowClosed``: the server was over capacity and ``guard.abort_on_over_capacity``)."""
         rt = self.rt
-        if ev.kind == "phase":
-            rt.set_phase(ev.stage, ev.data["kind"])
-            if ev.data["kind"] == "ramp":
-                self.stage_info[ev.stage] = {"concurrency": ev.data["concurrency"], "flags": []}
-                say(f"llm-loadgen: stage {ev.stage} C={ev.data['concurrency']}: ramp")
-        elif ev.kind == "guard":
-            self._on_guard(ev)
-        elif ev.kind == "window_open":
-            info = self.stage_info[ev.stage]
-            info["open_t"], info["open_wall"] = ev.data["t"], time.time()
-            if self.watch:
-                self.watch.begin_stage(ev.stage)
-        elif ev.kind == "window_close":
-            info = self.stage_info[ev.stage]
-            info["window_s"] = ev.data["t"] - info["open_t"]
-            info["users"] = ev.data["users"]
-            self.close_seq[ev.stage] = rt.phase_seq + 1  # the next phase's seq
-            if self.watch and "server" not in info:
-                info["server"] = self.watch.end_stage(ev.stage)
-        elif ev.kind == "final":
-            self._finalize(ev.stage, forced=ev.data.get("forced", False))
-        elif ev.kind == "done":
-            self.stop_reason = ev.data["reason"]
-            if self.stop_reason in ("guard_abort", "server_over_capacity"):
-                self.exit_code = errors.EXIT_GUARD_ABORT
-            self.finished_run = True
+        match ev:
+            case PhaseStarted(stage=k, phase=phase, concurrency=c):
+                rt.set_phase(k, phase)
+                if phase is Phase.RAMP:
+                    self.stage_info[k] = StageInfo(k, c)
+                    say(f"llm-loadgen: stage {k} C={c}: ramp")
+            case GuardDecided(decision=d):
+                if d.breach:
+                    say(f"llm-loadgen: guard: {d.message}")
+                self.guard.record(d)
+            case WindowOpened(stage=k, t=t):
+                info = self.stage_info[k]
+                info.open_t, info.open_wall = t, time.time()
+                if self.watch:
+                    self.watch.begin_stage(k)
+            case WindowClosed():
+                return self._close_window(ev)
+            case StageFinal(stage=k, forced=forced):
+                self._finalize(k, forced=forced)
+            case SweepDone(reason=reason):
+                self.stop_reason = reason
+                if reason in ("guard_abort", "server_over_capacity"):
+                    self.exit_code = errors.EXIT_GUARD_ABORT
+                self.finished_run = True
+        return None
 
-    def close_window(self, k: int, t: float, users: int) -> str | None:
-        """The plan asks as a stage's window closes: read the server watch for it, and say whether
-        the sweep must stop here (``guard.abort_on_over_capacity`` and the server was over capacity).
-        The window itself is recorded by the ``window_close`` event that follows."""
-        info = self.stage_info[k]
-        # stop counting toward the window here and on every worker before the slow /metrics read
-        self.rt.set_phase(k, Phase.CLOSING)
-        self.fleet.broadcast_phase()
+    def _close_window(self, ev: WindowClosed) -> str | None:
+        """Record the window, tell every worker it closed (the plan's CLOSING phase, adopted just
+        before), then read the server watch for it once."""
+        k, info = ev.stage, self.stage_info[ev.stage]
+        info.window_s, info.users = ev.t - info.open_t, ev.users
+        self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
+        self.close_seq[k] = self.rt.phase_seq + 1  # the next phase, sent in the same shape tick
         if not self.watch:
             return None
-        server = info["server"] = self.watch.end_stage(k)
+        server = info.server = self.watch.end_stage(k)
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
             say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
-                f"(C={info['concurrency']}: preemptions {server.get('preemptions')}, queued polls "
+                f"(C={info.concurrency}: preemptions {server.get('preemptions')}, queued polls "
                 f"{server.get('queued_polls_max')}); stopping the sweep (guard.abort_on_over_capacity)")
             return "server_over_capacity"
         return None
 
-    def _on_guard(self, ev) -> None:
-        d = ev.data["decision"]
-        if d.breach:
-            self.guard_state["breaches"] += 1
-            say(f"llm-loadgen: guard: {d.message}")
-        if not d.allowed:
-            self.guard_state["stopped_before"] = d.concurrency
-        elif d.run_concurrency and d.run_concurrency != d.concurrency:
-            self.guard_state["clamped_to"] = d.run_concurrency
-            self.guard_state["stopped_before"] = d.concurrency
-        elif d.breach:
-            self.guard_state["warned"].append(d.concurrency)
-        self.last_decision = d
-
     def _finalize(self, k: int, forced: bool, flag: str = "drain_timeout") -> None:
         rt, sc = self.rt, self.rt.scenario
         info = self.stage_info[k]
-        stats = rt.collector.stages.get(k)
-        from loadgen.stats import StageStats
-
-        row = (stats or StageStats()).row(info["window_s"])
-        row = {"index": k, "concurrency": info["concurrency"], **row}
-        flags = list(info["flags"])
-        if self.guard_state["clamped_to"] == info["concurrency"]:
-            flags.append("guard_clamped")
-        if info["concurrency"] in self.guard_state["warned"]:
-            flags.append("guard_warn")
-        server = info.get("server")
-        if server:
-            row["server"] = server
-            if server.get("over_capacity"):
-                flags.append("server_over_capacity")
         client = self.fleet.stage_health(k)
-        row["client"] = client
-        if client["cpu_percent"] is not None and is_client_bound(
-            client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max
-        ):
-            flags.append("client_bound")
-        if forced:
-            # still running, or already killed by the stop (Locust stops users before `quitting`)
-            row["unfinished_requests"] = self.fleet.inflight(k) + rt.cancelled.get(k, 0)
-            flags.append(flag)
-        if info.get("lost_requests"):
-            row["lost_requests"] = info["lost_requests"]
-        if info.get("users") is not None and info["users"] < info["concurrency"]:
-            flags.append("users_short")
-        row["users"] = info.get("users")
-        row["window_s"] = info["window_s"]
-        row["flags"] = flags
+        bound = client["cpu_percent"] is not None and is_client_bound(
+            client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max)
+        # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
+        unfinished = self.fleet.inflight(k) + rt.cancelled.get(k, 0) if forced else None
+        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag)
         self.rows.append(row)
         if len(self.rows) == 1:
             say(format_stage_header())
         say(format_stage_row(row))
-        mismatch = row.get("token_mismatch") or {}
-        if mismatch.get("input") or mismatch.get("output"):
-            say(f"llm-loadgen: warning: stage {k}: {mismatch.get('input', 0)} of {row['requests']} requests "
-                f"had a prompt other than {sc.input_tokens} tokens and {mismatch.get('output', 0)} an "
-                f"output other than {sc.output_tokens} (does the server honour min_tokens/ignore_eos? "
-                "chat: a template that varies?)")
-        if mismatch.get("estimated"):
-            say(f"llm-loadgen: warning: stage {k}: {mismatch['estimated']} requests came without usage; "
-                "their token counts are counted chunks (stream_options.include_usage ignored?)")
-        if "client_bound" in flags:
-            say(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {client['cpu_percent']}%, loop lag p99 "
-                f"{client['loop_lag_p99_s']} s): its TTFT/ITL include client delays; add workers "
-                "(--processes N or more --worker processes)")
+        for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
+            say(line)
         self.write()
 
     # -- workers ------------------------------------------------------------------------------------
@@ -217,14 +165,12 @@ class Session:
         for lost in self.fleet.drop_lost():
             for k, n in lost.running.items():
                 if k is not None and k in self.stage_info:
-                    info = self.stage_info[k]
-                    info["lost_requests"] = info.get("lost_requests", 0) + n
-                    if "worker_lost" not in info["flags"]:
-                        info["flags"].append("worker_lost")
-            concurrency = self.stage_info.get(rt.stage, {}).get("concurrency")
+                    self.stage_info[k].add_lost(n)
+            current = self.stage_info.get(rt.stage)
             self.worker_losses.append({
-                "worker": lost.client_id, "at": _iso(time.time()), "stage": rt.stage, "concurrency": concurrency,
-                "phase": rt.kind, "inflight_lost": lost.requests,
+                "worker": lost.client_id, "at": iso(time.time()), "stage": rt.stage,
+                "concurrency": current.concurrency if current else None, "phase": str(rt.kind),
+                "inflight_lost": lost.requests,
             })
             say(f"llm-loadgen: worker {lost.client_id} lost during stage {rt.stage} ({rt.kind}); "
                 f"{lost.requests} requests it was running are lost; carrying on")
@@ -264,7 +210,7 @@ class Session:
         # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
         written = {r["index"] for r in self.rows}
         for k, info in sorted(self.stage_info.items()):
-            if "window_s" in info and k not in written:
+            if info.closed and k not in written:
                 self._finalize(k, forced=True, flag=self.stop_reason)
         self.write(final=False)
         if self.rows:
@@ -278,59 +224,12 @@ class Session:
         return find_knee(self.rows, self.rt.scenario.knee.threshold)
 
     def summary(self, final: bool = False) -> dict:
-        rt, sc = self.rt, self.rt.scenario
-        cap = self.capacity
-        knee = self.knee()
-        rows = [dict(r, flags=r["flags"] + (["knee"] if r["concurrency"] == knee else [])) for r in self.rows]
-        env = rt.environment
-        return {
-            "schema": 1,
-            "tool": {"name": "llm-loadgen", "version": "0.1.0"},
-            "run": {
-                "started_at": _iso(self.started_wall),
-                "ended_at": _iso(time.time()) if final else None,
-                "host": env.host,
-                "model": rt.model_name,
-                "endpoint": sc.endpoint,
-                "exit_code": self.exit_code if self.exit_code is not None else (0 if final else None),
-                "stop_reason": self.stop_reason,
-                "workers": self.fleet.workers,
-                "worker_losses": self.worker_losses,
-            },
-            "scenario": sc.to_dict(),
-            "server": {
-                "flavor": cap.flavor if cap else None,
-                "max_model_len": cap.max_model_len if cap else None,
-                "capacity_detail": cap.detail if cap else None,
-            },
-            "guard": {
-                "capacity_tokens": cap.tokens if cap else None,
-                "capacity_source": cap.source if cap else None,
-                "margin": sc.guard.margin,
-                "action": sc.guard.action,
-                "stopped_before": self.guard_state["stopped_before"],
-                "clamped_to": self.guard_state["clamped_to"],
-                "breaches": self.guard_state["breaches"],
-            },
-            "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
-            "totals": self.totals(),
-            "stages": rows,
-        }
-
-    def totals(self) -> dict:
-        """Every request of the run (warmup and ramps included), and each histogram's count."""
-        t = self.rt.collector.totals
-        from loadgen.stats import HISTOGRAMS
-
-        return {
-            "requests": t.requests_ok,
-            "errors": dict(t.errors),
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "failed_output_tokens": t.failed_output_tokens,
-            "received_output_tokens": t.window_output_tokens,
-            "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
-        }
+        rt = self.rt
+        exit_code = self.exit_code if self.exit_code is not None else (0 if final else None)
+        run = RunFacts(self.started_wall, time.time() if final else None, rt.environment.host, rt.model_name,
+                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses)
+        return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
+                             rt.collector.totals)
 
     def write(self, final: bool = False) -> None:
         try:
@@ -351,18 +250,18 @@ class ExporterFeed:
 
         session, rt = self.session, self.session.rt
         cpu, lag = session.fleet.health_now()
-        decision, capacity = session.last_decision, session.capacity
-        info = session.stage_info.get(rt.stage, {}) if rt.stage is not None else {}
+        decision, capacity = session.guard.last, session.capacity
+        info = session.stage_info.get(rt.stage) if rt.stage is not None else None
         return ExporterSnapshot(
             totals=rt.collector.totals,
             inflight=session.fleet.inflight_total(),
             users=rt.environment.runner.user_count if rt.environment.runner else 0,
             stage_index=rt.stage,
-            target_concurrency=info.get("concurrency"),
+            target_concurrency=info.concurrency if info else None,
             phase=rt.kind,
             kv_projected_tokens=decision.projected_tokens if decision else None,
             kv_capacity_tokens=capacity.tokens if capacity else None,
-            guard_breaches=session.guard_state["breaches"],
+            guard_breaches=session.guard.breaches,
             client_cpu_percent=cpu,
             client_loop_lag_s=lag,
             model=rt.model_name or "",

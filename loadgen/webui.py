@@ -89,17 +89,17 @@ def live_rows(session, now_s: float | None) -> list[dict]:
     for k, info in sorted(session.stage_info.items()):
         if k in done:
             continue
-        if "window_s" in info:
-            status, window_s = "finishing", info["window_s"]
-        elif "open_t" in info:
+        if info.closed:
+            status, window_s = "finishing", info.window_s
+        elif info.open_t is not None:
             status = "measuring"
-            window_s = max(now_s - info["open_t"], 0.0) if now_s is not None else None
+            window_s = max(now_s - info.open_t, 0.0) if now_s is not None else None
         elif k == rt.stage:
             status, window_s = rt.kind, None
         else:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
-        out.append({"index": k, "concurrency": info["concurrency"], "status": status,
+        out.append({"index": k, "concurrency": info.concurrency, "status": status,
                     **stats.row(window_s), "window_s": window_s, "flags": []})
     return out
 

@@ -3,6 +3,8 @@
 It runs on the master (or the local runner) only. Every tick (1 s) it observes users, finished and
 in-flight requests, asks the pure ``SweepPlan`` what to do, hands the plan's events to the
 ``Session`` (phases, guard decisions, windows, final rows) and re-broadcasts the phase to workers.
+When a window closes the session reads the server watch once and may answer "stop"
+(``plan.stop``); the plan is then ticked again at once, so the next stage starts in the same tick.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import logging
 from locust import LoadTestShape
 
 from loadgen.errors import EXIT_INTERNAL
-from shapes.sweep_plan import Observation, SweepPlan
+from loadgen.phases import Phase
+from shapes.sweep_plan import Observation, SweepPlan, Tick
 
 log = logging.getLogger("llm_loadgen")
 
@@ -29,9 +32,25 @@ class SweepShape(LoadTestShape):
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            stop_after=self.session.close_window,
             decide=self.session.decide,
         )
+
+    def _step(self, rt, now: float) -> Tick:
+        """One plan tick; its events go to the session, whose answer to a closed window (a reason
+        to stop) goes back to the plan."""
+        session, fleet = self.session, self.session.fleet
+        tick = self.plan.tick(Observation(
+            now=now,
+            users=self.runner.user_count,
+            finished=rt.finished,
+            finished_total=rt.finished_total(),
+            stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
+            idle=fleet.all_idle,
+        ))
+        for ev in tick.events:
+            if reason := session.on_event(ev, now):
+                self.plan.stop(reason)
+        return tick
 
     def tick(self):
         rt = self.runner.environment.llm
@@ -50,16 +69,9 @@ class SweepShape(LoadTestShape):
                 self.plan = self._build_plan(rt)
             session.check_workers()
             now = self.get_run_time()
-            tick = self.plan.tick(Observation(
-                now=now,
-                users=self.runner.user_count,
-                finished=rt.finished,
-                finished_total=rt.finished_total(),
-                stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
-                idle=fleet.all_idle,
-            ))
-            for ev in tick.events:
-                session.on_event(ev, now)
+            tick = self._step(rt, now)
+            if self.plan.kind is Phase.CLOSING:  # the window was read: go on (or stop) now, not a tick later
+                tick = self._step(rt, now)
             fleet.broadcast_phase()
         except Exception as exc:  # a bug of ours must not lose the stages already measured
             log.exception("sweep failed")

@@ -16,21 +16,27 @@ stage at the largest concurrency that fits, warn runs it flagged.
   it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``.
 - measure: the window. Closes when ``duration_s`` has passed, at least ``min_requests`` measured
   requests finished (and the turnover rule holds), or at ``max_window_s`` whatever the count.
+- closing: the window closed (``WindowClosed``). The adapter reads the server for it and may call
+  ``stop(reason)``; the next ``tick`` (the adapter ticks again at once) starts the next stage, or
+  the drain if told to stop. The plan itself never reads anything.
 - A closed stage is *final* once none of its requests is still running (``stage_done(k)``);
   requests of stage k finish during stage k+1's ramp/warmup, which exclude them from k+1.
 - drain: after the last window, no new requests; ends when every closed stage is final and no
   request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
   e.g. against a server's own counters), or after ``drain_s``.
 
-``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on.
+``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on:
+small frozen dataclasses (``PhaseStarted``, ``GuardDecided``, ``WindowOpened``, ``WindowClosed``,
+``StageFinal``, ``SweepDone``), matched by type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-RAMP, WARMUP, MEASURE, DRAIN, DONE = "ramp", "warmup", "measure", "drain", "done"
+from loadgen.guard import GuardDecision
+from loadgen.phases import Phase
 
 
 @dataclass(frozen=True)
@@ -43,11 +49,47 @@ class Observation:
     finished_total: int = 0  # every request finished so far in the run (measured or not)
 
 
-@dataclass
-class Event:
-    kind: str  # phase | window_open | window_close | final | guard | done
-    stage: int | None = None
-    data: dict = field(default_factory=dict)
+@dataclass(frozen=True)
+class PhaseStarted:
+    stage: int  # -1 only for a drain before any stage ran (the guard refused the first)
+    phase: Phase
+    concurrency: int  # the stage's users (after a guard clamp)
+
+
+@dataclass(frozen=True)
+class GuardDecided:
+    stage: int  # the index the stage would have
+    concurrency: int  # as planned
+    decision: GuardDecision
+
+
+@dataclass(frozen=True)
+class WindowOpened:
+    stage: int
+    t: float
+
+
+@dataclass(frozen=True)
+class WindowClosed:
+    stage: int
+    t: float
+    users: int  # users running at the close
+
+
+@dataclass(frozen=True)
+class StageFinal:
+    """No request of the stage is still running (or the drain timed out: ``forced``)."""
+
+    stage: int
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class SweepDone:
+    reason: str  # completed | guard_abort | the reason given to stop()
+
+
+Event = PhaseStarted | GuardDecided | WindowOpened | WindowClosed | StageFinal | SweepDone
 
 
 @dataclass
@@ -62,55 +104,56 @@ class SweepPlan:
 
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
                  min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
-                 turnover: bool = False, max_warmup_s: float = float("inf"),
-                 stop_after: Callable[[int, float, int], str | None] | None = None):
+                 turnover: bool = False, max_warmup_s: float = float("inf")):
         self.concurrencies = list(concurrencies)
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
         self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
         self.decide = decide
         self.turnover, self.max_warmup_s = turnover, max_warmup_s
-        # stop_after(stage, t, users) at each window close: a reason to end the sweep, or None
-        self.stop_after = stop_after
         self.finished_mark = 0  # run-wide finished count when this stage's ramp / window began
         self.index = -1  # stage index (position in the sweep); -1 before the first
-        self.kind: str | None = None
+        self.kind: Phase | None = None
         self.since = 0.0  # when the current phase began
         self.target = 0  # users wanted in this stage
         self.last_stage = False
         self.finished_total = 0
         self.pending: list[int] = []  # closed, not yet final
-        self.stop_reason: str | None = None
+        self.stop_reason: str | None = None  # stop(reason) during CLOSING
         self.exit_reason: str = "completed"
 
+    def stop(self, reason: str) -> None:
+        """The adapter's answer to a ``WindowClosed``: end the sweep after this stage."""
+        self.stop_reason = reason
+
     # -- helpers ---------------------------------------------------------------------------------
-    def _enter(self, kind: str, now: float, events: list[Event]) -> None:
+    def _enter(self, kind: Phase, now: float, events: list[Event]) -> None:
         self.kind, self.since = kind, now
-        events.append(Event("phase", self.index, {"kind": kind, "concurrency": self.target}))
+        events.append(PhaseStarted(self.index, kind, self.target))
 
     def _next_stage(self, now: float, events: list[Event]) -> None:
         nxt = self.index + 1
         if self.last_stage or nxt >= len(self.concurrencies):
-            self._enter(DRAIN, now, events)
+            self._enter(Phase.DRAIN, now, events)
             return
         wanted = self.concurrencies[nxt]
         decision = self.decide(wanted)
-        events.append(Event("guard", nxt, {"decision": decision, "concurrency": wanted}))
+        events.append(GuardDecided(nxt, wanted, decision))
         if not decision.allowed:
             self.exit_reason = "guard_abort"
-            self._enter(DRAIN, now, events)
+            self._enter(Phase.DRAIN, now, events)
             return
         self.index = nxt
         self.finished_mark = self.finished_total
         self.target = decision.run_concurrency or wanted
         if self.target != wanted:  # clamped: this is the last stage
             self.last_stage = True
-        self._enter(RAMP, now, events)
+        self._enter(Phase.RAMP, now, events)
 
     def _finalize_ready(self, obs: Observation, events: list[Event], force: bool = False) -> None:
         for k in list(self.pending):
             if force or obs.stage_done(k):
                 self.pending.remove(k)
-                events.append(Event("final", k, {"forced": force and not obs.stage_done(k)}))
+                events.append(StageFinal(k, forced=force and not obs.stage_done(k)))
 
     def _turned_over(self) -> bool:
         """C requests finished since the mark (the ramp's or the window's start), if asked."""
@@ -124,34 +167,35 @@ class SweepPlan:
         if self.kind is None:
             self._next_stage(now, events)
         elapsed = now - self.since
-        if self.kind == RAMP:
+        if self.kind is Phase.RAMP:
             if obs.users >= self.target or elapsed >= self.ramp_s * 4 + 10:
-                self._enter(WARMUP, now, events)
-        elif self.kind == WARMUP:
+                self._enter(Phase.WARMUP, now, events)
+        elif self.kind is Phase.WARMUP:
             if (elapsed >= self.warmup_s and self._turned_over()) or elapsed >= max(self.max_warmup_s, self.warmup_s):
-                self._enter(MEASURE, now, events)
+                self._enter(Phase.MEASURE, now, events)
                 self.finished_mark = self.finished_total
-                events.append(Event("window_open", self.index, {"t": now}))
-        elif self.kind == MEASURE:
+                events.append(WindowOpened(self.index, now))
+        elif self.kind is Phase.MEASURE:
             enough = obs.finished(self.index) >= self.min_requests and self._turned_over()
             if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
-                events.append(Event("window_close", self.index, {"t": now, "users": obs.users}))
+                self._enter(Phase.CLOSING, now, events)
+                events.append(WindowClosed(self.index, now, obs.users))
                 self.pending.append(self.index)
-                reason = self.stop_after(self.index, now, obs.users) if self.stop_after else None
-                if reason:
-                    self.exit_reason = reason
-                    self._enter(DRAIN, now, events)
-                else:
-                    self._next_stage(now, events)
-        if self.kind == DRAIN:
+        elif self.kind is Phase.CLOSING:  # the adapter has read the window (and may have said stop)
+            if self.stop_reason:
+                self.exit_reason = self.stop_reason
+                self._enter(Phase.DRAIN, now, events)
+            else:
+                self._next_stage(now, events)
+        if self.kind is Phase.DRAIN:
             timed_out = now - self.since >= self.drain_s
             self._finalize_ready(obs, events, force=timed_out)
             if not self.pending and (timed_out or obs.idle()):
-                self.kind = DONE
-                events.append(Event("done", None, {"reason": self.exit_reason}))
+                self.kind = Phase.DONE
+                events.append(SweepDone(self.exit_reason))
         else:
             self._finalize_ready(obs, events)
-        if self.kind == DONE:
+        if self.kind is Phase.DONE:
             return Tick(None, 0.0, events)
         # ramp_s == 0: start every user at once
         spawn_rate = float(self.target) if self.ramp_s <= 0 else max(self.target / self.ramp_s, 1.0)

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from loadgen.guard import decide
-from shapes.sweep_plan import Observation, SweepPlan
+from loadgen.phases import Phase
+from shapes.sweep_plan import (
+    GuardDecided,
+    Observation,
+    PhaseStarted,
+    StageFinal,
+    SweepDone,
+    SweepPlan,
+    WindowClosed,
+    WindowOpened,
+)
 
 SEEDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 
@@ -11,9 +21,11 @@ SEEDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 class FakeRun:
     """Users appear instantly; each stage's requests finish `straggle_s` after its window closes."""
 
-    def __init__(self, capacity=None, action="abort", margin=0.0, straggle_s=3.0, finished_per_s=5):
+    def __init__(self, capacity=None, action="abort", margin=0.0, straggle_s=3.0, finished_per_s=5,
+                 stop_at=None):
         self.capacity, self.action, self.margin = capacity, action, margin
         self.straggle_s, self.finished_per_s = straggle_s, finished_per_s
+        self.stop_at = stop_at or {}  # {stage: reason}: the adapter's answer to WindowClosed
         self.closed_at: dict[int, float] = {}
         self.opened_at: dict[int, float] = {}
         self.users = 0
@@ -29,16 +41,25 @@ class FakeRun:
     def stage_done(self, k):
         return k in self.closed_at and self.now >= self.closed_at[k] + self.straggle_s
 
+    def step(self, plan: SweepPlan, events: list):
+        """One plan tick, acting on its events like the shape does."""
+        tick = plan.tick(Observation(self.now, self.users, self.finished, self.stage_done))
+        for ev in tick.events:
+            if isinstance(ev, WindowOpened):
+                self.opened_at[ev.stage] = ev.t
+            if isinstance(ev, WindowClosed):
+                self.closed_at[ev.stage] = ev.t
+                if ev.stage in self.stop_at:
+                    plan.stop(self.stop_at[ev.stage])
+            events.append((self.now, ev))
+        return tick
+
     def run(self, plan: SweepPlan, limit_s: float = 100_000.0):
         events = []
         while self.now < limit_s:
-            tick = plan.tick(Observation(self.now, self.users, self.finished, self.stage_done))
-            for ev in tick.events:
-                if ev.kind == "window_open":
-                    self.opened_at[ev.stage] = ev.data["t"]
-                if ev.kind == "window_close":
-                    self.closed_at[ev.stage] = ev.data["t"]
-                events.append((self.now, ev))
+            tick = self.step(plan, events)
+            if plan.kind is Phase.CLOSING:  # like the shape: the window was read, go on at once
+                tick = self.step(plan, events)
             if tick.users is None:
                 return events
             self.users = tick.users
@@ -53,26 +74,30 @@ def plan(fake, concurrencies=SEEDS, **kw):
 
 
 def kinds(events, kind):
-    return [ev for _, ev in events if ev.kind == kind]
+    return [ev for _, ev in events if isinstance(ev, kind)]
+
+
+def ramps_of(events):
+    return [ev.concurrency for ev in kinds(events, PhaseStarted) if ev.phase is Phase.RAMP]
 
 
 def test_unguarded_sweep_runs_every_stage_in_order_with_windows():
     fake = FakeRun()
     events = fake.run(plan(fake))
-    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    ramps = ramps_of(events)
     assert ramps == SEEDS
-    opens = {ev.stage: t for t, ev in events if ev.kind == "window_open"}
-    closes = {ev.stage: t for t, ev in events if ev.kind == "window_close"}
+    opens = {ev.stage: t for t, ev in events if isinstance(ev, WindowOpened)}
+    closes = {ev.stage: t for t, ev in events if isinstance(ev, WindowClosed)}
     assert all(closes[k] - opens[k] == 10 for k in opens)  # duration_s
-    assert [ev.stage for ev in kinds(events, "final")] == list(range(len(SEEDS)))
-    assert kinds(events, "done")[0].data["reason"] == "completed"
+    assert [ev.stage for ev in kinds(events, StageFinal)] == list(range(len(SEEDS)))
+    assert kinds(events, SweepDone)[0].reason == "completed"
 
 
 def test_phases_per_stage_are_ramp_warmup_measure_and_warmup_lasts_warmup_s():
     fake = FakeRun()
     events = fake.run(plan(fake, [4]))
-    phases = [(t, ev.data["kind"]) for t, ev in events if ev.kind == "phase"]
-    assert [k for _, k in phases] == ["ramp", "warmup", "measure", "drain"]
+    phases = [(t, ev.phase) for t, ev in events if isinstance(ev, PhaseStarted)]
+    assert [k for _, k in phases] == ["ramp", "warmup", "measure", "closing", "drain"]
     t = dict((k, t) for t, k in phases)
     assert t["measure"] - t["warmup"] == 5
 
@@ -80,59 +105,59 @@ def test_phases_per_stage_are_ramp_warmup_measure_and_warmup_lasts_warmup_s():
 def test_seeds_capacity_runs_512_and_refuses_1024_before_it_starts():
     fake = FakeRun(capacity=1_570_000)
     events = fake.run(plan(fake))
-    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    ramps = ramps_of(events)
     assert ramps[-1] == 512 and 1024 not in ramps
-    refused = [ev for ev in kinds(events, "guard") if not ev.data["decision"].allowed]
-    assert [ev.data["concurrency"] for ev in refused] == [1024]
-    assert kinds(events, "done")[0].data["reason"] == "guard_abort"
+    refused = [ev for ev in kinds(events, GuardDecided) if not ev.decision.allowed]
+    assert [ev.concurrency for ev in refused] == [1024]
+    assert kinds(events, SweepDone)[0].reason == "guard_abort"
     # every completed stage (C=1..512) still gets its final row after the stop
-    assert len(kinds(events, "final")) == 10
+    assert len(kinds(events, StageFinal)) == 10
 
 
 def test_clamp_runs_one_last_stage_at_the_largest_fitting_concurrency():
     fake = FakeRun(capacity=1_570_000, action="clamp")
     events = fake.run(plan(fake))
-    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    ramps = ramps_of(events)
     assert ramps[-2:] == [512, 785]
-    assert kinds(events, "done")[0].data["reason"] == "completed"
+    assert kinds(events, SweepDone)[0].reason == "completed"
 
 
 def test_warn_runs_the_breaching_stage():
     fake = FakeRun(capacity=1_570_000, action="warn")
     events = fake.run(plan(fake))
-    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    ramps = ramps_of(events)
     assert ramps[-1] == 1024
-    assert [ev.data["decision"].breach for ev in kinds(events, "guard")][-1] is True
+    assert [ev.decision.breach for ev in kinds(events, GuardDecided)][-1] is True
 
 
 def test_window_extends_until_min_requests_then_caps_at_max_window():
     fake = FakeRun(finished_per_s=1)
     events = fake.run(plan(fake, [1], duration_s=10, min_requests=25, max_window_s=100))
-    (t_open,) = [t for t, ev in events if ev.kind == "window_open"]
-    (t_close,) = [t for t, ev in events if ev.kind == "window_close"]
+    (t_open,) = [t for t, ev in events if isinstance(ev, WindowOpened)]
+    (t_close,) = [t for t, ev in events if isinstance(ev, WindowClosed)]
     assert t_close - t_open == 25
     fake = FakeRun(finished_per_s=0)
     events = fake.run(plan(fake, [1], duration_s=10, min_requests=25, max_window_s=40))
-    (t_open,) = [t for t, ev in events if ev.kind == "window_open"]
-    (t_close,) = [t for t, ev in events if ev.kind == "window_close"]
+    (t_open,) = [t for t, ev in events if isinstance(ev, WindowOpened)]
+    (t_close,) = [t for t, ev in events if isinstance(ev, WindowClosed)]
     assert t_close - t_open == 40
 
 
 def test_stage_is_final_only_when_its_requests_finished_and_drain_waits_for_them():
     fake = FakeRun(straggle_s=30)
     events = fake.run(plan(fake, [1, 2], drain_s=300))
-    closes = {ev.stage: t for t, ev in events if ev.kind == "window_close"}
-    finals = {ev.stage: t for t, ev in events if ev.kind == "final"}
+    closes = {ev.stage: t for t, ev in events if isinstance(ev, WindowClosed)}
+    finals = {ev.stage: t for t, ev in events if isinstance(ev, StageFinal)}
     assert finals[0] == closes[0] + 30 and finals[1] == closes[1] + 30
-    done_t = [t for t, ev in events if ev.kind == "done"][0]
+    done_t = [t for t, ev in events if isinstance(ev, SweepDone)][0]
     assert done_t == finals[1]
 
 
 def test_drain_timeout_forces_final_rows_and_marks_them():
     fake = FakeRun(straggle_s=10_000)
     events = fake.run(plan(fake, [1], drain_s=20))
-    (final,) = kinds(events, "final")
-    assert final.data["forced"] is True
+    (final,) = kinds(events, StageFinal)
+    assert final.forced is True
 
 
 def test_ramp_gives_up_waiting_for_users_that_never_arrive():
@@ -156,7 +181,7 @@ def test_turnover_warmup_waits_until_every_stream_finished_once():
     while p.kind != "measure":
         finished = 8 * int(t // 20)  # all 8 streams finish together every 20 s
         tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=finished))
-        phases += [(t, ev.data["kind"]) for ev in tick.events if ev.kind == "phase"]
+        phases += [(t, ev.phase) for ev in tick.events if isinstance(ev, PhaseStarted)]
         t += 1
     (t_warm,) = [t for t, k in phases if k == "warmup"]
     (t_meas,) = [t for t, k in phases if k == "measure"]
@@ -182,16 +207,34 @@ def test_turnover_window_lasts_until_c_requests_finished_inside_it():
         tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=finished))
         events += [(t, ev) for ev in tick.events]
         t += 1
-    (t_open,) = [t for t, ev in events if ev.kind == "window_open"]
-    (t_close,) = [t for t, ev in events if ev.kind == "window_close"]
+    (t_open,) = [t for t, ev in events if isinstance(ev, WindowOpened)]
+    (t_close,) = [t for t, ev in events if isinstance(ev, WindowClosed)]
     assert (t_open, t_close) == (20, 40)  # one whole cycle, though duration_s is 5
 
 
-def test_stop_after_a_window_ends_the_sweep_there_and_finishes_its_rows():
+def test_stop_on_a_closed_window_ends_the_sweep_there_and_finishes_its_rows():
     fake = FakeRun()
-    p = plan(fake, [1, 2, 4], stop_after=lambda k, t, users: "server_over_capacity" if k == 1 else None)
+    fake = FakeRun(stop_at={1: "server_over_capacity"})
+    p = plan(fake, [1, 2, 4])
     events = fake.run(p)
-    ramps = [ev.data["concurrency"] for ev in kinds(events, "phase") if ev.data["kind"] == "ramp"]
+    ramps = ramps_of(events)
     assert ramps == [1, 2]
-    assert [ev.stage for ev in kinds(events, "final")] == [0, 1]
-    assert kinds(events, "done")[0].data["reason"] == "server_over_capacity"
+    assert [ev.stage for ev in kinds(events, StageFinal)] == [0, 1]
+    assert kinds(events, SweepDone)[0].reason == "server_over_capacity"
+
+
+def test_a_closed_window_waits_in_closing_for_the_adapters_answer():
+    """The plan reads nothing: it says the window closed and goes on at its next tick."""
+    fake, events = FakeRun(), []
+    p = plan(fake, [1, 2])
+    while not kinds(events, WindowClosed):
+        tick = fake.step(p, events)
+        fake.users = tick.users
+        fake.now += 1
+    t_close = fake.now - 1
+    assert p.kind is Phase.CLOSING and tick.users == 1  # the stage's users keep running meanwhile
+    assert [ev for t, ev in events if t == t_close] == [PhaseStarted(0, Phase.CLOSING, 1),
+                                                        WindowClosed(0, t_close, 1)]
+    after = fake.step(p, events)  # no stop(): the next stage
+    assert [type(ev) for _, ev in events[-2:]] == [GuardDecided, PhaseStarted]
+    assert events[-1][1] == PhaseStarted(1, Phase.RAMP, 2) and after.users == 2

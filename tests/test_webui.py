@@ -30,13 +30,14 @@ from loadgen.config import load_scenario
 from loadgen.distributed import Fleet
 from loadgen.errors import READ_TIMEOUT, RequestError
 from loadgen.guard import decide
+from loadgen.phases import Phase
 from loadgen.records import RequestRecord
 from loadgen.report.table import errors_compact, ms, num, secs
 from loadgen.runtime import Runtime
 from loadgen.server_probe import Capacity
 from loadgen.session import Session
 from loadgen.webui import CSV_ROUTE, RUN_TAB, STAGES_TAB, STATS_ROUTE, install_webui
-from shapes.sweep_plan import Event
+from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, TTFT_0, TTFT_1, GAP = 64, 0.25, 0.5, 0.02
@@ -96,26 +97,27 @@ def ui(tmp_path, monkeypatch):
     env.runner.quit()
 
 
-def phase(session, stage, kind, **data):
-    session.on_event(Event("phase", stage, {"kind": kind, **data}), 0.0)
+def phase(session, stage, kind, concurrency):
+    session.on_event(PhaseStarted(stage, kind, concurrency), 0.0)
 
 
 def run_stage_0_and_open_stage_1(rt, now):
     """Stage 0 (C=1): 4 ok x 10 tokens + 1 timeout (2 tokens) in a 10 s window, final.
     Stage 1 (C=2): window open at t=25, 2 ok x 5 tokens so far. One unmeasured request (8 tokens)."""
     s = rt.environment.llm_run
-    phase(s, 0, "ramp", concurrency=1)
-    phase(s, 0, "measure")
-    s.on_event(Event("window_open", 0, {"t": 10.0}), 10.0)
+    phase(s, 0, Phase.RAMP, 1)
+    phase(s, 0, Phase.MEASURE, 1)
+    s.on_event(WindowOpened(0, 10.0), 10.0)
     for i in range(4):
         run_request(rt, 0, 10.0 + i, TTFT_0, 10, window_stage=0)
     fail_request(rt, 0, 15.0, chunks=2)
-    s.on_event(Event("window_close", 0, {"t": 20.0, "users": 1}), 20.0)
-    phase(s, 1, "ramp", concurrency=2)
+    phase(s, 0, Phase.CLOSING, 1)
+    s.on_event(WindowClosed(0, 20.0, 1), 20.0)
+    phase(s, 1, Phase.RAMP, 2)
     run_request(rt, None, 21.0, TTFT_0, 8, window_stage=None)
-    s.on_event(Event("final", 0, {}), 21.0)
-    phase(s, 1, "measure")
-    s.on_event(Event("window_open", 1, {"t": 25.0}), 25.0)
+    s.on_event(StageFinal(0), 21.0)
+    phase(s, 1, Phase.MEASURE, 2)
+    s.on_event(WindowOpened(1, 25.0), 25.0)
     for i in range(2):
         run_request(rt, 1, 25.0 + i, TTFT_1, 5, window_stage=1)
     now[0] = 29.0
@@ -181,11 +183,12 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
 
     # stage 1 ends and the guard refuses C=4: Locust's memoized stats answer, our tables move on
     s = rt.environment.llm_run
-    s.on_event(Event("window_close", 1, {"t": 30.0, "users": 2}), 30.0)
+    phase(s, 1, Phase.CLOSING, 2)
+    s.on_event(WindowClosed(1, 30.0, 2), 30.0)
     closing = client.get(STATS_ROUTE).get_json()["stages"][1]  # closed, requests may still run
     assert (closing["status"], closing["window_s"], closing["output_tokens_per_s"]) == ("finishing", 5.0, 2.0)
-    s.on_event(Event("guard", 2, {"decision": decide(4, 300, 64, 32, 0.1, "abort")}), 30.0)
-    s.on_event(Event("final", 1, {}), 31.0)
+    s.on_event(GuardDecided(2, 4, decide(4, 300, 64, 32, 0.1, "abort")), 30.0)
+    s.on_event(StageFinal(1), 31.0)
     ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert [r["status"] for r in rows] == ["done", "done", "run total"]

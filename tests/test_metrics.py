@@ -84,3 +84,27 @@ def test_failure_kinds_are_declared_once_in_errors():
     assert len(set(shorts)) == len(shorts)
     assert OVERLOAD_KINDS == {OVERLOAD_429, OVERLOAD_503}
     assert short_kind("connection_reset") == "reset" and short_kind("new_kind") == "new_kind"
+
+
+def test_p95_reaches_summary_csv_compare_and_web_ui_but_not_the_console():
+    """ttft_p95_s and itl_p95_s (what vLLM's and SGLang's bench users expect) are one line each in
+    STAGE_METRICS; every view picks them up from there."""
+    s = StageStats()
+    for v in np.linspace(0.01, 1.0, 100):  # TTFT 10 ms .. 1 s, p95 ~ 0.95 s
+        s.ttft_s.add(float(v))
+        s.itl_token_s.add(float(v) / 100)
+    stage = {"index": 0, "concurrency": 4, **s.row(10.0), "window_s": 10.0, "flags": []}
+    assert stage["ttft_p95_s"] == pytest.approx(0.95, rel=0.025)
+    assert stage["itl_p95_s"] == pytest.approx(0.0095, rel=0.025)
+    header, values = table.stages_csv_text([stage]).splitlines()
+    csv_row = dict(zip(header.split(","), values.split(","), strict=True))
+    assert float(csv_row["ttft_p95_s"]) == stage["ttft_p95_s"]
+    assert float(csv_row["itl_p95_s"]) == stage["itl_p95_s"]
+    web = webui.display_row(stage)
+    assert web["ttft_p95_s"] == table.ms(stage["ttft_p95_s"]) and web["itl_p95_s"] == table.ms(stage["itl_p95_s"])
+    titles = {c["title"] for t in webui.template_declarations()["extended_tables"] for c in t["structure"]}
+    assert {"TTFT p95 (ms)", "ITL p95 (ms)"} <= titles
+    runs = [("a", {"stages": [stage]}), ("b", {"stages": [stage]})]
+    assert compare_rows(runs)[0]["itl_p95_s"] == [stage["itl_p95_s"]] * 2
+    assert "TTFT p95 (ms)" in metrics_table_html(runs)
+    assert "p95" not in table.format_stage_header()  # the console table stays at p50/p90/p99

@@ -11,8 +11,7 @@ from urllib.parse import urlsplit
 import gevent
 from locust import events
 
-from loadgen.config import ConfigError, exit_on_config_error, register_options
-from loadgen.config_fields import Shown
+from loadgen.config import ConfigError, Shown, exit_on_config_error, register_options
 from loadgen.runtime import install
 from loadgen.session import Session
 from loadgen.webui import install_webui

@@ -23,7 +23,7 @@ from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
-from loadgen.config_fields import Shown
+from loadgen.config import Shown
 from loadgen.errors import ConfigError, RequestError
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder

@@ -11,6 +11,8 @@ Transport errors (socket, HTTP parser) are translated into RequestError in exact
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Exit codes of a run. Documented in the README; tests pin them.
 EXIT_OK = 0
 EXIT_FAILURES = 1  # Locust's own: the run completed but some requests failed
@@ -22,36 +24,57 @@ EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; results gathered so far are written
 
 # Stable failure categories. They are Locust stats error names, exporter label values and
 # summary.json keys, so renaming one is a breaking change.
-HTTP_4XX = "http_4xx"  # 4xx other than 429, before the stream
-HTTP_5XX = "http_5xx"  # 5xx other than 503, before the stream
-OVERLOAD_429 = "overload_429"  # rate limited: overload, counted apart from errors
-OVERLOAD_503 = "overload_503"  # queue full (SGLang --max-queued-requests): overload
-STREAM_ERROR = "stream_error"  # HTTP 200, then an SSE event carrying {"error": {...}}
-ABORTED = "aborted"  # finish_reason == "abort" (SGLang)
-CONNECTION_RESET = "connection_reset"  # the connection closed or reset mid-stream
-CONNECT_FAILED = "connect_failed"  # could not connect (refused, unreachable)
-READ_TIMEOUT = "read_timeout"  # no bytes for read_timeout_s (a stall)
-MALFORMED_CHUNK = "malformed_chunk"  # invalid SSE framing or invalid JSON in a data event
-EMPTY_STREAM = "empty_stream"  # 200 and a stream that ended without a single content chunk
-TRUNCATED = "truncated"  # stream ended with neither a finish reason nor [DONE]
-NOT_OPENAI = "not_openai"  # 200 but not an SSE completion stream (wrong content, wrong shape)
+HTTP_4XX = "http_4xx"
+HTTP_5XX = "http_5xx"
+OVERLOAD_429 = "overload_429"
+OVERLOAD_503 = "overload_503"
+STREAM_ERROR = "stream_error"
+ABORTED = "aborted"
+CONNECTION_RESET = "connection_reset"
+CONNECT_FAILED = "connect_failed"
+READ_TIMEOUT = "read_timeout"
+MALFORMED_CHUNK = "malformed_chunk"
+EMPTY_STREAM = "empty_stream"
+TRUNCATED = "truncated"
+NOT_OPENAI = "not_openai"
 
-FAILURE_KINDS = (
-    HTTP_4XX,
-    HTTP_5XX,
-    OVERLOAD_429,
-    OVERLOAD_503,
-    STREAM_ERROR,
-    ABORTED,
-    CONNECTION_RESET,
-    CONNECT_FAILED,
-    READ_TIMEOUT,
-    MALFORMED_CHUNK,
-    EMPTY_STREAM,
-    TRUNCATED,
-    NOT_OPENAI,
+
+@dataclass(frozen=True)
+class FailureKind:
+    """One failure category: its stable ``key``, the ``short`` name of the console table's errors
+    column (``"5 429:3 reset:2"``), and whether it is ``overload`` (the server refusing work it
+    has no room for, counted apart from errors by the exporter's ``outcome`` label)."""
+
+    key: str
+    short: str
+    meaning: str
+    overload: bool = False
+
+
+# The one declaration of the failure kinds; FAILURE_KINDS, OVERLOAD_KINDS and short names derive.
+KINDS = (
+    FailureKind(HTTP_4XX, "4xx", "4xx other than 429, before the stream"),
+    FailureKind(HTTP_5XX, "5xx", "5xx other than 503, before the stream"),
+    FailureKind(OVERLOAD_429, "429", "rate limited", overload=True),
+    FailureKind(OVERLOAD_503, "503", "queue full (SGLang --max-queued-requests)", overload=True),
+    FailureKind(STREAM_ERROR, "stream", "HTTP 200, then an SSE event carrying {\"error\": {...}}"),
+    FailureKind(ABORTED, "abort", 'finish_reason == "abort" (SGLang)'),
+    FailureKind(CONNECTION_RESET, "reset", "the connection closed or reset mid-stream"),
+    FailureKind(CONNECT_FAILED, "connect", "could not connect (refused, unreachable)"),
+    FailureKind(READ_TIMEOUT, "timeout", "no bytes for read_timeout_s (a stall)"),
+    FailureKind(MALFORMED_CHUNK, "malformed", "invalid SSE framing or invalid JSON in a data event"),
+    FailureKind(EMPTY_STREAM, "empty", "200 and a stream that ended without a single content chunk"),
+    FailureKind(TRUNCATED, "trunc", "stream ended with neither a finish reason nor [DONE]"),
+    FailureKind(NOT_OPENAI, "not_openai", "200 but not an SSE completion stream (wrong content, wrong shape)"),
 )
-OVERLOAD_KINDS = frozenset({OVERLOAD_429, OVERLOAD_503})
+FAILURE_KINDS = tuple(k.key for k in KINDS)
+OVERLOAD_KINDS = frozenset(k.key for k in KINDS if k.overload)
+_SHORT = {k.key: k.short for k in KINDS}
+
+
+def short_kind(kind: str) -> str:
+    """The console table's short name of a failure kind; an unknown kind is shown whole."""
+    return _SHORT.get(kind, kind)
 
 
 class LoadgenError(Exception):

@@ -34,6 +34,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from loadgen import metrics
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_KINDS, ConfigError
 from loadgen.phases import Phase
 
@@ -43,53 +44,9 @@ PREFIX = "llm_loadgen_"
 LABELS = ("model", "endpoint", "scenario")
 PHASES = tuple(Phase)  # the phase gauge has one series per phase
 
-# Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
-# `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.
-VLLM_TTFT_EDGES = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                   7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-VLLM_ITL_EDGES = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-                  10.0, 20.0, 40.0, 80.0)  # inter_token_latency and time_per_output_token
-VLLM_E2E_EDGES = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                  120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
-SGLANG_TTFT_EDGES = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-SGLANG_ITL_EDGES = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
-                    0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
-SGLANG_E2E_EDGES = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600,
-                    1200, 1800, 2400)
-
-
-def log_grid(lo: float, hi: float, mantissas=(1, 2, 3, 5, 7.5)) -> list[float]:
-    """Edges m * 10^e in [lo, hi]: a ~1.5x step, dense enough for histogram_quantile interpolation."""
-    out, exp = [], -9
-    while 10.0**exp <= hi:
-        out += [round(m * 10.0**exp, 9) for m in mantissas if lo <= m * 10.0**exp <= hi]
-        exp += 1
-    return out
-
-
-def merge_edges(*groups) -> tuple[float, ...]:
-    return tuple(sorted({round(float(e), 9) for g in groups for e in g}))
-
-
-# ITL from 1 ms; TTFT from 1 ms to ~43 min; E2E to ~2 h (30 min soak requests and vLLM's 7680 s).
-ITL_EDGES = merge_edges(log_grid(0.001, 60), VLLM_ITL_EDGES, SGLANG_ITL_EDGES)
-TTFT_EDGES = merge_edges(log_grid(0.001, 1800), VLLM_TTFT_EDGES, SGLANG_TTFT_EDGES)
-E2E_EDGES = merge_edges(log_grid(0.01, 1800), VLLM_E2E_EDGES, SGLANG_E2E_EDGES)
-
-# (StageStats attribute, metric name, edges, HELP text with the formula). Successful requests only.
-HISTOGRAMS = (
-    ("ttft_s", "ttft_seconds", TTFT_EDGES,
-     "Time to first token: t(first content chunk) - t(sent), one sample per request."),
-    ("itl_token_s", "itl_seconds", ITL_EDGES,
-     "Per-token inter-token latency: gap_i / n_i weighted by n_i (n_i = tokens in chunk i), one "
-     "sample per token; compare with server ITL histograms."),
-    ("itl_chunk_s", "itl_chunk_seconds", ITL_EDGES,
-     "Per-chunk gap t(chunk i) - t(chunk i-1), one sample per chunk (vLLM-bench style ITL)."),
-    ("tpot_s", "tpot_seconds", ITL_EDGES,
-     "Time per output token per request: (E2E - TTFT) / (N - 1), N = completion tokens."),
-    ("e2e_s", "e2e_seconds", E2E_EDGES,
-     "End-to-end latency: t(last content chunk) - t(sent)."),
-)
+# Exported histograms and counters, declared (name, edges, HELP with the formula) in loadgen.metrics.
+HISTOGRAMS = tuple(h for h in metrics.HISTOGRAMS if h.exporter)
+COUNTERS = tuple(c for c in metrics.COUNTERS if c.exporter)
 
 
 @dataclass
@@ -139,20 +96,9 @@ class LoadgenCollector:
 
 def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
     t = snap.totals
-    for attr, name, help_text in (
-        ("input_tokens", "input_tokens",
-         "Prompt tokens of successful requests (server usage, else expected)."),
-        ("output_tokens", "output_tokens",
-         "Completion tokens of successful requests (server usage, else counted chunks)."),
-        ("failed_output_tokens", "failed_output_tokens",
-         "Completion tokens received by requests that then failed."),
-        # Counted as chunks arrive, not at request end: its rate stays smooth for long requests.
-        ("window_output_tokens", "received_output_tokens",
-         "Completion tokens of all requests, counted as their chunks arrive (per-chunk usage "
-         "deltas, else 1 per content chunk)."),
-    ):
-        fam = CounterMetricFamily(f"{PREFIX}{name}", help_text, labels=LABELS)
-        fam.add_metric(labels, float(getattr(t, attr)))
+    for counter in COUNTERS:
+        fam = CounterMetricFamily(f"{PREFIX}{counter.exporter}", counter.formula, labels=LABELS)
+        fam.add_metric(labels, float(getattr(t, counter.attr)))
         yield fam
     fam = CounterMetricFamily(
         f"{PREFIX}requests", "Finished requests by outcome (ok|error|overload) and failure kind.",
@@ -171,12 +117,12 @@ def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
 
 
 def _histograms(totals: Any, labels: list[str]) -> Iterator[Any]:
-    for attr, name, edges, help_text in HISTOGRAMS:
-        hist = getattr(totals, attr)
-        counts = hist.cumulative_le(edges)
-        buckets = [(floatToGoString(e), float(c)) for e, c in zip(edges, counts, strict=True)]
+    for h in HISTOGRAMS:
+        hist = getattr(totals, h.attr)
+        counts = hist.cumulative_le(h.edges)
+        buckets = [(floatToGoString(e), float(c)) for e, c in zip(h.edges, counts, strict=True)]
         buckets.append(("+Inf", float(hist.count)))
-        fam = HistogramMetricFamily(f"{PREFIX}{name}", help_text, labels=LABELS)
+        fam = HistogramMetricFamily(f"{PREFIX}{h.exporter}", h.formula, labels=LABELS)
         fam.add_metric(labels, buckets, float(hist.sum))
         yield fam
 

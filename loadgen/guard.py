@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from loadgen.config_schema import GUARD_ACTIONS
+from loadgen.config import GUARD_ACTIONS
 from loadgen.errors import ConfigError
 
 

@@ -9,33 +9,20 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 
 from __future__ import annotations
 
+from loadgen import metrics
 from loadgen.hist import Binned, LogHistogram, bin_values
 
-HISTOGRAMS = ("ttft_s", "itl_token_s", "itl_chunk_s", "tpot_s", "e2e_s", "decode_tps")
-COUNTERS = (
-    "requests_ok",
-    "input_tokens",
-    "output_tokens",
-    "failed_output_tokens",
-    "window_output_tokens",
-    "mismatch_input",
-    "mismatch_output",
-    "tokens_estimated",
-)
+HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
+COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
 
 
 class StageStats:
     """Statistics of one stage (or of the whole run).
 
-    Counters: ``requests_ok``; ``errors`` {failure kind: requests}; ``input_tokens`` and
-    ``output_tokens`` of ok requests (usage, else expected input / counted chunks);
-    ``failed_output_tokens`` (tokens received by requests that then failed); ``window_output_tokens``
-    (tokens whose chunk arrived while the stage was measured, from ``add_window_tokens``);
-    ``mismatch_input`` (ok requests whose usage.prompt_tokens != expected input tokens);
-    ``mismatch_output`` (ok requests with usage whose completion_tokens != expected output tokens);
-    ``tokens_estimated`` (ok requests without usage). Histograms, ok requests only: ``ttft_s``,
-    ``e2e_s``, ``tpot_s``, ``decode_tps`` (one sample per request), ``itl_token_s`` (one per token),
-    ``itl_chunk_s`` (one per chunk gap).
+    Counters and histograms are those of ``loadgen.metrics.COUNTERS`` / ``HISTOGRAMS`` (what each
+    counts is stated there), plus ``errors`` {failure kind: requests}. Histograms hold ok requests
+    only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
+    one per token, ``itl_chunk_s`` one per chunk gap.
     """
 
     __slots__ = (*COUNTERS, "errors", *HISTOGRAMS)
@@ -126,28 +113,16 @@ class StageStats:
         """The summary.json stage fields derivable from these statistics.
 
         ``requests`` = ok requests; ``error_count`` = failed requests (all kinds, overload too);
-        ``output_tokens_per_s`` = window_output_tokens / window_s (None without a window);
-        ``itl_*`` = per-token ITL, ``itl_chunk_*`` = per-chunk gaps; quantiles are None when empty.
+        then every ``loadgen.metrics.STAGE_METRICS`` value (e.g. ``output_tokens_per_s`` =
+        window_output_tokens / window_s, None without a window; quantiles None when empty).
         """
-        q = _quantile
         return {
             "requests": self.requests_ok,
             "errors": dict(sorted(self.errors.items())),
             "error_count": self.error_count,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "output_tokens_per_s": self.window_output_tokens / window_s if window_s else None,
-            "decode_tps_p50": q(self.decode_tps, 0.5),
-            "ttft_p50_s": q(self.ttft_s, 0.5),
-            "ttft_p90_s": q(self.ttft_s, 0.9),
-            "ttft_p99_s": q(self.ttft_s, 0.99),
-            "itl_p50_s": q(self.itl_token_s, 0.5),
-            "itl_p90_s": q(self.itl_token_s, 0.9),
-            "itl_p99_s": q(self.itl_token_s, 0.99),
-            "itl_chunk_p50_s": q(self.itl_chunk_s, 0.5),
-            "tpot_p50_s": q(self.tpot_s, 0.5),
-            "e2e_p50_s": q(self.e2e_s, 0.5),
-            "e2e_p99_s": q(self.e2e_s, 0.99),
+            **{m.key: m.value(self, window_s) for m in metrics.STAGE_METRICS},
             "token_mismatch": {
                 "input": self.mismatch_input,
                 "output": self.mismatch_output,
@@ -180,10 +155,6 @@ def bin_itl(result) -> tuple[Binned | None, Binned | None]:
     if result.itl_token_s is result.itl_chunk_s:
         return chunk, chunk
     return chunk, bin_values(result.itl_token_s, result.itl_token_w)
-
-
-def _quantile(h: LogHistogram, q: float) -> float | None:
-    return h.quantile(q) if h.count else None
 
 
 class Collector:

@@ -22,7 +22,8 @@ import json
 import logging
 import time
 
-from loadgen.report.table import errors_compact, mismatch_compact, ms, num, secs, stages_csv_text
+from loadgen.metrics import STAGE_METRICS, num
+from loadgen.report.table import errors_compact, mismatch_compact, stages_csv_text
 from loadgen.stats import StageStats
 
 log = logging.getLogger("llm_loadgen")
@@ -37,25 +38,15 @@ def _text(value) -> str:
     return "-" if value is None else str(value)
 
 
-# (display key, column title, cell from a summary.json-form stage row); units as in the text table.
+# (display key, column title, cell from a summary.json-form stage row). The metric columns are
+# loadgen.metrics.STAGE_METRICS: key = the summary.json key, cells in the title's unit.
 STAGE_COLUMNS = [
     ("stage", "Stage", lambda s: _text(s.get("index"))),
     ("status", "Status", lambda s: _text(s.get("status"))),
     ("concurrency", "C", lambda s: _text(s.get("concurrency"))),
     ("requests", "Requests", lambda s: _text(s.get("requests"))),
     ("errors", "Errors", errors_compact),
-    ("out_tok_s", "Output tok/s", lambda s: num(s.get("output_tokens_per_s"))),
-    ("req_tok_s_p50", "Req tok/s p50", lambda s: num(s.get("decode_tps_p50"))),
-    ("ttft_p50_ms", "TTFT p50 (ms)", lambda s: ms(s.get("ttft_p50_s"))),
-    ("ttft_p90_ms", "TTFT p90 (ms)", lambda s: ms(s.get("ttft_p90_s"))),
-    ("ttft_p99_ms", "TTFT p99 (ms)", lambda s: ms(s.get("ttft_p99_s"))),
-    ("itl_p50_ms", "ITL p50 (ms)", lambda s: ms(s.get("itl_p50_s"))),  # per token
-    ("itl_p90_ms", "ITL p90 (ms)", lambda s: ms(s.get("itl_p90_s"))),
-    ("itl_p99_ms", "ITL p99 (ms)", lambda s: ms(s.get("itl_p99_s"))),
-    ("itl_chunk_p50_ms", "Chunk gap p50 (ms)", lambda s: ms(s.get("itl_chunk_p50_s"))),
-    ("tpot_p50_ms", "TPOT p50 (ms)", lambda s: ms(s.get("tpot_p50_s"))),
-    ("e2e_p50_s", "E2E p50 (s)", lambda s: secs(s.get("e2e_p50_s"))),
-    ("e2e_p99_s", "E2E p99 (s)", lambda s: secs(s.get("e2e_p99_s"))),
+    *((m.key, m.title, m.cell) for m in STAGE_METRICS),
     ("flags", "Flags", lambda s: ",".join(s.get("flags") or []) or "-"),
     ("window_s", "Window (s)", lambda s: num(s.get("window_s"))),
     ("input_tokens", "Input tokens", lambda s: _text(s.get("input_tokens"))),

@@ -26,8 +26,8 @@ from loadgen.config import (
     register_options,
     scenario_from_options,
 )
-from loadgen.config_build import SPEC
-from loadgen.config_schema import SECTIONS
+from loadgen.config.build import SPEC
+from loadgen.config.schema import SECTIONS
 from loadgen.errors import EXIT_CONFIG, ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_schema_covers_exactly_the_default_keys():
 def test_load_none_reads_repo_default_and_falls_back_to_builtin(monkeypatch):
     from_repo = load_scenario(None)
     assert config.default_scenario_path() == CONFIG / "default.yaml"
-    monkeypatch.setattr(config, "default_scenario_path", lambda: None)  # as in an installed package
+    monkeypatch.setattr(config.files, "default_scenario_path", lambda: None)  # as in an installed package
     assert load_scenario(None) == from_repo == build_scenario(DEFAULTS)
 
 

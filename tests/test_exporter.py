@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen import exporter
+from loadgen import exporter, metrics
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_503, READ_TIMEOUT, ConfigError, RequestError
 from loadgen.exporter import ExporterSnapshot, exporter_from_config, make_registry, start_exporter
 from loadgen.records import RequestRecord
@@ -142,7 +142,8 @@ def test_buckets_are_cumulative_and_end_at_count():
         run_request(c, float(i), float(rng.lognormal(-1, 1)), list(rng.lognormal(-4, 1, n - 1)),
                     [int(x) for x in rng.integers(1, 4, n)])
     s = scrape(make_registry(Source(c)))
-    for _attr, name, edges, _help in exporter.HISTOGRAMS:
+    for h in exporter.HISTOGRAMS:
+        name, edges = h.exporter, h.edges
         bs = buckets(s, f"llm_loadgen_{name}")
         assert [le for le, _ in bs] == [*edges, math.inf]
         counts = [v for _, v in bs]
@@ -219,16 +220,16 @@ def test_names_units_and_labels_follow_prometheus_conventions():
 
 
 def test_edges_cover_llm_ranges_and_server_edges():
-    for server in (exporter.VLLM_ITL_EDGES, exporter.SGLANG_ITL_EDGES):
-        assert set(server) <= set(exporter.ITL_EDGES)
-    for server in (exporter.VLLM_TTFT_EDGES, exporter.SGLANG_TTFT_EDGES):
-        assert set(server) <= set(exporter.TTFT_EDGES)
-    for server in (exporter.VLLM_E2E_EDGES, exporter.SGLANG_E2E_EDGES):
-        assert set(server) <= set(exporter.E2E_EDGES)
-    assert exporter.ITL_EDGES[0] == 0.001
-    assert exporter.TTFT_EDGES[0] == 0.001 and exporter.TTFT_EDGES[-1] >= 600
-    assert exporter.E2E_EDGES[-1] >= 1800
-    for edges in (exporter.ITL_EDGES, exporter.TTFT_EDGES, exporter.E2E_EDGES):
+    for server in (metrics.VLLM_ITL_EDGES, metrics.SGLANG_ITL_EDGES):
+        assert set(server) <= set(metrics.ITL_EDGES)
+    for server in (metrics.VLLM_TTFT_EDGES, metrics.SGLANG_TTFT_EDGES):
+        assert set(server) <= set(metrics.TTFT_EDGES)
+    for server in (metrics.VLLM_E2E_EDGES, metrics.SGLANG_E2E_EDGES):
+        assert set(server) <= set(metrics.E2E_EDGES)
+    assert metrics.ITL_EDGES[0] == 0.001
+    assert metrics.TTFT_EDGES[0] == 0.001 and metrics.TTFT_EDGES[-1] >= 600
+    assert metrics.E2E_EDGES[-1] >= 1800
+    for edges in (metrics.ITL_EDGES, metrics.TTFT_EDGES, metrics.E2E_EDGES):
         assert list(edges) == sorted(set(edges))
         ratios = np.array(edges[1:]) / np.array(edges[:-1])
         assert ratios.max() <= 4.0  # fine enough for histogram_quantile interpolation

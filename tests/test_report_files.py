@@ -13,7 +13,8 @@ import pytest
 
 import loadgen.report.plots as plots
 from loadgen.errors import ConfigError
-from loadgen.report.files import atomic_write_text, load_summary, write_results
+from loadgen.report.atomic import atomic_write_text
+from loadgen.report.files import load_summary, write_results
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -76,9 +77,9 @@ def test_plot_failure_keeps_summary_csv_and_html(tmp_path, seeds, monkeypatch, c
 
 
 def test_html_failure_keeps_summary_and_csv(tmp_path, seeds, monkeypatch, caplog):
-    import loadgen.report.html as html
+    import loadgen.report.files as files
 
-    monkeypatch.setattr(html, "render_report_html", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(files, "render_report_html", lambda *a, **k: 1 / 0)
     with caplog.at_level(logging.ERROR):
         written = write_results(tmp_path, seeds, plots=False)
     assert set(written) == {"summary", "stages_csv"}

@@ -129,7 +129,7 @@ def test_template_args_declare_tabs_tables_and_csv_and_the_page_carries_them(ui)
     assert [t["key"] for t in args["extended_tabs"]] == [STAGES_TAB, RUN_TAB]
     tables = {t["key"]: [c["key"] for c in t["structure"]] for t in args["extended_tables"]}
     assert set(tables) == {STAGES_TAB, RUN_TAB}
-    assert {"ttft_p50_ms", "itl_p99_ms", "tpot_p50_ms", "e2e_p99_s", "out_tok_s", "errors"} <= set(tables[STAGES_TAB])
+    assert {"ttft_p50_s", "itl_p99_s", "tpot_p50_s", "e2e_p99_s", "output_tokens_per_s", "errors"} <= set(tables[STAGES_TAB])
     assert args["extended_csv_files"][0]["href"] == "." + CSV_ROUTE
     port = env.web_ui.server.server_port  # the real server, over a (gevent) socket
     html = get(f"http://127.0.0.1:{port}/").decode()  # Locust re-renders template_args on each load
@@ -172,10 +172,10 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     view = client.get(STATS_ROUTE).get_json()
     assert [r["status"] for r in rows] == ["done", "measuring", "run total"]
     for row, stage in zip(rows, [*view["stages"], view["totals"]], strict=True):
-        assert row["out_tok_s"] == num(stage["output_tokens_per_s"])
-        assert row["ttft_p50_ms"] == ms(stage["ttft_p50_s"]) and row["itl_p99_ms"] == ms(stage["itl_p99_s"])
+        assert row["output_tokens_per_s"] == num(stage["output_tokens_per_s"])
+        assert row["ttft_p50_s"] == ms(stage["ttft_p50_s"]) and row["itl_p99_s"] == ms(stage["itl_p99_s"])
         assert row["e2e_p99_s"] == secs(stage["e2e_p99_s"]) and row["errors"] == errors_compact(stage)
-    assert rows[0]["errors"] == "1 timeout:1" and rows[0]["out_tok_s"] == "4.20"
+    assert rows[0]["errors"] == "1 timeout:1" and rows[0]["output_tokens_per_s"] == "4.20"
     columns = {c["key"] for t in ui[0].web_ui.template_args["extended_tables"] if t["key"] == STAGES_TAB
                for c in t["structure"]}
     assert all(set(r) == columns for r in rows)  # every column has a cell in every row
@@ -192,7 +192,7 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert [r["status"] for r in rows] == ["done", "done", "run total"]
-    assert rows[1]["out_tok_s"] == num(10 / 5.0)
+    assert rows[1]["output_tokens_per_s"] == num(10 / 5.0)
     assert rt.environment.llm_run.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee (C)"] == "1"
     assert items["Guard stopped before C"] == "4"
 
@@ -312,7 +312,7 @@ def test_web_ui_of_a_real_run_shows_what_summary_json_reports(tmp_path):
     assert last["totals"]["requests"] >= sum(s["requests"] for s in summary["stages"])
     assert '"extended_tabs"' in html and STAGES_TAB in html
     rows = {e["key"]: e["data"] for e in stats["extended_stats"]}[STAGES_TAB]
-    assert rows[0]["ttft_p50_ms"] == ms(summary["stages"][0]["ttft_p50_s"])
+    assert rows[0]["ttft_p50_s"] == ms(summary["stages"][0]["ttft_p50_s"])
     if page is not None:
         for tab, (_, png, _) in page.items():
             (tmp_path / f"webui_{tab}.png").write_bytes(png)

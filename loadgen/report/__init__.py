@@ -1,7 +1,10 @@
 """Results of a run: summary.json, stages.csv, the stage table, the knee, plots, report.html.
 
-The cheap parts are imported here; ``plots``, ``html`` and ``compare`` import matplotlib and are
-loaded only when a report is drawn, so the load generator does not pay for them at start.
+The cheap parts are imported here; ``plots`` and ``compare`` import matplotlib and are loaded
+only when a report is drawn, so the load generator does not pay for them at start. Dependencies
+point one way: ``atomic`` and ``knee`` at the bottom; ``table`` (atomic); ``html`` (knee, table);
+``plots`` (atomic, knee); ``files`` (atomic, table, html; plots lazily); ``compare`` (files, plots);
+``__main__`` on top. No module of the package imports the package itself.
 """
 
 from loadgen.report.files import load_summary, write_results

@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 
 from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
+from loadgen.report.compare import format_compare_table, load_runs, write_compare
+from loadgen.report.files import load_summary, write_derived
+from loadgen.report.knee import knee_of
+from loadgen.report.table import format_stage_table
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,9 +38,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def build(results_dir: Path) -> int:
-    from loadgen.report.files import knee_of, load_summary, write_derived
-    from loadgen.report.table import format_stage_table
-
     summary = load_summary(results_dir)
     threshold = (summary.get("knee") or {}).get("threshold", 0.1)
     print(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold))
@@ -54,8 +55,6 @@ def build(results_dir: Path) -> int:
 
 
 def compare(dirs: list[Path], out: Path) -> int:
-    from loadgen.report.compare import format_compare_table, load_runs, write_compare
-
     if len(dirs) < 2:
         raise ConfigError(
             "compare",

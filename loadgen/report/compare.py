@@ -1,7 +1,9 @@
 """Compare two or more results directories: a side-by-side table, overlaid plots, an HTML page.
 
-Runs are matched by concurrency. Ratios are ``run / first run``: for tok/s above 1.00x is better,
-for TTFT and ITL below 1.00x is better.
+Runs are matched by concurrency. ``compare_rows`` and compare.html carry every stage metric of
+loadgen.metrics; the text table (compare.txt, printed) the ones marked ``compare=True``, so it
+fits a terminal. Ratios are ``run / first run``: for tok/s above 1.00x is better, for TTFT and ITL
+below 1.00x is better.
 """
 
 from __future__ import annotations
@@ -11,15 +13,13 @@ import os
 from html import escape
 from pathlib import Path
 
-from loadgen.report.files import atomic_write_text, knee_of, load_summary
-from loadgen.report.table import ms, num
+from loadgen.metrics import STAGE_METRICS
+from loadgen.report.atomic import atomic_write_text
+from loadgen.report.files import load_summary
+from loadgen.report.knee import knee_of
+from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, save_figures, series
 
-# (group title, stage key, formatter) of the compared metrics.
-METRICS = (
-    ("output tok/s", "output_tokens_per_s", num),
-    ("TTFT p50 ms", "ttft_p50_s", ms),
-    ("ITL p50 ms", "itl_p50_s", ms),
-)
+TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
 
 
 def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
@@ -56,8 +56,8 @@ def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
     rows = []
     for c in sorted({c for t in tables for c in t}):
         row = {"concurrency": c}
-        for _, key, _ in METRICS:
-            row[key] = [t[c].get(key) if c in t else None for t in tables]
+        for m in STAGE_METRICS:
+            row[m.key] = [t[c].get(m.key) if c in t else None for t in tables]
         rows.append(row)
     return rows
 
@@ -68,14 +68,14 @@ def format_compare_table(runs: list[tuple[str, dict]]) -> str:
     legend = [f"#{i + 1} = {label}" for i, (label, _) in enumerate(runs)]
     value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
     group_w = 9 * len(value_heads)
-    line1 = f"{'':>6}" + "".join(f" | {title:^{group_w}}" for title, _, _ in METRICS)
-    line2 = f"{'C':>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in METRICS)
+    line1 = f"{'':>6}" + "".join(f" | {m.title:^{group_w}}" for m in TEXT_METRICS)
+    line2 = f"{'C':>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in TEXT_METRICS)
     lines = legend + [line1, line2]
     for row in compare_rows(runs):
         text = f"{row['concurrency']:>6}"
-        for _, key, fmt in METRICS:
-            values = row[key]
-            cells = [fmt(v) for v in values] + [ratio(v, values[0]) for v in values[1:]]
+        for m in TEXT_METRICS:
+            values = row[m.key]
+            cells = [m.text(v) for v in values] + [ratio(v, values[0]) for v in values[1:]]
             text += " | " + "".join(f"{cell:>9}" for cell in cells)
         lines.append(text)
     for i, (_, summary) in enumerate(runs):
@@ -91,8 +91,6 @@ def _c(c) -> str:
 def compare_figures(runs: list[tuple[str, dict]]) -> dict:
     """``compare_throughput`` (tok/s vs C) and ``compare_latency`` (TTFT p50, ITL p50 vs C):
     one line per run, labelled with the run label."""
-    from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, series
-
     all_c = [s.get("concurrency") for _, summary in runs for s in summary.get("stages") or []]
     tput = new_figure()
     lat = new_figure(ncols=2, size=(10.0, 4.2))
@@ -114,6 +112,21 @@ def compare_figures(runs: list[tuple[str, dict]]) -> dict:
         ax.set_title(name)
         ax.legend(fontsize=8)
     return {"compare_throughput": tput, "compare_latency": lat}
+
+
+def metrics_table_html(runs: list[tuple[str, dict]]) -> str:
+    """Every stage metric side by side: one row per concurrency, under each metric's title one
+    column per run (``#1``, ``#2`` ...), values in the metric's shown unit."""
+    n = len(runs)
+    head1 = "<th rowspan=2>C</th>" + "".join(f"<th colspan={n}>{escape(m.title)}</th>" for m in STAGE_METRICS)
+    head2 = "".join(f"<th>#{i + 1}</th>" for _ in STAGE_METRICS for i in range(n))
+    rows = []
+    for row in compare_rows(runs):
+        cells = "".join(
+            f'<td class="n">{escape(m.text(v))}</td>' for m in STAGE_METRICS for v in row[m.key]
+        )
+        rows.append(f'<tr><td class="n">{row["concurrency"]}</td>{cells}</tr>')
+    return f'<div class="wide"><table id="metrics"><tr>{head1}</tr><tr>{head2}</tr>{"".join(rows)}</table></div>'
 
 
 def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[str, bytes]) -> str:
@@ -140,17 +153,16 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>llm-loadgen comparison</title>'
         "<style>body{font-family:system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ddd;padding:3px 7px}img{max-width:100%}pre{background:#f6f6f6;padding:10px}"
+        "td,th{border:1px solid #ddd;padding:3px 7px}td.n{text-align:right}.wide{overflow-x:auto;margin:12px 0}"
+        "img{max-width:100%}pre{background:#f6f6f6;padding:10px}"
         "</style></head><body><h1>llm-loadgen comparison</h1>"
-        f'<table id="runs"><tr>{heads}</tr>{"".join(rows)}</table>{imgs}'
+        f'<table id="runs"><tr>{heads}</tr>{"".join(rows)}</table>{metrics_table_html(runs)}{imgs}'
         f"<pre>{escape(table)}</pre></body></html>\n"
     )
 
 
 def write_compare(out_dir: str | os.PathLike, runs: list[tuple[str, dict]]) -> dict[str, Path]:
     """compare.txt, compare_*.png and compare.html in ``out_dir``; returns {name: path}."""
-    from loadgen.report.plots import save_figures
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = format_compare_table(runs)

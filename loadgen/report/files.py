@@ -1,8 +1,9 @@
 """The results directory: summary.json, stages.csv, PNG plots and report.html.
 
-Every file is written atomically (temp file in the same directory, then ``os.replace``), so a
-crash or Ctrl-C mid-write leaves the previous complete file, never half of one. ``write_results``
-may be called after every stage; the last call wins.
+Every file is written atomically (loadgen.report.atomic), so a crash or Ctrl-C mid-write leaves
+the previous complete file, never half of one. ``write_results`` may be called after every stage;
+the last call wins. ``loadgen.report.plots`` is imported only when plots are drawn: importing
+matplotlib costs about a second of CPU, which a load generator must not pay between stages.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import json
 import logging
 import math
 import os
-import tempfile
 from pathlib import Path
 
 from loadgen.errors import ConfigError
-from loadgen.report.knee import find_knee
+from loadgen.report.atomic import atomic_write_text
+from loadgen.report.html import render_report_html
+from loadgen.report.table import write_stages_csv
 
 log = logging.getLogger(__name__)
 
@@ -23,24 +25,6 @@ SUMMARY = "summary.json"
 STAGES_CSV = "stages.csv"
 REPORT_HTML = "report.html"
 SCHEMA = 1
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a temp file in the same directory and an atomic rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _json_safe(value):
@@ -57,14 +41,6 @@ def _json_safe(value):
 
 def summary_json_text(summary: dict) -> str:
     return json.dumps(_json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
-
-
-def knee_of(summary: dict) -> int | None:
-    """The knee recorded in the summary; computed from the stages when the summary has none."""
-    knee = summary.get("knee")
-    if isinstance(knee, dict) and "concurrency" in knee:
-        return knee["concurrency"]
-    return find_knee(summary.get("stages") or [])
 
 
 def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool = True) -> dict[str, Path]:
@@ -88,14 +64,12 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
     Keys of the result: ``stages_csv``, one per plot (``throughput``, ``latency``, ``tradeoff``)
     and ``html``; a plot or HTML failure is logged and its key is missing.
     """
-    from loadgen.report.table import write_stages_csv
-
     out = Path(results_dir)
     written = {"stages_csv": write_stages_csv(out / STAGES_CSV, summary.get("stages") or [])}
     images: dict[str, bytes] = {}
     if plots:
         try:
-            from loadgen.report.plots import build_run_figures, save_figures
+            from loadgen.report.plots import build_run_figures, save_figures  # matplotlib: see above
 
             images = save_figures(build_run_figures(summary), out)
             written.update({name: out / f"{name}.png" for name in images})
@@ -104,8 +78,6 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
                 "report: drawing the plots in %s failed; summary.json and stages.csv are written", out
             )
     try:
-        from loadgen.report.html import render_report_html
-
         html = render_report_html(summary, images, plots_pending=not plots)
         written["html"] = atomic_write_text(out / REPORT_HTML, html)
     except Exception:

@@ -9,7 +9,7 @@ import base64
 import json
 from html import escape
 
-from loadgen.report.files import knee_of
+from loadgen.report.knee import knee_of
 from loadgen.report.table import COLUMNS, errors_compact, mismatch_compact, num, stage_flags
 
 CSS = """

@@ -1,7 +1,7 @@
 """The saturation knee of a concurrency sweep: where more concurrency stops buying throughput.
 
 Pure: no I/O, no clock. Works on summary.json stage dicts (``concurrency``,
-``output_tokens_per_s``, ``requests``, ``error_count``).
+``output_tokens_per_s``, ``requests``, ``error_count``); ``knee_of`` on a whole summary.
 """
 
 from __future__ import annotations
@@ -72,3 +72,11 @@ def find_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD) -> int |
         if all(gain_per_doubling(c_k, tput_k, c_j, tput_j) < threshold for c_j, tput_j in later):
             return int(c_k)
     return None
+
+
+def knee_of(summary: dict) -> int | None:
+    """The knee recorded in the summary; computed from the stages when the summary has none."""
+    knee = summary.get("knee")
+    if isinstance(knee, dict) and "concurrency" in knee:
+        return knee["concurrency"]
+    return find_knee(summary.get("stages") or [])

@@ -1,8 +1,9 @@
 """Plots of a sweep, as matplotlib Figures (Agg canvas, no pyplot global state).
 
-Import this module lazily: matplotlib costs a second of CPU to import, which a load generator
-should not pay at start. Builders return Figures so tests can read the plotted series
-(``line.get_label()``, ``get_xdata()``, ``get_ydata()``); ``figure_png`` renders one to bytes.
+Import this module lazily (loadgen.report.files does): matplotlib costs a second of CPU to
+import, which a load generator should not pay at start. Builders return Figures so tests can
+read the plotted series (``line.get_label()``, ``get_xdata()``, ``get_ydata()``); ``figure_png``
+renders one to bytes.
 
 Figures of one run (names are also the PNG file names):
 - ``throughput``: aggregate output tok/s vs concurrency (log2 x), knee and guard stop marked;
@@ -13,12 +14,14 @@ Figures of one run (names are also the PNG file names):
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
-from loadgen.report.files import knee_of
+from loadgen.report.atomic import atomic_write_bytes
+from loadgen.report.knee import knee_of
 
 SIZE_IN = (8.0, 4.5)
 DPI = 100
@@ -199,10 +202,6 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
 
 def save_figures(figures: dict[str, Figure], out_dir) -> dict[str, bytes]:
     """Render each figure to ``<out_dir>/<name>.png`` (atomically); returns the PNG bytes."""
-    from pathlib import Path
-
-    from loadgen.report.files import atomic_write_bytes
-
     pngs = {}
     for name, fig in figures.items():
         pngs[name] = figure_png(fig)

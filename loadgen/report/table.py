@@ -12,36 +12,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from loadgen.errors import FAILURE_KINDS
-
-# Short names for error kinds in the compact "errors" column, e.g. "5 429:3 reset:2".
-ERROR_ABBREV = {
-    "http_4xx": "4xx",
-    "http_5xx": "5xx",
-    "overload_429": "429",
-    "overload_503": "503",
-    "stream_error": "stream",
-    "aborted": "abort",
-    "connection_reset": "reset",
-    "connect_failed": "connect",
-    "read_timeout": "timeout",
-    "malformed_chunk": "malformed",
-    "empty_stream": "empty",
-    "truncated": "trunc",
-    "not_openai": "not_openai",
-}
-
-
-def num(value: float | None) -> str:
-    """A number with about three significant digits and no exponent; "-" for missing."""
-    if value is None:
-        return "-"
-    mag = abs(value)
-    if mag >= 100 or value == 0:
-        return f"{value:.0f}"
-    if mag >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
+from loadgen.errors import FAILURE_KINDS, short_kind
+from loadgen.metrics import STAGE_METRICS, num
+from loadgen.report.atomic import atomic_write_text
 
 
 def ms(seconds: float | None) -> str:
@@ -61,7 +34,7 @@ def errors_compact(stage: dict) -> str:
     if not errors:
         return str(total)
     kinds = sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
-    return f"{total} " + " ".join(f"{ERROR_ABBREV.get(k, k)}:{n}" for k, n in kinds)
+    return f"{total} " + " ".join(f"{short_kind(k)}:{n}" for k, n in kinds)
 
 
 def mismatch_compact(stage: dict) -> str:
@@ -88,22 +61,16 @@ def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
     return flags
 
 
-# (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows.
+# (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows:
+# the stage and its request count, then every metric of loadgen.metrics that has a console column.
 Column = tuple[str, str, int, Callable[[dict], str]]
 COLUMNS: list[Column] = [
     ("C", "", 6, lambda s: str(s.get("concurrency", "-"))),
     ("reqs", "", 6, lambda s: str(s.get("requests", "-"))),
-    ("out tok/s", "total", 10, lambda s: num(s.get("output_tokens_per_s"))),
-    ("req tok/s", "p50", 10, lambda s: num(s.get("decode_tps_p50"))),
-    ("TTFT p50", "ms", 9, lambda s: ms(s.get("ttft_p50_s"))),
-    ("p90", "ms", 7, lambda s: ms(s.get("ttft_p90_s"))),
-    ("p99", "ms", 7, lambda s: ms(s.get("ttft_p99_s"))),
-    ("ITL p50", "ms", 8, lambda s: ms(s.get("itl_p50_s"))),
-    ("p90", "ms", 6, lambda s: ms(s.get("itl_p90_s"))),
-    ("p99", "ms", 6, lambda s: ms(s.get("itl_p99_s"))),
-    ("TPOT p50", "ms", 9, lambda s: ms(s.get("tpot_p50_s"))),
-    ("E2E p50", "s", 8, lambda s: secs(s.get("e2e_p50_s"))),
-    ("p99", "s", 6, lambda s: secs(s.get("e2e_p99_s"))),
+] + [
+    (m.console.title, m.console.subtitle or m.shown.unit, m.console.width, m.cell)
+    for m in STAGE_METRICS
+    if m.console is not None
 ]
 TAIL_COLUMNS = ("errors", "tok mismatch", "flags")  # variable width, left-aligned
 
@@ -169,18 +136,7 @@ BASE_COLUMNS = [
     "error_count",
     "input_tokens",
     "output_tokens",
-    "output_tokens_per_s",
-    "decode_tps_p50",
-    "ttft_p50_s",
-    "ttft_p90_s",
-    "ttft_p99_s",
-    "itl_p50_s",
-    "itl_p90_s",
-    "itl_p99_s",
-    "itl_chunk_p50_s",
-    "tpot_p50_s",
-    "e2e_p50_s",
-    "e2e_p99_s",
+    *(m.key for m in STAGE_METRICS),
     "token_mismatch.input",
     "token_mismatch.output",
     "token_mismatch.estimated",
@@ -224,6 +180,4 @@ def stages_csv_text(stages: list[dict]) -> str:
 
 def write_stages_csv(path: str | os.PathLike, stages: list[dict]) -> Path:
     """Write stages.csv atomically (temp file + rename)."""
-    from loadgen.report.files import atomic_write_text
-
     return atomic_write_text(Path(path), stages_csv_text(stages))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from loadgen.config_fields import (
+from loadgen.config.fields import (
     Check,
     Shown,
     body_mapping,
@@ -27,7 +27,7 @@ from loadgen.config_fields import (
     text,
     token_id_range,
 )
-from loadgen.config_schema import ENDPOINTS, GUARD_ACTIONS, SECTIONS, Scenario, default_document
+from loadgen.config.schema import ENDPOINTS, GUARD_ACTIONS, SECTIONS, Scenario, default_document
 from loadgen.errors import ConfigError
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.

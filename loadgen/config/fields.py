@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from loadgen.config_schema import FrozenDict
+from loadgen.config.schema import FrozenDict
 from loadgen.errors import ConfigError
 
 Check = Callable[[str, Any], Any]

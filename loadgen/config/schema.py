@@ -1,7 +1,7 @@
 """Scenario schema: the built-in defaults, the frozen dataclasses, and the typed fields.
 
 Pure: no I/O, no clock. ``loadgen.config`` reads files and options and calls
-``loadgen.config_build.build_scenario``; other modules import the types from ``loadgen.config``.
+``loadgen.config.build.build_scenario``; other modules import the types from ``loadgen.config``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,140 @@
+"""Command-line options: our flags on Locust's (or any argparse) parser, and the scenario they
+give (the file named by --scenario with every given option laid over it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from loadgen.config.files import load_scenario
+from loadgen.config.schema import ENDPOINTS, GUARD_ACTIONS, Scenario
+from loadgen.errors import ConfigError
+
+# (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag.
+# Defaults are None ("not given": the file wins); values arrive as text and are converted here,
+# so a bad value gets the same one-line ConfigError as a bad file value, not an argparse usage dump.
+_OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
+    ("--input-tokens", "input_tokens", int, "prompt length in tokens"),
+    ("--output-tokens", "output_tokens", int, "tokens generated per request"),
+    ("--endpoint", "endpoint", ENDPOINTS, "API to load: /v1/completions or /v1/chat/completions"),
+    ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
+    ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
+    ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),
+    ("--stages", "stages.list", "stages", "stage concurrencies, e.g. 1,4,16 (strictly increasing)"),
+    ("--stage-duration", "stages.duration_s", float, "measured seconds per stage"),
+    ("--warmup", "stages.warmup_s", float, "seconds per stage excluded from statistics"),
+    ("--ramp", "stages.ramp_s", float, "seconds to start each stage's users"),
+    ("--min-requests", "stages.min_requests", int, "extend each window until this many requests finished"),
+    ("--shared-prefix-tokens", "prompt.shared_prefix_tokens", int, "leading tokens shared by all prompts"),
+    (
+        "--kv-capacity-tokens",
+        "guard.kv_capacity_tokens",
+        int,
+        "KV cache size in tokens (default: ask the server)",
+    ),
+    ("--guard-margin", "guard.margin", float, "projected tokens *= (1 + margin)"),
+    ("--guard-action", "guard.action", GUARD_ACTIONS, "what to do with a stage over KV capacity"),
+    ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
+    ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
+    ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
+)
+
+
+def _dest(flag: str) -> str:
+    return flag[2:].replace("-", "_")
+
+
+def register_options(parser: Any) -> None:
+    """Add the scenario options to Locust's parser (``events.init_command_line_parser``) or any
+    argparse parser. They are kept out of Locust's web UI form; values land in
+    ``environment.parsed_options`` under the flag's name (``--input-tokens`` -> ``input_tokens``)."""
+    group = parser.add_argument_group("llm-loadgen scenario", "Each option overrides the scenario file.")
+
+    def add(*args: Any, **kwargs: Any) -> None:
+        # Locust shows an option in its web UI only if the action's include_in_web_ui is true; an
+        # argument group's add_argument does not accept the kwarg, so set the attribute directly.
+        group.add_argument(*args, **kwargs).include_in_web_ui = False
+
+    add("--scenario", default=None, metavar="PATH", help="scenario YAML file (default: config/default.yaml)")
+    for flag, dotted, kind, text in _OPTIONS:
+        if kind is bool:
+            add(flag, action="store_true", default=False, help=f"{text} [{dotted}]")
+        elif isinstance(kind, tuple):
+            # no argparse `choices`: a bad value gets our one-line error naming the fix
+            add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
+        else:
+            add(flag, default=None, metavar=_dest(flag).upper(), help=f"{text} [{dotted}]")
+    add(
+        "--set",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="set any scenario key, e.g. --set request.extra_body.temperature=0 (VALUE is YAML; repeatable)",
+    )
+
+
+def _parse_set(item: str) -> tuple[str, Any]:
+    key, eq, text = str(item).partition("=")
+    if not eq or not key.strip():
+        raise ConfigError("--set", item, "must be KEY=VALUE", "e.g. --set stages.list=[1,4]")
+    try:
+        return key.strip(), yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ConfigError(
+            f"{key.strip()} (from --set)",
+            text,
+            "is not a valid YAML value",
+            "quote text values, e.g. --set model='\"my-model\"'",
+        ) from None
+
+
+def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
+    """Text from the command line -> a typed value. Text that does not convert is passed on
+    unchanged so the field's own check reports it (with its fix)."""
+    if not isinstance(raw, str):
+        return raw  # already typed (e.g. options relayed by the Locust master)
+    if kind is int or kind is float:
+        try:
+            return kind(raw.strip())
+        except ValueError:
+            return raw
+    if kind == "stages":
+        values = []
+        for part in raw.split(","):
+            try:
+                values.append(int(part.strip()))
+            except ValueError:
+                raise ConfigError(
+                    f"{dotted} (from {flag})",
+                    raw,
+                    f"must be comma-separated whole numbers; {part.strip()!r} is not one",
+                    "e.g. --stages 1,4,16",
+                ) from None
+        return values
+    return raw
+
+
+def scenario_from_options(parsed_options: Any) -> Scenario:
+    """The scenario file named by --scenario (default config/default.yaml) with every given option
+    laid over it: --set first, then the named options. A ConfigError about a value that came from
+    the command line names the flag, e.g. ``stages.list (from --stages): ...``."""
+    overrides: dict[str, Any] = {}
+    origin = {"scenario": "--scenario"}
+    for item in getattr(parsed_options, "set", None) or []:
+        key, value = _parse_set(item)
+        overrides[key] = value
+        origin[key] = "--set"
+    for flag, dotted, kind, _ in _OPTIONS:
+        raw = getattr(parsed_options, _dest(flag), None)
+        if raw is None or raw is False:
+            continue
+        overrides[dotted] = _convert(flag, dotted, kind, raw)
+        origin[dotted] = flag
+    try:
+        return load_scenario(getattr(parsed_options, "scenario", None), overrides)
+    except ConfigError as e:
+        where = origin.get(e.key.partition("[")[0])
+        if where is None:
+            raise
+        raise ConfigError(f"{e.key} (from {where})", e.value, e.problem, e.fix) from None

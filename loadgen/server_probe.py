@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import gevent
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.guard import StageWatch
+from loadgen.guard import OverCapacityRule, StageWatch
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -282,13 +282,13 @@ class ServerWatch:
         flavor: str | None,
         interval_s: float = 2.0,
         timeout_s: float = 2.0,
-        queued_polls: int = 2,
+        rule: OverCapacityRule | None = None,
         clock=time.perf_counter,
     ):
         self.url = server_root(base_url) + "/metrics"
         self.headers, self.flavor, self.interval_s, self.timeout_s = headers, flavor, interval_s, timeout_s
         self.clock = clock
-        self.stages = StageWatch(queued_polls)
+        self.stages = StageWatch(rule)
         self.disabled: str | None = None
         self._seen_ok = self._warned = False
         self._poll_errors = 0

@@ -114,6 +114,24 @@ def _max(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
+@dataclass(frozen=True)
+class OverCapacityRule:
+    """When a stage counts as over the server's capacity (scenario ``guard.over_capacity``).
+
+    Evidence a capacity planner accepts, any one of:
+    - preemptions (vLLM) / retractions (SGLang) grew during the stage;
+    - a sustained queue: waiting >= ``queue_fraction`` x the stage's concurrency (at least 1) in at
+      least ``queue_share`` of the stage's polls (and in 2 polls or more);
+    - KV cache use >= ``kv_usage`` in at least ``queue_share`` of the polls.
+    A closed loop whose users run in step queues briefly at every prefill burst (a request caught
+    between arrival and the scheduler's next step): that is neither sustained nor a real fraction.
+    """
+
+    queue_fraction: float = 0.1
+    queue_share: float = 0.5
+    kv_usage: float = 0.98
+
+
 class StageWatch:
     """Per-stage server-side overload signals from a sequence of ``(t, sample)`` /metrics polls.
 
@@ -126,22 +144,23 @@ class StageWatch:
                       (a decrease is a server restart: the new value counts as the increase)
       waiting_max / running_max / kv_usage_max = largest value polled
       queued_polls_max = longest run of consecutive polls with waiting > 0
-      over_capacity = preemptions > 0 or queued_polls_max >= queued_polls (default 2);
+      queued_share  = share of polls with waiting >= max(1, queue_fraction x concurrency)
+      kv_full_share = share of polls with kv_usage >= rule.kv_usage
+      over_capacity = any evidence of ``OverCapacityRule`` (listed in ``over_capacity_evidence``);
                       None when no poll arrived during the stage (unknown, not "fine")
-    The two-poll rule ignores a momentary queue (a request caught between arrival and the
-    scheduler's next step); a queue seen twice in a row means the server stopped admitting.
     """
 
-    def __init__(self, queued_polls: int = 2):
-        self.queued_polls = queued_polls
+    def __init__(self, rule: OverCapacityRule | None = None):
+        self.rule = rule or OverCapacityRule()
         self._last_counter: float | None = None
         self._index: int | None = None
         self._acc: dict = {}
 
-    def begin(self, index: int, t: float) -> None:
+    def begin(self, index: int, t: float, concurrency: int | None = None) -> None:
         self._index = index
         self._acc = {
             "t0": t,
+            "concurrency": concurrency,
             "polls": 0,
             "preemptions": None,
             "waiting_max": None,
@@ -149,6 +168,8 @@ class StageWatch:
             "kv_usage_max": None,
             "run": 0,
             "queued_polls_max": 0,
+            "queued_polls": 0,
+            "kv_full_polls": 0,
         }
 
     def feed(self, t: float, sample: dict) -> None:
@@ -160,31 +181,52 @@ class StageWatch:
             self._last_counter = counter
         if self._index is None:
             return  # between stages: only the counter baseline moves
-        acc = self._acc
+        acc, rule = self._acc, self.rule
         acc["polls"] += 1
         if counter is not None:
             acc["preemptions"] = (acc["preemptions"] or 0) + (increase or 0)
         waiting = sample.get("waiting")
         acc["run"] = acc["run"] + 1 if waiting else 0
         acc["queued_polls_max"] = max(acc["queued_polls_max"], acc["run"])
+        if waiting and waiting >= max(1.0, rule.queue_fraction * (acc["concurrency"] or 0)):
+            acc["queued_polls"] += 1
+        usage = sample.get("kv_usage")
+        if usage is not None and usage >= rule.kv_usage:
+            acc["kv_full_polls"] += 1
         for key in ("waiting", "running", "kv_usage"):
             acc[key + "_max"] = _max(acc[key + "_max"], sample.get(key))
+
+    def _evidence(self, acc: dict) -> list[str]:
+        rule, polls = self.rule, acc["polls"]
+        needed = max(2, rule.queue_share * polls)
+        out = []
+        if acc["preemptions"]:
+            out.append(f"preemptions +{int(round(acc['preemptions']))}")
+        if acc["queued_polls"] >= needed:
+            threshold = max(1.0, rule.queue_fraction * (acc["concurrency"] or 0))
+            out.append(f"queue >= {threshold:g} in {acc['queued_polls']} of {polls} polls "
+                       f"(waiting max {acc['waiting_max']:g})")
+        if acc["kv_full_polls"] >= needed:
+            out.append(f"KV use >= {rule.kv_usage:.0%} in {acc['kv_full_polls']} of {polls} polls")
+        return out
 
     def end(self, index: int, t: float) -> dict:
         """The stage's server signals (summary.json ``stages[].server``); 0 polls if never begun."""
         if index != self._index:
             self.begin(index, t)
         acc, self._index = self._acc, None
-        preempted = acc["preemptions"]
+        preempted, polls = acc["preemptions"], acc["polls"]
+        evidence = self._evidence(acc) if polls else []
         return {
-            "polls": acc["polls"],
+            "polls": polls,
             "watched_s": max(0.0, t - acc["t0"]),
             "preemptions": None if preempted is None else int(round(preempted)),
             "waiting_max": acc["waiting_max"],
             "running_max": acc["running_max"],
             "kv_usage_max": acc["kv_usage_max"],
             "queued_polls_max": acc["queued_polls_max"],
-            "over_capacity": None
-            if not acc["polls"]
-            else bool(preempted) or acc["queued_polls_max"] >= self.queued_polls,
+            "queued_share": acc["queued_polls"] / polls if polls else None,
+            "kv_full_share": acc["kv_full_polls"] / polls if polls else None,
+            "over_capacity": None if not polls else bool(evidence),
+            "over_capacity_evidence": evidence,
         }

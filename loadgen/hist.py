@@ -23,9 +23,10 @@ BUCKETS_PER_DECADE = 100
 LOW = 1e-6
 HIGH = 1e6
 _DECADES = 12
-# Shared, computed once, read-only. (k - 600) / 100 is exact for whole decades, so 1e-3, 1, 10 ... are
-# exactly the floats a user writes.
-EDGES = 10.0 ** ((np.arange(_DECADES * BUCKETS_PER_DECADE + 1) - 600) / BUCKETS_PER_DECADE)
+# Shared, computed once, read-only. (k - 600) / 100 is exact for whole decades, and C's pow() (Python's
+# float ** float) is exact for integer exponents, so 1e-3, 1, 10 ... are exactly the floats a user
+# writes. numpy's vectorized power is not (numpy 2.4: 10.0 ** -5.0 == 9.999999999999999e-06).
+EDGES = np.array([10.0 ** ((k - 600) / BUCKETS_PER_DECADE) for k in range(_DECADES * BUCKETS_PER_DECADE + 1)])
 EDGES.flags.writeable = False
 N_BUCKETS = len(EDGES) + 1  # fine buckets + underflow + overflow
 _EDGES_LIST = EDGES.tolist()  # for bisect in the one-value path

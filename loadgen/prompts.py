@@ -86,3 +86,17 @@ class ChatPrompts:
 
     def next(self) -> list[dict]:
         return [{"role": "user", "content": self.text()}]
+
+
+def hashed_prefix_prompt(n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int,
+                         id_range: tuple[int, int], rng: np.random.Generator, salt: int = 0) -> list[int]:
+    """A token-ID prompt of exactly ``n_tokens`` whose block i is a function of ``hash_ids[i]`` alone
+    (Mooncake traces: equal leading ids = a shared prefix, so a server's prefix cache sees what it saw
+    in the trace). Tokens beyond the blocks the ids cover are fresh from ``rng``."""
+    lo, hi = id_range
+    blocks = [np.random.default_rng([salt & 0xFFFFFFFF, h & 0xFFFFFFFF, (h >> 32) & 0xFFFFFFFF])
+              .integers(lo, hi, block_tokens, dtype=np.int64) for h in hash_ids]
+    ids = np.concatenate(blocks)[:n_tokens] if blocks else np.empty(0, dtype=np.int64)
+    if len(ids) < n_tokens:
+        ids = np.concatenate([ids, rng.integers(lo, hi, n_tokens - len(ids), dtype=np.int64)])
+    return ids.tolist()

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.client import StreamClient
 from loadgen.errors import CONNECT_FAILED, READ_TIMEOUT, RequestError
-from loadgen.guard import StageWatch
+from loadgen.guard import OverCapacityRule, StageWatch
 
 log = logging.getLogger(__name__)
 # Labels that only name a replica of the same scheduler (SGLang --enable-metrics-for-all-schedulers
@@ -236,7 +236,7 @@ class ServerWatch:
         flavor: str | None,
         interval_s: float = 2.0,
         timeout_s: float = 2.0,
-        queued_polls: int = 2,
+        rule: OverCapacityRule | None = None,
         clock=time.perf_counter,
     ):
         root = server_root(base_url)
@@ -249,7 +249,7 @@ class ServerWatch:
         # one for the polling greenlet, one for the reads at the window's edges (never waiting on a poll)
         self._poll_client, self._edge_client = client(), client()
         self.clock = clock
-        self.stages = StageWatch(queued_polls)
+        self.stages = StageWatch(rule)
         self.disabled: str | None = None
         self._seen_ok = self._warned = False
         self._poll_errors = 0
@@ -311,10 +311,10 @@ class ServerWatch:
         value = _total(series) if series else None
         return None if value is None else ((t + self.clock()) / 2, value)
 
-    def begin_stage(self, index: int) -> None:
+    def begin_stage(self, index: int, concurrency: int | None = None) -> None:
         self._poll_errors = 0
         self._gen_start = self.generation_tokens()
-        self.stages.begin(index, self.clock())
+        self.stages.begin(index, self.clock(), concurrency)
 
     def end_stage(self, index: int) -> dict:
         """The stage's ``server`` object: StageWatch.end(...) + flavor, the counter behind

@@ -20,7 +20,7 @@ import gevent
 from loadgen import errors
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
-from loadgen.guard import decide
+from loadgen.guard import OverCapacityRule, decide
 from loadgen.health import is_client_bound
 from loadgen.phases import Phase
 from loadgen.preflight import StartRefused, preflight
@@ -77,7 +77,10 @@ class Session:
         rt.use_model(self.server.model)
         self.capacity = cap = self.server.capacity
         if sc.guard.watch and cap.flavor:
-            self.watch = ServerWatch(host, rt.api_key, cap.flavor, sc.guard.watch_interval_s)
+            g = sc.guard
+            rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
+                                    g.over_capacity_kv_usage)
+            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule)
             self.watch.start()
         try:
             self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))
@@ -111,7 +114,7 @@ class Session:
                 info = self.stage_info[k]
                 info.open_t, info.open_wall = t, time.time()
                 if self.watch:
-                    self.watch.begin_stage(k)
+                    self.watch.begin_stage(k, info.concurrency)
             case WindowClosed():
                 return self._close_window(ev)
             case StageFinal(stage=k, forced=forced):
@@ -135,8 +138,8 @@ class Session:
         server = info.server = self.watch.end_stage(k)
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
             say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
-                f"(C={info.concurrency}: preemptions {server.get('preemptions')}, queued polls "
-                f"{server.get('queued_polls_max')}); stopping the sweep (guard.abort_on_over_capacity)")
+                f"(C={info.concurrency}: {'; '.join(server.get('over_capacity_evidence') or [])}); "
+                "stopping the sweep (guard.abort_on_over_capacity)")
             return "server_over_capacity"
         return None
 

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.errors import ConfigError
-from loadgen.guard import StageWatch, decide, max_fitting_concurrency, projected_kv_tokens
+from loadgen.guard import OverCapacityRule, StageWatch, decide, max_fitting_concurrency, projected_kv_tokens
 from loadgen.preflight import probe
 from loadgen.server_probe import (
     ServerWatch,
@@ -196,18 +196,48 @@ def test_counter_reset_counts_the_new_value():
     assert w.end(1, 5.0)["preemptions"] == 2 + 1 + 2
 
 
-def test_one_queued_poll_is_a_blip_two_in_a_row_is_over_capacity():
-    blip = StageWatch()
-    blip.begin(0, 0.0)
-    for t, waiting in enumerate([0, 4, 0, 7, 0]):
-        blip.feed(float(t), s(preempt=0, waiting=waiting))
-    out = blip.end(0, 5.0)
-    assert (out["over_capacity"], out["queued_polls_max"], out["waiting_max"]) == (False, 1, 7)
-    queued = StageWatch()
-    queued.begin(0, 0.0)
-    for t, waiting in enumerate([0, 4, 9, 0]):
-        queued.feed(float(t), s(preempt=0, waiting=waiting))
-    assert queued.end(0, 4.0)["over_capacity"] is True
+def test_prefill_bursts_of_a_closed_loop_are_not_over_capacity():
+    """Users in step: every request cycle the whole batch re-queues for a poll or two."""
+    w = StageWatch()
+    w.begin(0, 0.0, concurrency=64)
+    waits = [0, 0, 60, 30, 0, 0, 0, 0, 0, 55, 20, 0, 0, 0, 0, 0]
+    for t, waiting in enumerate(waits):
+        w.feed(float(t), s(preempt=0, waiting=waiting, usage=0.26))
+    out = w.end(0, 16.0)
+    assert out["over_capacity"] is False and out["over_capacity_evidence"] == []
+    assert (out["queued_polls_max"], out["waiting_max"], out["queued_share"]) == (2, 60, 4 / 16)
+
+
+def test_a_lone_waiting_request_at_low_concurrency_is_not_over_capacity():
+    w = StageWatch()
+    w.begin(0, 0.0, concurrency=16)  # the issue's 200/200 sweep: C=16, waiting_max 1, KV 0.3%
+    for t in range(10):
+        w.feed(float(t), s(preempt=0, waiting=1, usage=0.003))
+    assert w.end(0, 10.0)["over_capacity"] is False
+
+
+def test_sustained_queue_is_over_capacity_with_its_evidence():
+    w = StageWatch()
+    w.begin(2, 0.0, concurrency=64)
+    for t, waiting in enumerate([0, 12, 20, 25, 30, 7, 28, 31]):  # >= 6.4 in 7 of 8 polls
+        w.feed(float(t), s(preempt=0, waiting=waiting))
+    out = w.end(2, 8.0)
+    assert out["over_capacity"] is True
+    assert out["over_capacity_evidence"] == ["queue >= 6.4 in 7 of 8 polls (waiting max 31)"]
+
+
+def test_kv_nearly_full_is_over_capacity_and_the_rule_is_configurable():
+    polls = [s(preempt=0, usage=u) for u in (0.97, 0.985, 0.99, 0.99)]
+    w = StageWatch()
+    w.begin(0, 0.0, concurrency=8)
+    for t, p in enumerate(polls):
+        w.feed(float(t), p)
+    assert w.end(0, 4.0)["over_capacity_evidence"] == ["KV use >= 98% in 3 of 4 polls"]
+    lax = StageWatch(OverCapacityRule(kv_usage=0.995))
+    lax.begin(0, 0.0, concurrency=8)
+    for t, p in enumerate(polls):
+        lax.feed(float(t), p)
+    assert lax.end(0, 4.0)["over_capacity"] is False
 
 
 def test_stage_without_polls_is_unknown_not_fine():

@@ -78,3 +78,14 @@ def test_listening_line_and_clean_sigterm():
         assert request(url, "GET", "/health").status == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+
+
+def test_list_presets_names_each_with_what_it_models(capsys):
+    from loadgen.sim.__main__ import main
+    from loadgen.sim.config import preset_names
+
+    assert main(["--list-presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == preset_names()
+    assert {"fixed", "qwen35-397b-8gpu", "slo-linear"} <= set(preset_names())
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # a description on every line

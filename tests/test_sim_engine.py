@@ -186,3 +186,13 @@ def test_fixed_schedule_abort_and_kv_report():
     sched.abort(a)
     assert sched.kv_used == 51 and sched.num_running == 1
     assert all(r is b for r, _, _ in sched.pop_due(1.0))
+
+
+def test_slo_linear_preset_has_tpot_in_closed_form():
+    """slo-linear: TPOT(C) = 10 ms + 1 ms x C (the SLO search's known answer)."""
+    params = load("slo-linear").engine_params()
+    for c in (1, 8, 35, 36, 64):
+        point = closed_loop(params, c, prompt_tokens=50, output_tokens=100, warmup_s=5, measure_s=30)
+        tpot_s = 1 / point.per_request_tokens_per_s
+        assert tpot_s == pytest.approx(0.010 + 0.001 * c, rel=0.01), c
+        assert point.preemptions == 0 and point.peak_waiting <= c

@@ -56,6 +56,9 @@ DEFAULTS: dict[str, Any] = {
         "watch": True,
         "watch_interval_s": 2,
         "abort_on_over_capacity": False,
+        "over_capacity_queue_fraction": 0.1,
+        "over_capacity_queue_share": 0.5,
+        "over_capacity_kv_usage": 0.98,
     },
     "knee": {"threshold": 0.10},
     "exporter": {"port": 0, "host": "127.0.0.1"},
@@ -149,6 +152,9 @@ class GuardConfig:
     watch: bool  # poll the server's /metrics during stages
     watch_interval_s: float
     abort_on_over_capacity: bool
+    over_capacity_queue_fraction: float  # a queue >= this x concurrency ...
+    over_capacity_queue_share: float  # ... in at least this share of the polls: over capacity
+    over_capacity_kv_usage: float  # KV use >= this in that share of the polls: over capacity
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m loadgen.sim", description="Built-in LLM server simulator.")
-    ap.add_argument("--preset", help="preset name (loadgen/sim/presets/NAME.yaml) or a YAML path")
+    names = ", ".join(simconfig.preset_names())
+    ap.add_argument("--preset", help=f"preset name ({names}) or a YAML path; --list-presets describes them")
+    ap.add_argument("--list-presets", action="store_true", help="print each preset with its first comment line")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     ap.add_argument("--port", default="8000", help="listen port; 0 picks a free one (default 8000)")
     ap.add_argument("--log-level", default="WARNING")
@@ -72,6 +74,10 @@ def _option_name(key: str, args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_presets:
+        for name in simconfig.preset_names():
+            print(f"{name:<22} {simconfig.preset_summary(name)}")
+        return 0
     try:
         cfg = config_from_args(args)
         port = int(args.port)

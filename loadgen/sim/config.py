@@ -54,6 +54,8 @@ class SimConfig:
     prefill_chunk_tokens: int = 8192
     spec_accept: list[float] = field(default_factory=lambda: [1.0])
     admit_output_reserve: float = 0.0
+    prefix_cache_tokens: int = 0  # automatic prefix caching (engine model): cache size; 0 = off
+    prefix_block_tokens: int = 16  # tokens per cached block
     # faults: kind -> per-request probability
     faults: dict[str, float] = field(default_factory=dict)
     stall_max_s: float = 60.0  # wall seconds a stalled stream holds its socket
@@ -66,7 +68,8 @@ class SimConfig:
             step_base_s=self.step_base_ms / 1e3, step_per_seq_s=self.step_per_seq_ms / 1e3,
             step_per_prefill_token_s=self.step_per_prefill_token_us / 1e6,
             spec_accept=tuple(self.spec_accept), admit_output_reserve=self.admit_output_reserve,
-            seed=self.seed)
+            seed=self.seed, prefix_cache_blocks=self.prefix_cache_tokens // self.prefix_block_tokens,
+            prefix_block_tokens=self.prefix_block_tokens)
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
@@ -77,7 +80,7 @@ _MIN = {  # key -> (lowest allowed, inclusive?)
     "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
     "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
     "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
-    "admit_output_reserve": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
+    "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
 }
 
 
@@ -155,13 +158,25 @@ def validate(cfg: SimConfig) -> SimConfig:
     return cfg
 
 
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def preset_summary(name: str) -> str:
+    """The first comment line of a bundled preset (what it models)."""
+    for line in preset_path(name).read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
 def preset_path(name: str) -> Path:
     if name.endswith((".yaml", ".yml")) or "/" in name:
         path = Path(name)
     else:
         path = PRESET_DIR / f"{name}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        known = ", ".join(preset_names())
         raise SimConfigError("preset", name, "no such preset or file", f"known presets: {known}")
     return path
 

@@ -10,6 +10,8 @@ and then delivers the events. TTFT and ITL are not configured, they emerge from 
 - The same step spends a chunked-prefill budget of ``prefill_chunk_tokens`` on requests still
   prefilling (oldest first), then admits waiting requests (FIFO) into that budget. A request whose
   prefill completes emits its first token at the end of that step.
+- Prefix caching (``prefix_cache_blocks`` > 0, see ``loadgen.sim.prefix``): at admission the
+  prompt's leading blocks found in the cache count as already prefilled.
 - Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill``,
   where ``batch`` = requests that decoded or prefilled in the step and ``prefill`` = prompt
   tokens computed in the step.
@@ -28,6 +30,8 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
+
+from loadgen.sim.prefix import PrefixCache
 
 WAITING, RUNNING, FINISHED, ABORTED = "waiting", "running", "finished", "aborted"
 
@@ -49,6 +53,7 @@ class SimRequest:
     prefill_done: int = 0
     kv_held: int = 0  # KV tokens allocated (block-rounded)
     preemptions: int = 0
+    prefix_hashes: tuple[int, ...] = ()  # loadgen.sim.prefix.block_hashes of the prompt (caching on)
 
 
 @dataclass
@@ -64,6 +69,8 @@ class EngineParams:
     spec_accept: tuple[float, ...] = (1.0,)
     admit_output_reserve: float = 0.0
     seed: int = 0
+    prefix_cache_blocks: int = 0  # 0: no prefix caching
+    prefix_block_tokens: int = 16
 
 
 @dataclass
@@ -94,6 +101,9 @@ class Engine:
             cum.append(acc)
         self._spec_cum = cum
         self._spec = len(cum) > 1
+        p = self.params
+        self.prefix_cache = (PrefixCache(p.prefix_block_tokens, p.prefix_cache_blocks)
+                             if p.prefix_cache_blocks else None)
 
     # -- requests in and out -------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
@@ -238,7 +248,9 @@ class Engine:
                 break  # FIFO: the head waits for room, nobody overtakes it
             self.waiting.popleft()
             req.state = RUNNING
-            req.prefill_done = 0
+            # cached leading prompt blocks cost no prefill (a recompute after preemption too)
+            cache = self.prefix_cache
+            req.prefill_done = cache.lookup(req.prefix_hashes, req.prefill_target) if cache is not None else 0
             self._grow(req, req.prefill_target + 1)
             self.running.append(req)
             n = self._prefill_one(req, budget, events)
@@ -251,6 +263,8 @@ class Engine:
         n = min(budget, req.prefill_target - req.prefill_done)
         req.prefill_done += n
         if req.prefill_done >= req.prefill_target:
+            if self.prefix_cache is not None:
+                self.prefix_cache.insert(req.prefix_hashes)
             if req.generated == 0:  # a recompute after preemption is not a new prompt
                 self.stats.prompt_tokens_total += req.prompt_tokens
             self._emit(req, 1, events)  # the prefill step samples the next token

@@ -127,6 +127,13 @@ class SimCollector:
                         cfg.kv_tokens)
             yield counter(p + "num_retracted_requests", "Number of retracted requests.",
                           model.stats.preemptions_total)
+        cache = getattr(model, "prefix_cache", None)  # engine model with prefix caching on
+        if cache is not None and cfg.flavor == "vllm":
+            yield counter(p + "prefix_cache_queries", "Prefix cache queries, in tokens.", cache.queried_tokens)
+            yield counter(p + "prefix_cache_hits", "Prefix cache hits, in tokens.", cache.hit_tokens)
+        elif cache is not None:
+            rate = cache.hit_tokens / cache.queried_tokens if cache.queried_tokens else 0.0
+            yield gauge(p + "cache_hit_rate", "The prefix cache hit rate.", rate)
         yield counter(p + "prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens)
         yield counter(p + "generation_tokens", "Number of generation tokens processed.", m.generation_tokens)
         yield hist(p + "time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft)

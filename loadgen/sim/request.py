@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from loadgen.sim.tokens import count_text, messages_text
+from loadgen.sim.tokens import count_text, messages_text, text_token_ids
 
 
 class BadRequest(Exception):
@@ -28,6 +28,18 @@ class GenParams:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    prompt_ids: list[int] | None = None  # only when asked (prefix caching): IDs, or one per word
+
+
+def prompt_token_ids(obj: dict, chat: bool) -> list[int]:
+    """The prompt as token IDs (already validated by ``prompt_length``): a token-ID prompt as is,
+    text by ``loadgen.sim.tokens.text_token_ids`` (chat: every message's text, in order)."""
+    if chat:
+        return text_token_ids(messages_text(obj.get("messages")))
+    prompt = obj.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    return text_token_ids(prompt) if isinstance(prompt, str) else list(prompt)
 
 
 def _int(obj: dict, key: str, default: int | None) -> int | None:
@@ -65,7 +77,8 @@ def prompt_length(obj: dict, chat: bool) -> int:
     raise BadRequest("'prompt' must be a string or a list of token IDs (batched prompts are not supported)")
 
 
-def parse(body: bytes, chat: bool, max_model_len: int, default_max_tokens: int) -> GenParams:
+def parse(body: bytes, chat: bool, max_model_len: int, default_max_tokens: int,
+          want_ids: bool = False) -> GenParams:
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -100,4 +113,5 @@ def parse(body: bytes, chat: bool, max_model_len: int, default_max_tokens: int) 
     return GenParams(chat=chat, prompt_tokens=prompt, max_tokens=max_tokens, min_tokens=min_tokens,
                      ignore_eos=_bool(obj, "ignore_eos"), stream=_bool(obj, "stream"),
                      include_usage=_bool(opts, "include_usage"),
-                     continuous_usage=_bool(opts, "continuous_usage_stats"))
+                     continuous_usage=_bool(opts, "continuous_usage_stats"),
+                     prompt_ids=prompt_token_ids(obj, chat) if want_ids else None)

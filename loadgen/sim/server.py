@@ -27,6 +27,7 @@ from loadgen.sim.faults import PRE_STREAM, FaultPlan
 from loadgen.sim.fixed import FixedSchedule
 from loadgen.sim.httpio import HTTPError, HTTPRequest, RequestReader
 from loadgen.sim.metrics import SimCollector, SimMetrics
+from loadgen.sim.prefix import block_hashes
 from loadgen.sim.runner import EngineRunner, FixedRunner
 from loadgen.sim.stream import KEEP, Stream
 from loadgen.sim.tokens import WORD_BYTES, generated_text, messages_text, text_token_ids
@@ -161,7 +162,8 @@ class SimServer:
         t_arrival = time.perf_counter()
         cfg, keep = self.config, http.keep_alive
         try:
-            p = genreq.parse(http.body, chat, cfg.max_model_len, cfg.default_max_tokens)
+            p = genreq.parse(http.body, chat, cfg.max_model_len, cfg.default_max_tokens,
+                             want_ids=cfg.timing == "engine" and cfg.prefix_cache_tokens > 0)
         except genreq.BadRequest as exc:
             self.metrics.rejected["bad_request"] += 1
             sock.sendall(wire.json_response(400, wire.error_obj(400, str(exc)), keep))
@@ -181,6 +183,8 @@ class SimServer:
                                     prompt_tokens=p.prompt_tokens, flavor=cfg.flavor,
                                     include_usage=p.include_usage, continuous_usage=p.continuous_usage)
         sim = SimRequest(p.prompt_tokens, output)
+        if p.prompt_ids is not None:
+            sim.prefix_hashes = block_hashes(p.prompt_ids, cfg.prefix_block_tokens)
         stream = Stream(self, sock, sim, fmt, fault, finish, self._rng.randrange(len(WORD_BYTES)), t_arrival)
         sim.sink = stream
         try:

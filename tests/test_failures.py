@@ -1,0 +1,76 @@
+"""Bounded server reasons per failure kind (exact counts, exact merge) and the fail-fast rule."""
+
+from __future__ import annotations
+
+import json
+
+import msgpack
+
+from loadgen.failures import EXCERPT_CHARS, FailFast, FailureSamples, excerpt, is_client_refusal
+
+
+def test_excerpt_is_one_short_line():
+    assert excerpt("a\n  b\tc") == "a b c"
+    long = excerpt("x" * 1000)
+    assert len(long) == EXCERPT_CHARS and long.endswith("…")
+
+
+def test_distinct_messages_are_bounded_and_counts_exact():
+    s = FailureSamples(per_kind=2)
+    assert s.add("http_4xx", 400, "Prompt contains invalid tokens") is True
+    assert s.add("http_4xx", 400, "Prompt contains invalid tokens") is False
+    assert s.add("http_4xx", 422, "Unexpected fields") is True
+    for i in range(10_000):
+        assert s.add("http_4xx", 400, f"message {i}") is False  # beyond the bound: counted only
+    s.add("read_timeout", None, "no bytes within the read timeout")
+    out = s.to_summary()
+    assert out["http_4xx"] == [{"status": 400, "message": "Prompt contains invalid tokens", "requests": 2},
+                               {"status": 422, "message": "Unexpected fields", "requests": 1}]
+    assert out["other_messages"] == {"http_4xx": 10_000}
+    assert out["read_timeout"][0]["status"] is None
+    assert len(json.dumps(out)) < 1000  # bounded whatever the run length
+
+
+def test_merge_over_the_wire_keeps_every_count():
+    a, b, whole = FailureSamples(), FailureSamples(), FailureSamples()
+    events = [("http_4xx", 400, f"m{i % 5}") for i in range(50)] + [("http_5xx", 500, "boom")] * 3
+    for i, (k, st, m) in enumerate(events):
+        (a if i % 2 else b).add(k, st, m)
+        whole.add(k, st, m)
+    merged = FailureSamples()
+    for part, codec in ((a, json), (b, msgpack)):
+        merged.merge(FailureSamples.from_wire(codec.loads(codec.dumps(part.to_wire()))))
+
+    def total(s, kind):
+        return sum(e[2] for e in s.samples.get(kind, [])) + s.other.get(kind, 0)
+
+    assert total(merged, "http_4xx") == 50 == total(whole, "http_4xx")
+    assert total(merged, "http_5xx") == 3 and len(merged.samples["http_4xx"]) == 3
+
+
+def test_client_refusals():
+    assert is_client_refusal("http_4xx", 400) and is_client_refusal("http_4xx", 422)
+    assert is_client_refusal("not_openai", None)
+    assert not is_client_refusal("overload_429", 429) and not is_client_refusal("http_4xx", 408)
+    assert not is_client_refusal("http_5xx", 500) and not is_client_refusal("read_timeout", None)
+
+
+def test_fail_fast_trips_once_after_the_same_refusal():
+    ff = FailFast(threshold=3)
+    assert not ff.observe(False, "http_4xx", 400, "bad tokens 1")
+    assert not ff.observe(False, "http_4xx", 400, "bad tokens 2")  # same status, other text: same error
+    assert ff.observe(False, "http_4xx", 400, "bad tokens 3")
+    assert not ff.observe(False, "http_4xx", 400, "again")  # once
+    assert ff.tripped and ff.message == "bad tokens 1" and ff.first == ("http_4xx", 400)
+
+
+def test_fail_fast_stays_off_after_a_success_or_a_mixed_start():
+    ok_first = FailFast(threshold=2)
+    ok_first.observe(True)
+    assert not any(ok_first.observe(False, "http_4xx", 400, "x") for _ in range(10))
+    mixed = FailFast(threshold=2)
+    mixed.observe(False, "http_4xx", 400, "x")
+    mixed.observe(False, "http_4xx", 404, "y")
+    assert not any(mixed.observe(False, "http_4xx", 400, "x") for _ in range(10))
+    overload = FailFast(threshold=2)
+    assert not any(overload.observe(False, "overload_429", 429, "slow down") for _ in range(10))

@@ -13,7 +13,10 @@ Three tables, each a tuple of small frozen dataclasses:
 
 A metric's value (``StageMetric.value``): with a histogram source, its quantile ``q`` (nearest
 fine bucket, within ~1.2%; None when the histogram is empty); with a counter source, its rate
-count / window_s (None without a window). Formulas of the per-request samples: loadgen.records.
+count / window_s (None without a window). SLO figures read the stage's ``loadgen.slo.SloCounts``
+(``StageStats.slo``): an ``SloCount`` source is a rate count / window_s like a counter (goodput),
+a ``Share`` source the ratio count / judged requests (attainment, 0-1); both None when no request
+was judged (no objective set). Formulas of the per-request samples: loadgen.records.
 Failure kinds are declared in loadgen.errors (``KINDS``), not here.
 """
 
@@ -112,6 +115,30 @@ COUNTERS = (
 
 
 @dataclass(frozen=True)
+class SloCount:
+    """A count of a stage's ``loadgen.slo.SloCounts`` (``attr`` names the field); ``exporter``: the
+    Prometheus counter name of the run's total ("" = not exported)."""
+
+    attr: str
+    formula: str
+    exporter: str = ""
+
+
+@dataclass(frozen=True)
+class Share:
+    """A ratio 0-1: SloCounts ``of`` / SloCounts ``judged`` (requests given a verdict, ok + failed)."""
+
+    of: SloCount
+
+
+SLO_MET = SloCount("met", "Requests meeting every SLO objective (a failed request meets none).",
+                   "slo_met_requests")
+SLO_MET_TOKENS = SloCount("met_output_tokens", "Output tokens of requests meeting every SLO objective "
+                          "(goodput in tokens).", "slo_met_output_tokens")
+SLO_COUNTS = (SLO_MET, SLO_MET_TOKENS)
+
+
+@dataclass(frozen=True)
 class Shown:
     """How people read a value: ``unit`` label and ``scale`` from the stored unit (s -> ms: 1000)."""
 
@@ -122,6 +149,8 @@ class Shown:
 MS = Shown("ms", 1000.0)
 SECONDS = Shown("s")
 TOK_S = Shown("tok/s")
+REQ_S = Shown("req/s")
+PERCENT = Shown("%", 100.0)
 
 
 @dataclass(frozen=True)
@@ -131,6 +160,7 @@ class Console:
     title: str
     width: int
     subtitle: str | None = None
+    slo: bool = False  # shown only in a run with SLO objectives
 
 
 @dataclass(frozen=True)
@@ -139,7 +169,7 @@ class StageMetric:
     compare; ``unit`` is the stored value's; ``compare=True`` puts it in compare's text table."""
 
     key: str
-    source: Histogram | Counter
+    source: Histogram | Counter | SloCount | Share
     q: float | None
     unit: str
     shown: Shown
@@ -148,7 +178,15 @@ class StageMetric:
     compare: bool = False
 
     def value(self, stats, window_s: float | None) -> float | None:
-        """From a loadgen.stats.StageStats: histogram quantile ``q``, or counter / window_s."""
+        """From a loadgen.stats.StageStats: histogram quantile ``q``, counter / window_s, SLO count /
+        window_s, or SLO share (count / judged requests)."""
+        if isinstance(self.source, SloCount | Share):
+            slo = stats.slo
+            if not slo.judged:
+                return None
+            if isinstance(self.source, Share):
+                return getattr(slo, self.source.of.attr) / slo.judged
+            return getattr(slo, self.source.attr) / window_s if window_s else None
         if isinstance(self.source, Counter):
             return getattr(stats, self.source.attr) / window_s if window_s else None
         hist = getattr(stats, self.source.attr)
@@ -162,6 +200,10 @@ class StageMetric:
         """This metric of a summary.json-form stage, as :meth:`text`."""
         return self.text(stage.get(self.key))
 
+
+# SLO attainment of a stage (also the exporter's current-stage gauge).
+SLO_ATTAINMENT = StageMetric("slo_attainment", Share(SLO_MET), None, "ratio", PERCENT, "SLO attainment (%)",
+                             Console("SLO met", 8, "%", slo=True))
 
 # The stage figures, in summary.json order. Percentiles of the ITL are per token (ITL_TOKEN).
 STAGE_METRICS = (
@@ -181,6 +223,12 @@ STAGE_METRICS = (
     StageMetric("tpot_p50_s", TPOT, 0.5, "s", MS, "TPOT p50 (ms)", Console("TPOT p50", 9)),
     StageMetric("e2e_p50_s", E2E, 0.5, "s", SECONDS, "E2E p50 (s)", Console("E2E p50", 8)),
     StageMetric("e2e_p99_s", E2E, 0.99, "s", SECONDS, "E2E p99 (s)", Console("p99", 6)),
+    # SLO figures (loadgen.slo): None when the scenario sets no objective; their console columns
+    # appear only then (``Console.slo``)
+    SLO_ATTAINMENT,
+    StageMetric("goodput_requests_per_s", SLO_MET, None, "req/s", REQ_S, "Goodput (req/s)"),
+    StageMetric("goodput_output_tokens_per_s", SLO_MET_TOKENS, None, "tok/s", TOK_S, "Goodput tok/s",
+                Console("goodput", 9, "tok/s", slo=True)),
 )
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from loadgen.guard import GuardDecision
+from loadgen.guard import GuardDecision, max_fitting_concurrency
+from loadgen.slo import Objectives, slo_answer, stage_slo
 from loadgen.stats import HISTOGRAMS, StageStats
 
 SCHEMA = 1
@@ -36,6 +37,7 @@ class StageInfo:
     server: dict | None = None  # the server watch over the window (ServerWatch.end_stage)
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
+    search: bool = False  # an SLO search stage (shapes.sweep_plan), not one of the sweep's
 
     @property
     def closed(self) -> bool:
@@ -71,10 +73,14 @@ class GuardRecord:
 
 
 def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
-              client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout") -> dict:
+              client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
+              objectives: Objectives | None = None) -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
-    ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``."""
-    row = {"index": info.index, "concurrency": info.concurrency, **(stats or StageStats()).row(info.window_s)}
+    ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
+    with SLO ``objectives`` set, ``slo`` (``loadgen.slo.stage_slo``) and the flag ``slo_fail`` when
+    the stage missed the attainment target. Search stages have ``search: true`` and ``slo_search``."""
+    stats = stats or StageStats()
+    row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
     flags = list(info.flags)
     if guard.clamped_to == info.concurrency:
         flags.append("guard_clamped")
@@ -94,6 +100,13 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["lost_requests"] = info.lost_requests
     if info.users is not None and info.users < info.concurrency:
         flags.append("users_short")
+    row["search"] = info.search
+    if info.search:
+        flags.append("slo_search")
+    if objectives is not None and objectives.enabled:
+        row["slo"] = stage_slo(stats.slo, stats.requests_ok + stats.error_count, info.window_s, objectives)
+        if not row["slo"]["pass"]:
+            flags.append("slo_fail")
     row["users"] = info.users
     row["window_s"] = info.window_s
     row["flags"] = flags
@@ -148,6 +161,27 @@ class RunFacts:
     worker_losses: list
 
 
+def slo_outcomes(rows: list[dict]) -> list[tuple[int, bool]]:
+    """(concurrency, passed) of every stage row judged against the SLO that measured requests."""
+    return [(r["concurrency"], r["slo"]["pass"]) for r in rows
+            if r.get("slo") and r["slo"]["attainment"] is not None]
+
+
+def summary_slo(rows: list[dict], objectives: Objectives) -> dict | None:
+    """summary.json's top-level ``slo`` (``loadgen.slo.slo_answer``); None without objectives."""
+    if not objectives.enabled:
+        return None
+    return slo_answer(slo_outcomes(rows), objectives, [r["concurrency"] for r in rows if r.get("search")])
+
+
+def kv_ceiling(capacity, scenario) -> int | None:
+    """The largest concurrency whose KV projection fits (``guard.max_fitting_concurrency``)."""
+    if capacity is None or not capacity.tokens:
+        return None
+    return max_fitting_concurrency(capacity.tokens, scenario.input_tokens, scenario.output_tokens,
+                                   scenario.guard.margin)
+
+
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
                   knee: int | None, totals: StageStats) -> dict:
     """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag."""
@@ -180,8 +214,10 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "stopped_before": guard.stopped_before,
             "clamped_to": guard.clamped_to,
             "breaches": guard.breaches,
+            "max_concurrency": kv_ceiling(cap, sc),
         },
         "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
+        "slo": summary_slo(rows, sc.slo),
         "totals": totals_of(totals),
         "stages": [dict(r, flags=r["flags"] + (["knee"] if r["concurrency"] == knee else [])) for r in rows],
     }

@@ -22,12 +22,22 @@ from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.guard import OverCapacityRule, decide
 from loadgen.health import is_client_bound
+from loadgen.metrics import SLO_ATTAINMENT
 from loadgen.phases import Phase
 from loadgen.preflight import StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
-from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
+from loadgen.results import (
+    GuardRecord,
+    RunFacts,
+    StageInfo,
+    build_summary,
+    iso,
+    slo_outcomes,
+    stage_row,
+    stage_warnings,
+)
 from loadgen.server_probe import ServerWatch
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
@@ -101,11 +111,11 @@ class Session:
         ``WindowClosed``: the server was over capacity and ``guard.abort_on_over_capacity``)."""
         rt = self.rt
         match ev:
-            case PhaseStarted(stage=k, phase=phase, concurrency=c):
+            case PhaseStarted(stage=k, phase=phase, concurrency=c, search=search):
                 rt.set_phase(k, phase)
                 if phase is Phase.RAMP:
-                    self.stage_info[k] = StageInfo(k, c)
-                    say(f"llm-loadgen: stage {k} C={c}: ramp")
+                    self.stage_info[k] = StageInfo(k, c, search=search)
+                    say(f"llm-loadgen: stage {k} C={c}: ramp{' (SLO search)' if search else ''}")
             case GuardDecided(decision=d):
                 if d.breach:
                     say(f"llm-loadgen: guard: {d.message}")
@@ -151,10 +161,10 @@ class Session:
             client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max)
         # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
         unfinished = self.fleet.inflight(k) + rt.cancelled.get(k, 0) if forced else None
-        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag)
+        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag, sc.slo)
         self.rows.append(row)
         if len(self.rows) == 1:
-            say(format_stage_header())
+            say(format_stage_header(slo=sc.slo.enabled))
         say(format_stage_row(row))
         for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
             say(line)
@@ -219,12 +229,16 @@ class Session:
         if self.rows:
             summary = self.summary(final=True)
             say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
-                                   threshold=self.rt.scenario.knee.threshold))
+                                   threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
         say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> int | None:
         return find_knee(self.rows, self.rt.scenario.knee.threshold)
+
+    def slo_outcomes(self) -> list[tuple[int, bool]]:
+        """(concurrency, passed) of every final stage, for the plan's SLO search."""
+        return slo_outcomes(self.rows)
 
     def summary(self, final: bool = False) -> dict:
         rt = self.rt
@@ -248,6 +262,11 @@ class ExporterFeed:
     def __init__(self, session: Session):
         self.session = session
 
+    def stage_attainment(self, k: int | None) -> float | None:
+        """SLO attainment of stage k's measured requests so far (the metric table's share)."""
+        stats = self.session.rt.collector.stages.get(k) if k is not None else None
+        return SLO_ATTAINMENT.value(stats, None) if stats is not None else None
+
     def exporter_snapshot(self):
         from loadgen.exporter import ExporterSnapshot
 
@@ -267,6 +286,8 @@ class ExporterFeed:
             guard_breaches=session.guard.breaches,
             client_cpu_percent=cpu,
             client_loop_lag_s=lag,
+            slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
+            slo_stage_attainment=self.stage_attainment(rt.stage),
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

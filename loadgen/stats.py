@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from loadgen import metrics
 from loadgen.hist import Binned, LogHistogram, bin_values
+from loadgen.slo import Objectives, SloCounts, request_verdict
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -22,10 +23,11 @@ class StageStats:
     Counters and histograms are those of ``loadgen.metrics.COUNTERS`` / ``HISTOGRAMS`` (what each
     counts is stated there), plus ``errors`` {failure kind: requests}. Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
-    one per token, ``itl_chunk_s`` one per chunk gap.
+    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.slo``) of
+    every request given a verdict, ok or failed (empty when the scenario sets no objective).
     """
 
-    __slots__ = (*COUNTERS, "errors", *HISTOGRAMS)
+    __slots__ = (*COUNTERS, "errors", *HISTOGRAMS, "slo")
 
     def __init__(self) -> None:
         for name in COUNTERS:
@@ -33,12 +35,17 @@ class StageStats:
         self.errors: dict[str, int] = {}
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
+        self.slo = SloCounts()
 
-    def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None) -> None:
+    def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None,
+                   verdict: tuple[bool, tuple[str, ...]] | None = None) -> None:
         """Count one finished request (a loadgen.records.RequestResult).
 
-        ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats.
+        ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats;
+        ``verdict``: its ``loadgen.slo.request_verdict`` (None: no objective set).
         """
+        if verdict is not None:
+            self.slo.count(result, verdict)
         if not result.ok:
             self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
             self.failed_output_tokens += result.completion_tokens
@@ -82,18 +89,22 @@ class StageStats:
             self.errors[kind] = self.errors.get(kind, 0) + n
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
+        self.slo.merge(other.slo)
 
     def is_empty(self) -> bool:
         # every histogram sample comes with requests_ok += 1, so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
-        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms."""
-        return {
+        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, SLO counts."""
+        wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
             "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
         }
+        if not self.slo.is_empty():
+            wire["s"] = self.slo.to_wire()
+        return wire
 
     @classmethod
     def from_wire(cls, d: dict) -> StageStats:
@@ -107,6 +118,8 @@ class StageStats:
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
             setattr(s, name, LogHistogram.from_wire(h))
+        if "s" in d:
+            s.slo = SloCounts.from_wire(d["s"])
         return s
 
     def row(self, window_s: float | None) -> dict:
@@ -137,6 +150,7 @@ class StageStats:
             all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
             and self.errors == other.errors
             and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
+            and self.slo == other.slo
         )
 
     __hash__ = None  # mutable
@@ -180,15 +194,18 @@ class Collector:
         return s
 
     def record_result(
-        self, result, stage: int | None, expected_in: int | None, expected_out: int | None
+        self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
+        objectives: Objectives | None = None,
     ) -> None:
-        """Count a finished request in the totals and, if it was measured, in its stage."""
+        """Count a finished request in the totals and, if it was measured, in its stage. With
+        ``objectives`` set, its SLO verdict is computed here, once, and counted in both."""
+        verdict = request_verdict(result, objectives) if objectives is not None and objectives.enabled else None
         if stage is None:
-            self.totals.add_result(result, expected_in, expected_out)
+            self.totals.add_result(result, expected_in, expected_out, verdict=verdict)
             return
         itl = bin_itl(result)
-        self.totals.add_result(result, expected_in, expected_out, itl)
-        self._stage(stage).add_result(result, expected_in, expected_out, itl)
+        self.totals.add_result(result, expected_in, expected_out, itl, verdict)
+        self._stage(stage).add_result(result, expected_in, expected_out, itl, verdict)
 
     def add_window_tokens(self, stage: int | None, n: int) -> None:
         """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""

@@ -140,7 +140,7 @@ class LLMUser(User):
             raise
         finally:
             collector.request_finished(stage)
-        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
+        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens, sc.slo)
         self.environment.events.request.fire(
             request_type="POST",
             name=self.path,

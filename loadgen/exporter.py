@@ -8,7 +8,8 @@ prometheus_client multiprocess mode (which cannot carry custom collectors).
 Names: one prefix ``llm_loadgen_``, base units (seconds, tokens), ``_total`` on counters, no colons.
 SLO (only in a run with objectives): counters ``slo_met_requests_total`` and
 ``slo_met_output_tokens_total`` (every request of the run: goodput is their ``rate()``), gauges
-``slo_attainment_ratio`` (the current stage's measured requests so far: met / judged, 0-1) and
+``slo_attainment_ratio`` (the latest stage with finished measured requests: the current one so far,
+or the one before during a ramp and warmup; met / judged, 0-1) and
 ``slo_attainment_target_ratio`` (``slo.attainment``).
 
 Labels: ``model``, ``endpoint``, ``scenario`` only (bounded; never per request), plus ``outcome``/
@@ -154,8 +155,9 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
          snap.client_cpu_percent),
         ("client_loop_lag_seconds", "Event-loop lag of the load generator: how late a timer fired. "
          "Large values mean client-side timings are inflated.", snap.client_loop_lag_s),
-        ("slo_attainment_ratio", "SLO attainment of the current stage so far: measured requests meeting "
-         "every objective / measured requests (failed ones count against it), 0-1.", snap.slo_stage_attainment),
+        ("slo_attainment_ratio", "SLO attainment of the current stage so far (the previous one during a "
+         "ramp and warmup): measured requests meeting every objective / measured requests (failed ones "
+         "count against it), 0-1.", snap.slo_stage_attainment),
         ("slo_attainment_target_ratio", "The attainment a stage needs to pass the SLO (slo.attainment).",
          snap.slo_attainment_target),
     )

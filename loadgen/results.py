@@ -134,7 +134,8 @@ def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str
 
 
 def totals_of(t: StageStats) -> dict:
-    """Every request of the run (warmup and ramps included), and each histogram's count."""
+    """Every request of the run (warmup and ramps included), each histogram's count, and with SLO
+    objectives the run's SLO counts (``slo``)."""
     return {
         "requests": t.requests_ok,
         "errors": dict(t.errors),
@@ -143,6 +144,9 @@ def totals_of(t: StageStats) -> dict:
         "failed_output_tokens": t.failed_output_tokens,
         "received_output_tokens": t.window_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
+        **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,
+                    "met_output_tokens": t.slo.met_output_tokens, "met_by": dict(t.slo.met_by)}}
+           if t.slo.judged else {}),
     }
 
 

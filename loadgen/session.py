@@ -263,9 +263,11 @@ class ExporterFeed:
         self.session = session
 
     def stage_attainment(self, k: int | None) -> float | None:
-        """SLO attainment of stage k's measured requests so far (the metric table's share)."""
-        stats = self.session.rt.collector.stages.get(k) if k is not None else None
-        return SLO_ATTAINMENT.value(stats, None) if stats is not None else None
+        """SLO attainment (the metric table's share) of the latest stage up to k whose measured
+        requests have finished: stage k's so far, or the one before during k's ramp and warmup."""
+        stages = self.session.rt.collector.stages
+        judged = [i for i, st in stages.items() if st.slo.judged and (k is None or i <= k)]
+        return SLO_ATTAINMENT.value(stages[max(judged)], None) if judged else None
 
     def exporter_snapshot(self):
         from loadgen.exporter import ExporterSnapshot

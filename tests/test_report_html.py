@@ -134,3 +134,12 @@ def test_empty_summary_renders():
     doc = parse(html)
     assert "unknown model" in " ".join(doc.text)
     assert [r for r in doc.rows.get("stages", []) if r] == []
+
+
+def test_slo_run_states_the_slo_maximum_and_kv_ceiling_beside_the_knee():
+    summary = load("slo_search")
+    html = render_report_html(summary, {})
+    text = " ".join(parse(html).text)
+    assert "SLO: max concurrency C=34 (99% of requests met tpot_s <= 0.045; C=36 did not" in text
+    assert "KV ceiling: C=178,571" in text
+    assert "SLO met" in html and "slo_search" in html

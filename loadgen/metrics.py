@@ -14,15 +14,17 @@ Three tables, each a tuple of small frozen dataclasses:
 A metric's value (``StageMetric.value``): with a histogram source, its quantile ``q`` (nearest
 fine bucket, within ~1.2%; None when the histogram is empty); with a counter source, its rate
 count / window_s (None without a window). SLO figures read the stage's ``loadgen.slo.SloCounts``
-(``StageStats.slo``): an ``SloCount`` source is a rate count / window_s like a counter (goodput),
-a ``Share`` source the ratio count / judged requests (attainment, 0-1); both None when no request
-was judged (no objective set). Formulas of the per-request samples: loadgen.records.
+(``StageStats.slo``): an ``SloCount`` source is a goodput, output tok/s x count / measured output
+tokens (``loadgen.slo.goodput_per_s``), a ``Share`` source the ratio count / judged requests
+(attainment, 0-1); both None when no request was judged (no objective set). Formulas of the per-request samples: loadgen.records.
 Failure kinds are declared in loadgen.errors (``KINDS``), not here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from loadgen.slo import goodput_per_s
 
 # Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
 # `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.
@@ -116,8 +118,8 @@ COUNTERS = (
 
 @dataclass(frozen=True)
 class SloCount:
-    """A count of a stage's ``loadgen.slo.SloCounts`` (``attr`` names the field); ``exporter``: the
-    Prometheus counter name of the run's total ("" = not exported)."""
+    """A count of a stage's ``loadgen.slo.SloCounts`` (``attr`` names the field), shown as a goodput
+    per second; ``exporter``: the Prometheus counter name of the run's total ("" = not exported)."""
 
     attr: str
     formula: str
@@ -178,15 +180,17 @@ class StageMetric:
     compare: bool = False
 
     def value(self, stats, window_s: float | None) -> float | None:
-        """From a loadgen.stats.StageStats: histogram quantile ``q``, counter / window_s, SLO count /
-        window_s, or SLO share (count / judged requests)."""
+        """From a loadgen.stats.StageStats: histogram quantile ``q``, counter / window_s, SLO goodput
+        (output tok/s x count / measured output tokens) or SLO share (count / judged requests)."""
         if isinstance(self.source, SloCount | Share):
             slo = stats.slo
             if not slo.judged:
                 return None
             if isinstance(self.source, Share):
                 return getattr(slo, self.source.of.attr) / slo.judged
-            return getattr(slo, self.source.attr) / window_s if window_s else None
+            tokens_per_s = stats.window_output_tokens / window_s if window_s else None
+            return goodput_per_s(getattr(slo, self.source.attr), tokens_per_s,
+                                 stats.output_tokens + stats.failed_output_tokens)
         if isinstance(self.source, Counter):
             return getattr(stats, self.source.attr) / window_s if window_s else None
         hist = getattr(stats, self.source.attr)

@@ -104,7 +104,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     if info.search:
         flags.append("slo_search")
     if objectives is not None and objectives.enabled:
-        row["slo"] = stage_slo(stats.slo, stats.requests_ok + stats.error_count, info.window_s, objectives)
+        row["slo"] = stage_slo(stats.slo, stats.requests_ok + stats.error_count, objectives,
+                               row["output_tokens_per_s"], stats.output_tokens + stats.failed_output_tokens)
         if not row["slo"]["pass"]:
             flags.append("slo_fail")
     row["users"] = info.users

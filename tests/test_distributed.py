@@ -130,7 +130,9 @@ def test_distributed_slo_attainment_and_goodput_are_merged_counts_and_match_a_lo
         for s in (d, loc):
             assert s["slo"]["pass"] and s["slo"]["attainment"] == s["slo_attainment"] == 1.0
             assert s["slo"]["met_requests"] == s["requests"] + s["error_count"]
-            assert s["goodput_requests_per_s"] == s["slo"]["goodput_requests_per_s"] == s["requests"] / s["window_s"]
+            assert s["goodput_requests_per_s"] == s["slo"]["goodput_requests_per_s"]
+            assert s["goodput_output_tokens_per_s"] == pytest.approx(s["output_tokens_per_s"])  # all conform
+            assert s["goodput_requests_per_s"] == pytest.approx(s["output_tokens_per_s"] / 50)
             assert s["slo"]["attainment_by"] == {"ttft_s": 1.0, "tpot_s": 1.0}
         assert d["goodput_requests_per_s"] == pytest.approx(loc["goodput_requests_per_s"], rel=0.15)
         assert d["goodput_output_tokens_per_s"] == pytest.approx(loc["goodput_output_tokens_per_s"], rel=0.15)

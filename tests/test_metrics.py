@@ -127,19 +127,20 @@ def test_slo_figures_reach_csv_web_ui_and_compare_and_the_console_only_with_obje
         r = R()
         r.ttft_s = 0.1 if i < 3 else 0.9
         s.slo.add(r, obj)
+    s.output_tokens, s.window_output_tokens = 40, 60  # 30 tok/s over 2 s; 30 of the 40 tokens conform
     stage = {"index": 0, "concurrency": 4, **s.row(2.0), "window_s": 2.0, "flags": [],
              "slo": {"attainment": 0.75, "attainment_by": {"ttft_s": 0.75}, "pass": False}}
     assert (stage["slo_attainment"], stage["goodput_requests_per_s"], stage["goodput_output_tokens_per_s"]) \
-        == (0.75, 1.5, 15.0)
+        == (0.75, 2.25, 22.5)
     header, values = table.stages_csv_text([stage]).splitlines()
     csv_row = dict(zip(header.split(","), values.split(","), strict=True))
-    assert float(csv_row["goodput_output_tokens_per_s"]) == 15.0
+    assert float(csv_row["goodput_output_tokens_per_s"]) == 22.5
     assert csv_row["slo.attainment_by.ttft_s"] == "0.75" and csv_row["slo.pass"] == "False"
     web = webui.display_row(stage)
-    assert web["slo_attainment"] == "75.0" and web["goodput_requests_per_s"] == "1.50"
-    assert compare_rows([("a", {"stages": [stage]})])[0]["goodput_output_tokens_per_s"] == [15.0]
+    assert web["slo_attainment"] == "75.0" and web["goodput_requests_per_s"] == "2.25"
+    assert compare_rows([("a", {"stages": [stage]})])[0]["goodput_output_tokens_per_s"] == [22.5]
     assert "SLO met" in table.format_stage_header(slo=True) and "SLO met" not in table.format_stage_header()
     row = table.format_stage_row(stage)
-    assert " 75.0 " in row and "15.0" in row
+    assert " 75.0 " in row and "22.5" in row
     plain = {k: v for k, v in stage.items() if k != "slo"}
     assert len(table.format_stage_row(plain)) < len(row)  # no SLO columns without objectives

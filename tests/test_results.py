@@ -58,13 +58,14 @@ def test_stage_row_with_objectives_has_the_slo_object_and_flags_search_stages():
     c = Collector()
     for ttft in [0.1] * 8 + [0.9]:
         c.record_result(result(True, ttft), 0, 10, 20, obj)
-    c.record_result(result(False, None), 0, 10, 20, obj)
+    c.record_result(result(False, None), 0, 10, 20, obj)  # failed after 20 tokens
+    c.add_window_tokens(0, 400)  # 100 tok/s; 160 of the 200 measured tokens conform
     info = StageInfo(0, 8, window_s=4.0, users=8, search=True)
     row = stage_row(info, c.stages[0], GuardRecord(), CLIENT, client_bound=False, objectives=obj)
     assert row["search"] is True and row["flags"] == ["slo_search", "slo_fail"]  # 8/10 < 0.9
-    assert row["slo"] == {"attainment": 0.8, "attainment_by": {"ttft_s": 0.8}, "goodput_requests_per_s": 2.0,
-                          "goodput_output_tokens_per_s": 40.0, "met_requests": 8, "pass": False}
-    assert row["slo_attainment"] == 0.8 and row["goodput_output_tokens_per_s"] == 40.0
+    assert row["slo"] == {"attainment": 0.8, "attainment_by": {"ttft_s": 0.8}, "goodput_requests_per_s": 4.0,
+                          "goodput_output_tokens_per_s": 80.0, "met_requests": 8, "pass": False}
+    assert row["slo_attainment"] == 0.8 and row["goodput_output_tokens_per_s"] == 80.0
     plain = stage_row(StageInfo(1, 8, window_s=4.0, users=8), c.stages[0], GuardRecord(), CLIENT, False)
     assert "slo" not in plain and plain["search"] is False and plain["flags"] == []
 

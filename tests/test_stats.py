@@ -248,16 +248,20 @@ def test_slo_verdict_counted_once_in_totals_and_stage_and_the_metric_table_agree
     for r in results:
         c.record_result(r, 2, 100, 40, OBJ)
     c.record_result(ok_result(rng, completion=40), None, 100, 40, OBJ)  # unmeasured: totals only
+    c.add_window_tokens(2, 1600)  # 200 tok/s over the 8 s window
     st = c.stages[2]
     met = sum(r.ok and r.ttft_s <= 0.4 and r.tpot_s <= 0.02 for r in results)
     assert 0 < met < len(results) - 1
     assert (st.slo.met, st.slo.judged, st.slo.met_output_tokens) == (met, 41, 40 * met)
     assert c.totals.slo.judged == 42
     row = st.row(8.0)
-    answer = stage_slo(st.slo, st.requests_ok + st.error_count, 8.0, OBJ)
+    measured = st.output_tokens + st.failed_output_tokens
+    assert measured == 40 * 40 + 3
+    answer = stage_slo(st.slo, st.requests_ok + st.error_count, OBJ, row["output_tokens_per_s"], measured)
     assert row["slo_attainment"] == answer["attainment"] == met / 41
-    assert row["goodput_requests_per_s"] == answer["goodput_requests_per_s"] == met / 8.0
-    assert row["goodput_output_tokens_per_s"] == answer["goodput_output_tokens_per_s"] == 40 * met / 8.0
+    assert row["goodput_requests_per_s"] == answer["goodput_requests_per_s"] == pytest.approx(200 * met / measured)
+    assert row["goodput_output_tokens_per_s"] == answer["goodput_output_tokens_per_s"] \
+        == pytest.approx(200 * 40 * met / measured)
     back = StageStats.from_wire(json.loads(json.dumps(st.to_wire())))
     assert back == st and back.slo == st.slo
     plain = Collector()  # objectives without a threshold: no accounting at all

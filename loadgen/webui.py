@@ -90,8 +90,8 @@ def live_rows(session, now_s: float | None) -> list[dict]:
         else:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
-        out.append({"index": k, "concurrency": info.concurrency, "status": status,
-                    **stats.row(window_s), "window_s": window_s, "flags": []})
+        out.append({"index": k, "concurrency": info.concurrency, "status": status, **stats.row(window_s),
+                    "window_s": window_s, "search": info.search, "flags": ["slo_search"] if info.search else []})
     return out
 
 
@@ -108,6 +108,7 @@ def llm_view(session, now_s: float | None) -> dict:
         "totals": totals,
         "guard": summary["guard"],
         "knee": summary["knee"],
+        "slo": summary["slo"],
         "run": summary["run"],
     }
 
@@ -138,10 +139,26 @@ def run_items(view: dict) -> list[dict]:
         ("Guard breaches", g.get("breaches")),
         ("Knee (C)", knee.get("concurrency")),
         ("Knee threshold (gain per doubling)", knee.get("threshold")),
+        ("KV ceiling (C)", g.get("max_concurrency")),
+        *slo_items(view.get("slo")),
         ("Stop reason", run.get("stop_reason")),
         ("Exit code", run.get("exit_code")),
     ]
     return [{"item": name, "value": text(value)} for name, value in items]
+
+
+def slo_items(slo: dict | None) -> list[tuple[str, object]]:
+    """The run tab's SLO rows (none without objectives): the answer so far and the search."""
+    if slo is None:
+        return []
+    lo, hi = slo["bracket"]
+    return [
+        ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
+         + f" for {slo['attainment_target']:.0%} of requests"),
+        ("SLO max concurrency (C)", "none passed" if lo is None else lo),
+        ("SLO bracket", f"[{_text(lo)}, {'open above' if hi is None else hi}]"),
+        ("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-"),
+    ]
 
 
 def extended_stats(view: dict) -> list[dict]:

@@ -4,7 +4,8 @@
 # llama.cpp's `llama-server` for the real-engine conformance tests (tests/test_llamacpp.py), built
 # offline from the llama.cpp source that the llama-cpp-python sdist vendors. Nothing prebuilt is
 # downloaded: pip fetches the pinned sdist, cmake builds only the llama-server target with the web
-# UI, curl and OpenSSL off, statically linked.
+# UI, curl and OpenSSL off and llama.cpp's own libraries linked in (BUILD_SHARED_LIBS=OFF; the
+# binary needs only libc, libstdc++ and libgomp).
 #
 # The build takes ~10 minutes on 2 cores, so the binary is cached OUTSIDE the clone, keyed by
 # version: /var/cache/llm-loadgen/llama-server-$VERSION/llama-server, or
@@ -13,9 +14,9 @@
 # Prints the binary's path as the last line on stdout (progress goes to stderr). Idempotent: with
 # the binary present it returns at once. Concurrent callers wait for one build (flock).
 #   --find   only look: print the path and exit 0 when the binary is there, else exit 1.
-# Exit status: 0 = built or present, or cannot build here because a tool is missing and we are not
-# root (a message says so; the tests then skip); 1 = the download or the build failed (the message
-# names the log).
+# Exit status: 0 = built or present, or cannot build here (a tool missing and we are not root, no
+# pip, no writable cache; a message says so and the tests skip); 1 = the download or the build
+# failed (the message names the log).
 set -euo pipefail
 
 VERSION=0.3.36  # llama-cpp-python sdist; FIELD_NOTES' llama.cpp facts were checked on this one
@@ -50,11 +51,10 @@ if [ "${1:-}" = "--find" ]; then
 fi
 
 # Build prerequisites: installed from Debian when missing and we are root.
-for tool in cmake:cmake g++:g++ make:make; do
-    pkg=${tool%%:*} bin=${tool##*:}
-    sh "$HERE/ensure-debian-package.sh" "$pkg" "$bin" "the llama.cpp conformance tests" >&2
-    if ! command -v "$bin" >/dev/null 2>&1; then
-        say "cannot build llama-server without $bin; the llama.cpp conformance tests will be skipped"
+for tool in cmake g++ make; do  # each Debian package is named like its binary
+    sh "$HERE/ensure-debian-package.sh" "$tool" "$tool" "the llama.cpp conformance tests" >&2
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        say "cannot build llama-server without $tool; the llama.cpp conformance tests will be skipped"
         exit 0
     fi
 done

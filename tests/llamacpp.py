@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server_probe import http_get, parse_metrics
+from loadgen.server_probe import parse_metrics
 from tests.promtools import free_port
 from tests.runlocust import ROOT
 
@@ -54,10 +54,11 @@ def require_llama_server() -> str:
     return path
 
 
-def post_json(url: str, body: dict, timeout_s: float = 30) -> tuple[int, str]:
-    """POST ``body`` as JSON; (HTTP status, response body) whatever the status."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+def http(url: str, body: dict | None = None, timeout_s: float = 30) -> tuple[int, str]:
+    """GET ``url``, or POST ``body`` as JSON; (HTTP status, response body) whatever the status.
+    Connection errors raise OSError. Environment proxies are ignored: the server is local."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=timeout_s) as resp:
@@ -100,8 +101,11 @@ class LlamaServer:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"llama-server exited with {self._proc.returncode} before it was "
                                    f"ready ({' '.join(self.cmd)}):\n{self.log_tail()}")
-            if http_get(f"{self.url}/health", None, timeout_s=1).status == 200:
-                return
+            try:
+                if http(f"{self.url}/health", timeout_s=1)[0] == 200:
+                    return
+            except OSError:  # not listening yet
+                pass
             time.sleep(0.1)
         raise RuntimeError(f"llama-server not healthy after {self.ready_timeout_s} s on {self.url}:\n"
                            f"{self.log_tail()}")
@@ -114,20 +118,20 @@ class LlamaServer:
         return self._log.read().decode("utf-8", "replace")
 
     def get_json(self, path: str) -> dict:
-        reply = http_get(f"{self.url}{path}", None, timeout_s=5)
-        assert reply.status == 200, f"GET {path}: {reply.error}"
-        return json.loads(reply.body)
+        status, body = http(f"{self.url}{path}", timeout_s=5)
+        assert status == 200, f"GET {path}: HTTP {status}: {body[:300]}"
+        return json.loads(body)
 
     def metric(self, name: str) -> float:
         """One series of the server's /metrics, e.g. ``llamacpp:tokens_predicted_total``."""
-        reply = http_get(f"{self.url}/metrics", None, timeout_s=5)
-        assert reply.status == 200, f"GET /metrics: {reply.error} (is --metrics on?)"
-        series = parse_metrics(reply.body).get(name)
+        status, body = http(f"{self.url}/metrics", timeout_s=5)
+        assert status == 200, f"GET /metrics: HTTP {status} (is --metrics on?)"
+        series = parse_metrics(body).get(name)
         assert series, f"{name} not in llama-server's /metrics"
         return sum(value for _, value in series)
 
     def tokenize(self, text: str) -> list[int]:
-        status, body = post_json(f"{self.url}/tokenize", {"content": text})
+        status, body = http(f"{self.url}/tokenize", {"content": text})
         assert status == 200, body
         return json.loads(body)["tokens"]
 

@@ -21,7 +21,7 @@ from loadgen import errors
 from loadgen.config import load_scenario
 from loadgen.prompts import ChatPrompts, TokenIdPrompts
 from loadgen.users import PATHS, request_body
-from tests.llamacpp import LlamaServer, post_json, require_llama_server
+from tests.llamacpp import LlamaServer, http, require_llama_server
 from tests.make_gguf import write_tiny_llama
 from tests.runlocust import ROOT, locust_cmd, run_locust
 
@@ -82,13 +82,13 @@ def test_default_requests_are_refused_400_with_the_servers_reason(server):
     sc = load_scenario(None, {"input_tokens": IN, "output_tokens": OUT})
     prompt = TokenIdPrompts(sc.input_tokens, tuple(sc.prompt.token_id_range), (0, 0, 0)).next()
     assert max(prompt) >= 8192
-    status, body = post_json(server.url + PATHS["completions"],
+    status, body = http(server.url + PATHS["completions"],
                              json.loads(request_body(sc, server.alias, prompt)))
     assert status == 400, body
     assert json.loads(body)["error"] == {"code": 400, "message": "Prompt contains invalid tokens",
                                          "type": "invalid_request_error"}
     chat = load_scenario(None, {"endpoint": "chat", "input_tokens": IN, "output_tokens": OUT})
-    status, body = post_json(server.url + PATHS["chat"],
+    status, body = http(server.url + PATHS["chat"],
                              json.loads(request_body(chat, server.alias, ChatPrompts(600, (0,)).next())))
     assert status == 400, body
     error = json.loads(body)["error"]
@@ -99,7 +99,7 @@ def test_default_requests_are_refused_400_with_the_servers_reason(server):
 
 def test_output_beyond_the_slots_context_is_cut_with_finish_reason_length(server):
     """prompt + max_tokens > n_ctx is not refused: generation stops when the slot is full."""
-    status, body = post_json(server.url + PATHS["completions"],
+    status, body = http(server.url + PATHS["completions"],
                              {"model": server.alias, "prompt": list(range(300, 300 + IN)),
                               "max_tokens": 600, "ignore_eos": True})
     assert status == 200, body

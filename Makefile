@@ -29,12 +29,12 @@ docker-tools:
 
 # The whole suite except the container deploy test, which has its own target (CI runs both).
 test: install system-tools
-	$(PY) -m pytest -q -ra --ignore=tests/test_deploy_docker.py
+	$(PY) -m pytest -q -ra --ignore-glob='tests/test_deploy_docker*'
 
 # The image built and the compose stack run for real (root; skips with the reason elsewhere):
 # starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.
 test-deploy: install docker-tools
-	$(PY) -m pytest -q -ra tests/test_deploy_docker.py
+	$(PY) -m pytest -q -ra tests/test_deploy_docker.py tests/test_deploy_docker_k8s.py
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"

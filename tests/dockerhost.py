@@ -27,7 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("LLM_LOADGEN_CACHE", "/var/cache/llm-loadgen"))
@@ -36,6 +39,10 @@ COMPOSE_BIN = CACHE / "compose" / f"v{COMPOSE_VERSION}" / "docker-compose"
 ADDRESS_POOL = "172.29.0.0/16"
 DAEMON_FLAGS = ("--bridge=none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
                 f"--default-address-pool=base={ADDRESS_POOL},size=24")
+LABEL = "org.llm-loadgen.deploy-test=1"  # on every image, network and container the tests make
+IMAGE = "llm-loadgen:deploy-test"
+PROM_IMAGE = "llm-loadgen-prometheus:deploy-test"
+LOADGEN_UID = 10001  # the image's user (Dockerfile USER)
 PEM = re.compile(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
 
 
@@ -233,3 +240,31 @@ class ComposeStack:
 
     def close(self) -> None:
         self.env_file.unlink(missing_ok=True)
+
+
+@dataclass
+class Host:
+    base: str
+    image_size_mb: float
+    build_args: dict[str, str]
+    daemon_started_here: bool
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """A Docker daemon with IMAGE and PROM_IMAGE built on the debootstrap base; skips when it cannot."""
+    daemon = DockerDaemon(tmp_path_factory.mktemp("dockerd"))
+    try:
+        daemon.__enter__()
+    except DockerUnavailable as exc:
+        pytest.skip(f"container deploy test: {exc}")
+    try:
+        base = base_image()
+        args = pip_build_args(base)
+        build_image(IMAGE, ROOT / "Dockerfile", ROOT, {"BASE_IMAGE": base, **args}, LABEL)
+        build_image(PROM_IMAGE, ROOT / "deploy" / "compose" / "prometheus.Dockerfile", None,
+                    {"BASE_IMAGE": base, **apt_build_args()}, LABEL)
+        size = int(docker("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
+        yield Host(base, size / 1e6, args, daemon.started_here)
+    finally:
+        daemon.stop()

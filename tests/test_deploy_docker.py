@@ -19,7 +19,6 @@ import io
 import json
 import os
 import re
-import socket
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -29,20 +28,20 @@ import pytest
 import yaml
 
 from loadgen.stats import StageStats
+from tests import dockerhost
 from tests.dockerhost import (
     ADDRESS_POOL,
+    IMAGE,
+    LOADGEN_UID,
+    PROM_IMAGE,
     ROOT,
     ComposeStack,
-    DockerDaemon,
-    DockerUnavailable,
-    apt_build_args,
-    base_image,
-    build_image,
+    Host,
     docker,
     docker_cli,
-    pip_build_args,
 )
 from tests.promtools import (
+    free_port,
     label_values,
     problems,
     query_all_dashboard_exprs,
@@ -53,13 +52,10 @@ from tests.promtools import (
 from tests.test_dashboard_prometheus import DASHBOARD, FAULTS, VARIABLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+host = dockerhost.host  # the module's fixture: a daemon with both images built
 
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 PROJECT = "llm-loadgen-deploytest"
-LABEL = "org.llm-loadgen.deploy-test=1"
-IMAGE = "llm-loadgen:deploy-test"
-PROM_IMAGE = "llm-loadgen-prometheus:deploy-test"
-LOADGEN_UID = 10001  # the image's user (Dockerfile USER)
 STAGES = [2, 4]  # C=2 puts one user on each of the two workers
 SCENARIO = {"name": "compose-deploy-test", "input_tokens": 32, "output_tokens": 16,
             "request": {"connect_timeout_s": 5, "read_timeout_s": 30},
@@ -68,14 +64,6 @@ SCENARIO = {"name": "compose-deploy-test", "input_tokens": 32, "output_tokens": 
                        "duration_s": 20, "max_window_s": 40, "drain_s": 10},
             "guard": {"watch_interval_s": 1}}
 FLAVOR_PREFIX = {"vllm": "vllm:", "sglang": "sglang:"}
-
-
-@dataclass
-class Host:
-    base: str
-    image_size_mb: float
-    build_args: dict[str, str]
-    daemon_started_here: bool
 
 
 @dataclass
@@ -95,34 +83,9 @@ class Run:
     killed: list[str] = field(default_factory=list)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def scrape_interval_s() -> int:
     prom = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
     return int(prom["global"]["scrape_interval"].rstrip("s"))
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    daemon = DockerDaemon(tmp_path_factory.mktemp("dockerd"))
-    try:
-        daemon.__enter__()
-    except DockerUnavailable as exc:
-        pytest.skip(f"container deploy test: {exc}")
-    try:
-        base = base_image()
-        args = pip_build_args(base)
-        build_image(IMAGE, ROOT / "Dockerfile", ROOT, {"BASE_IMAGE": base, **args}, LABEL)
-        build_image(PROM_IMAGE, COMPOSE_DIR / "prometheus.Dockerfile", None,
-                    {"BASE_IMAGE": base, **apt_build_args()}, LABEL)
-        size = int(docker("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout)
-        yield Host(base, size / 1e6, args, daemon.started_here)
-    finally:
-        daemon.stop()
 
 
 def ledgers(container: str) -> list[StageStats]:
@@ -160,15 +123,22 @@ def run_stack(host: Host, tmp: Path, flavor: str, kill_worker: bool) -> Run:
         master_host_config = json.loads(docker("inspect", master).stdout)[0]["HostConfig"]
         net = json.loads(docker("network", "inspect", f"{PROJECT}_default").stdout)[0]
         subnet = net["IPAM"]["Config"][0]["Subnet"]
+
+        def expect(expr: str, timeout_s: float) -> None:
+            resp = wait_for(prom_url, expr, timeout_s)
+            assert resp.get("data", {}).get("result"), (
+                f"Prometheus: {expr} still empty after {timeout_s} s: {resp}; targets "
+                f"{targets_health(prom_url)}\n{stack.compose('logs', 'master', check=False).stdout[-3000:]}")
+
         if kill_worker:  # during the first stage's window, with requests in flight
-            wait_for(prom_url, 'max(llm_loadgen_phase{phase="measure"}) == 1', timeout_s=120)
-            wait_for(prom_url, "sum(llm_loadgen_inflight_requests) > 0", timeout_s=30)
+            expect('max(llm_loadgen_phase{phase="measure"}) == 1', timeout_s=120)
+            expect("sum(llm_loadgen_inflight_requests) > 0", timeout_s=30)
             docker("kill", workers[0])
             killed.append(workers[0])
         rate_s = 4 * scrape_interval_s()  # Grafana's $__rate_interval: 4 scrape intervals
-        wait_for(prom_url, 'max(llm_loadgen_stage{job="llm-loadgen"}) >= 1', timeout_s=180)
-        wait_for(prom_url, f'min(count_over_time(up{{job=~"llm-.*"}}[{rate_s + 5}s])) >= 5', timeout_s=60)
-        wait_for(prom_url, 'sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
+        expect('max(llm_loadgen_stage{job="llm-loadgen"}) >= 1', timeout_s=180)
+        expect(f'min(count_over_time(up{{job=~"llm-.*"}}[{rate_s + 5}s])) >= 5', timeout_s=60)
+        expect('sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
         macros = {"__rate_interval": f"{rate_s}s", "__interval": f"{scrape_interval_s()}s"}
         queries = query_all_dashboard_exprs(prom_url, DASHBOARD, VARIABLES, macros)
         dashboard = json.loads(DASHBOARD.read_text())

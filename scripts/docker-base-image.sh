@@ -7,16 +7,22 @@
 #      ca-certificates, drop apt's downloaded .debs, lists, docs and man pages, and pack it as
 #      $CACHE/bookworm-python3-KEY.tar;
 #   2. with --import, `docker import` it as llm-loadgen-base:bookworm-KEY (a running daemon needed).
-# KEY = first 12 hex digits of sha256(this script + suite + mirror): a change to the recipe makes
-# a new tarball and tag; an unchanged one is reused (debootstrap takes ~1 min, the import ~10 s).
-# The last line printed is the image tag (with --import) or the tarball path (without).
+# KEY = first 12 hex digits of sha256(the recipe: RECIPE, SUITE, VARIANT, PACKAGES, STRIP, mirror):
+# a changed recipe makes a new tarball and tag (older tarballs are deleted); an unchanged one is
+# reused (debootstrap takes ~1-2 min, the import ~3 s). Bump RECIPE for any other change to the steps.
+# Stdout is one line, the image tag (with --import) or the tarball path (without): BASE=$(...);
+# progress goes to stderr.
 #
 # The mirror is the machine's own apt source for Debian (deb822 or one-line form), so the same
 # mirror (or proxy) that apt-get uses here serves debootstrap too. Needs root and debootstrap
 # (scripts/ensure-docker.sh installs it). Exits non-zero with the reason when it cannot.
 set -eu
+RECIPE=1
 SUITE=bookworm
+VARIANT=minbase
 PACKAGES=python3,python3-venv,ca-certificates
+# Not needed at run time (apt keeps working: apt-get update fetches fresh lists).
+STRIP="var/cache/apt/archives/*.deb var/lib/apt/lists/* usr/share/doc/* usr/share/man/* usr/share/info/* var/log/*.log var/cache/debconf/*-old"
 CACHE=${LLM_LOADGEN_CACHE:-/var/cache/llm-loadgen}/docker-base
 REPO=llm-loadgen-base
 TAG="docker-base-image"
@@ -37,7 +43,7 @@ apt_mirror() {
 MIRROR=$(apt_mirror | grep -E '/debian/?$' | head -n 1 || true)
 [ -n "$MIRROR" ] || die "no Debian archive in /etc/apt/sources* to debootstrap from: set one up for apt first"
 
-KEY=$( { cat "$0"; echo "$SUITE $MIRROR"; } | sha256sum | cut -c1-12)
+KEY=$(echo "$RECIPE $SUITE $VARIANT $PACKAGES $STRIP $MIRROR" | sha256sum | cut -c1-12)
 TARBALL=$CACHE/$SUITE-python3-$KEY.tar
 IMAGE=$REPO:$SUITE-$KEY
 mkdir -p "$CACHE"
@@ -53,19 +59,18 @@ if [ ! -s "$TARBALL" ]; then
         rm -rf --one-file-system "$WORK"
     }
     trap cleanup EXIT INT TERM
-    echo "$TAG: debootstrap $SUITE ($PACKAGES) from the apt mirror into $WORK (about a minute)"
+    echo "$TAG: debootstrap $SUITE ($PACKAGES) from the apt mirror into $WORK (about a minute)" >&2
     LOG=$CACHE/debootstrap.log
-    if ! debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$WORK/root" "$MIRROR" >"$LOG" 2>&1; then
+    if ! debootstrap --variant="$VARIANT" --include="$PACKAGES" "$SUITE" "$WORK/root" "$MIRROR" >"$LOG" 2>&1; then
         tail -n 15 "$LOG" >&2
         die "debootstrap failed (full log: $LOG)"
     fi
-    # Only what an image needs at run time: apt keeps working (apt-get update fetches fresh lists).
-    rm -rf "$WORK"/root/var/cache/apt/archives/*.deb "$WORK"/root/var/lib/apt/lists/* \
-           "$WORK"/root/usr/share/doc/* "$WORK"/root/usr/share/man/* "$WORK"/root/usr/share/info/* \
-           "$WORK"/root/var/log/*.log "$WORK"/root/var/cache/debconf/*-old
+    # shellcheck disable=SC2086  # unquoted on purpose: the patterns glob inside the rootfs
+    (cd "$WORK/root" && rm -rf $STRIP)
     tar --numeric-owner --xattrs -C "$WORK/root" -cf "$TARBALL.part" .
     mv "$TARBALL.part" "$TARBALL"
-    echo "$TAG: cached $TARBALL ($(du -h "$TARBALL" | cut -f1))"
+    find "$CACHE" -maxdepth 1 -name "$SUITE-python3-*.tar" ! -name "${TARBALL##*/}" -delete
+    echo "$TAG: cached $TARBALL ($(du -h "$TARBALL" | cut -f1))" >&2
 fi
 
 if [ "${1:-}" != "--import" ]; then
@@ -79,6 +84,9 @@ if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
         --change 'ENV LANG=C.UTF-8' \
         --change 'CMD ["/bin/bash"]' \
         "$TARBALL" "$IMAGE" >/dev/null
-    echo "$TAG: imported $TARBALL as $IMAGE"
+    echo "$TAG: imported $TARBALL as $IMAGE" >&2
+    for old in $(docker image ls --format '{{.Repository}}:{{.Tag}}' "$REPO"); do  # earlier recipes
+        [ "$old" = "$IMAGE" ] || docker image rm "$old" >/dev/null 2>&1 || true
+    done
 fi
 echo "$IMAGE"

@@ -189,17 +189,21 @@ def build_image(tag: str, dockerfile: Path, context: Path | None, args: dict[str
                 label: str, timeout_s: float = 1200) -> None:
     """Classic builder, RUN steps on the host network; ``context`` None sends no context at all.
 
-    Values go through the environment (``--build-arg NAME``), not argv (``ps`` shows argv); images
-    with ``label`` that a rebuild left dangling are pruned so repeated runs do not fill the disk.
+    Values go through the environment (``--build-arg NAME``), not argv (``ps`` shows argv). The
+    Dockerfile's ``build`` stage is built and tagged ``TAG-build`` first (the final build then takes
+    it from the cache): tagged, it is the layer cache the next run reuses, and the stages a rebuild
+    replaced become dangling images with ``label``, pruned here so repeated runs do not fill the disk.
     """
-    cmd = ["build", "--network", "host", "--label", label, "-t", tag]
-    for name in args:
-        cmd += ["--build-arg", name]
     env = {**os.environ, "DOCKER_BUILDKIT": "0", **args}
-    if context is None:
-        docker(*cmd, "-", timeout_s=timeout_s, env=env, input=dockerfile.read_text())
-    else:
-        docker(*cmd, "-f", str(dockerfile), str(context), timeout_s=timeout_s, env=env)
+    for target, name in (("build", f"{tag}-build"), (None, tag)):
+        cmd = ["build", "--network", "host", "--label", label, "-t", name]
+        cmd += ["--target", target] if target else []
+        for arg in args:
+            cmd += ["--build-arg", arg]
+        if context is None:
+            docker(*cmd, "-", timeout_s=timeout_s, env=env, input=dockerfile.read_text())
+        else:
+            docker(*cmd, "-f", str(dockerfile), str(context), timeout_s=timeout_s, env=env)
     docker("image", "prune", "-f", "--filter", f"label={label}", timeout_s=120)
 
 

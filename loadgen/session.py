@@ -65,6 +65,7 @@ class Session:
         self._failures_said: set[tuple] = set()
         self.probe_stats = StageStats()  # the start check's probe requests (also in the run's totals)
         self.probe_outcomes: list[str] = []
+        self._locust_pending: list[tuple] = []  # probe results not yet in Locust's statistics
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -100,19 +101,27 @@ class Session:
 
     def _count_probes(self, probes: tuple) -> None:
         """The start check's probe requests are real requests: the run's totals count them, and so
-        do Locust's own statistics (so both agree with the server's counters)."""
-        rt, path = self.rt, PATHS[self.rt.scenario.endpoint]
+        do Locust's own statistics (``flush_locust_events``), so both agree with the server's."""
+        rt = self.rt
         for result in probes:
             if not result.ok:
                 result.error_message = rt.redact(result.error_message)
             rt.collector.record_result(result, None, rt.scenario.input_tokens, PROBE_OUTPUT_TOKENS)
             self.probe_stats.add_result(result, rt.scenario.input_tokens, PROBE_OUTPUT_TOKENS)
             self.probe_outcomes.append(result.error_kind or "ok")
-            rt.environment.events.request.fire(
+            self._locust_pending.append((result, time.time() - result.e2e_s))
+
+    def flush_locust_events(self) -> None:
+        """Hand the probes to Locust's statistics. Not from the tick that ran the start check: Locust
+        clears its statistics when the first users start, right after that tick."""
+        path = PATHS[self.rt.scenario.endpoint]
+        while self._locust_pending:
+            result, start_wall = self._locust_pending.pop(0)
+            failure = None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status))
+            self.rt.environment.events.request.fire(
                 request_type="POST", name=path, response_time=result.e2e_s * 1000.0, response_length=0,
-                response=None, context={"stage": None, "probe": True},
-                exception=None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status)),
-                start_time=time.time() - result.e2e_s, url=path)
+                response=None, context={"stage": None, "probe": True}, exception=failure,
+                start_time=start_wall, url=path)
 
     def say_new_failures(self) -> None:
         """Each distinct server reason once, when it is first seen (merged from every process)."""
@@ -228,6 +237,7 @@ class Session:
     def on_quitting(self) -> None:
         env = self.rt.environment
         self.say_new_failures()
+        self.flush_locust_events()
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self.exit_code = errors.EXIT_INTERRUPTED

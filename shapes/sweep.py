@@ -63,6 +63,7 @@ class SweepShape(LoadTestShape):
                             "locust again for another run", rt.scenario.results_dir)
             return None
         try:
+            session.flush_locust_events()  # the start check's probes, once Locust has started
             if not session.started and not session.start():
                 return None
             if self.plan is None:

@@ -229,7 +229,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         model = scenario.model
         if models.error is not None:
             exc = models.error
-            if model is None or exc.kind == errors.CONNECT_FAILED or exc.status in AUTH_STATUSES:
+            if model is None or exc.kind == errors.CONNECT_FAILED:
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
                 f"going on with model {model!r}")

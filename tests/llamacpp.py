@@ -71,13 +71,13 @@ class LlamaServer:
     """One ``llama-server`` process; use as a context manager (``with LlamaServer(...) as srv``)."""
 
     def __init__(self, binary: str, model: Path, alias: str = "tiny-llama", ctx_tokens: int = 1024,
-                 slots: int = 1, ready_timeout_s: float = 60.0):
+                 slots: int = 1, ready_timeout_s: float = 60.0, extra_args: tuple[str, ...] = ()):
         self.alias = alias
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [binary, "-m", str(model), "--alias", alias, "--host", "127.0.0.1",
                     "--port", str(self.port), "-c", str(ctx_tokens), "-np", str(slots), "-t", "1",
-                    "--metrics"]
+                    "--metrics", *extra_args]
         self.ready_timeout_s = ready_timeout_s
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
         self._proc: subprocess.Popen | None = None

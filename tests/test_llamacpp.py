@@ -1,7 +1,8 @@
 """Conformance against a real engine: llama.cpp's `llama-server` serving a tiny random GGUF model.
 
-The real `locust -f locustfile.py` runs against it with token IDs fitted by hand inside the model's
-vocabulary (the default range [1000, 30000) is refused by a vocabulary of 8,192, pinned below).
+The real `locust -f locustfile.py` runs against it as a new user would: the default token-ID range
+[1000, 30000) is refused by a vocabulary of 8,192 (pinned below), and the start check fits it to the
+vocabulary the server reports (``meta.n_vocab``); a few cases fit it by hand to compare runs.
 Token counts are compared exactly with the server's own ``llamacpp:tokens_predicted_total``.
 
 The binary comes from scripts/ensure-llama-server.sh (built once per machine by `make test`);
@@ -18,6 +19,7 @@ import time
 import pytest
 
 from loadgen import errors
+from loadgen.compat import Compat
 from loadgen.config import load_scenario
 from loadgen.prompts import ChatPrompts, TokenIdPrompts
 from loadgen.users import PATHS, request_body
@@ -83,13 +85,13 @@ def test_default_requests_are_refused_400_with_the_servers_reason(server):
     prompt = TokenIdPrompts(sc.input_tokens, tuple(sc.prompt.token_id_range), (0, 0, 0)).next()
     assert max(prompt) >= 8192
     status, body = http(server.url + PATHS["completions"],
-                             json.loads(request_body(sc, server.alias, prompt)))
+                             json.loads(request_body(sc, server.alias, prompt, Compat())))
     assert status == 400, body
     assert json.loads(body)["error"] == {"code": 400, "message": "Prompt contains invalid tokens",
                                          "type": "invalid_request_error"}
     chat = load_scenario(None, {"endpoint": "chat", "input_tokens": IN, "output_tokens": OUT})
     status, body = http(server.url + PATHS["chat"],
-                             json.loads(request_body(chat, server.alias, ChatPrompts(600, (0,)).next())))
+                             json.loads(request_body(chat, server.alias, ChatPrompts(600, (0,)).next(), Compat())))
     assert status == 400, body
     error = json.loads(body)["error"]
     assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 512, error
@@ -129,6 +131,44 @@ def test_completions_sweep_output_tokens_equal_the_servers_counter(server, tmp_p
     delta = server.metric(PREDICTED) - before
     s = _sweep_checks(run, [1, 2])
     assert s["totals"]["output_tokens"] == delta > 0
+
+
+def test_a_new_users_default_run_fits_the_vocabulary_by_itself(server, tmp_path):
+    """No hand-fitted range: IDs come from [1000, 8192) (the reported vocabulary), 0 errors, and
+    our output tokens (the start check's probe included) equal the server's counter."""
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2")
+    wait_until_idle(server)
+    delta = server.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1, 2])
+    assert s["totals"]["output_tokens"] == delta > 0
+    compat = s["server"]["compat"]
+    assert (compat["server"], compat["detected_by"], compat["token_id_range"]) == ("llamacpp", "owned_by", [1000, 8192])
+    assert s["preflight"]["probes"] == ["ok"] and s["server"]["max_model_len"] == 512
+    assert "token IDs drawn from [1000, 8192): the vocabulary has 8192 tokens" in run.stderr
+
+
+def test_the_start_check_knows_a_slots_context(server, tmp_path):
+    """The default 1000 + 1000 tokens cannot fit a 512-token slot: one line at start, exit 2."""
+    run = run_locust(server.url, tmp_path / "res", "--stages", "1", timeout_s=60)
+    assert run.code == errors.EXIT_CONFIG, run.stderr[-2000:]
+    assert "input_tokens + output_tokens = 2,000 exceeds the server's max_model_len 512" in run.stderr
+
+
+def test_a_refusing_server_stops_within_seconds_with_its_reason(binary, model_8192, tmp_path):
+    """llama-server with --api-key and a run without the key: refused, said once, exit 4, no flood."""
+    with LlamaServer(binary, model_8192.path, ctx_tokens=512, slots=1,
+                     extra_args=("--api-key", "sekrit-key")) as srv:
+        t0 = time.monotonic()
+        run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "4", "--model", srv.alias,
+                         "--set", "api_key_env=null", timeout_s=60)
+        took = time.monotonic() - t0
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-2000:]
+    assert took < 30
+    lines = [x for x in run.stderr.splitlines() if "refused the run's request" in x]
+    assert len(lines) == 1, run.stderr[-2000:]
+    assert "HTTP 401: Invalid API Key" in lines[0] and "check the API key" in lines[0]
+    assert run.summary["preflight"]["probes"] == ["http_4xx", "http_4xx"]  # the probe and its one retry
 
 
 def test_chat_sweep_with_prompts_calibrated_against_usage(server, tmp_path):

@@ -25,6 +25,7 @@ from geventhttpclient.response import HTTPConnectionClosed
 from loadgen import errors
 from loadgen.config import Shown
 from loadgen.errors import ConfigError, RequestError
+from loadgen.failures import excerpt, server_reason
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
@@ -85,15 +86,8 @@ def _discard(resp) -> None:
 
 def _http_failure(status: int, body: bytes) -> RequestError:
     """Map an HTTP status before the stream to a failure category, with the server's message."""
-    message = f"HTTP {status}"
-    try:
-        err = orjson.loads(body).get("error")
-        detail = err.get("message") if isinstance(err, dict) else err
-        if detail:
-            message += f": {str(detail)[:200]}"
-    except (orjson.JSONDecodeError, AttributeError, TypeError):
-        if body:
-            message += f": {body[:200].decode('utf-8', 'replace')}"
+    reason = server_reason(body)
+    message = f"HTTP {status}: {excerpt(reason)}" if reason else f"HTTP {status}"
     if status == 429:
         kind = errors.OVERLOAD_429
     elif status == 503:

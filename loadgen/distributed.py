@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.compat import Compat
 from loadgen.health import StageHealth, worst_of
 from loadgen.stats import StageStats
 
@@ -113,7 +114,8 @@ class Fleet:
         """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
         rt, runner = self.rt, self.rt.environment.runner
         if self.master and runner.clients:
-            runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq})
+            runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq,
+                                                 "compat": rt.compat.to_dict() if rt.compat else None})
 
     def live_workers(self) -> list[str]:
         """Master: ids of workers that are connected (not missing)."""
@@ -219,6 +221,8 @@ def install_fleet(rt) -> Fleet:
 
     def _on_phase(environment, msg, **_):
         d = msg.data
+        if d.get("compat") and rt.compat is None:  # what the master's start check found the server accepts
+            rt.compat = Compat.from_dict(d["compat"])
         rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
 
     def _on_fatal(environment, msg, **_):

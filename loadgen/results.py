@@ -145,6 +145,7 @@ def totals_of(t: StageStats) -> dict:
         "failed_output_tokens": t.failed_output_tokens,
         "received_output_tokens": t.window_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
+        "failures": t.failures.to_summary(),
         **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,
                     "met_output_tokens": t.slo.met_output_tokens, "met_by": dict(t.slo.met_by)}}
            if t.slo.judged else {}),
@@ -188,8 +189,10 @@ def kv_ceiling(capacity, scenario) -> int | None:
 
 
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
-                  knee: int | None, totals: StageStats) -> dict:
-    """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag."""
+                  knee: int | None, totals: StageStats, compat=None, probes: tuple = ((), None)) -> dict:
+    """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
+    ``compat``: loadgen.compat.Compat of the start check; ``probes``: (outcome of each probe request,
+    their StageStats): ``preflight``, a part of ``totals`` that no worker sent."""
     sc, cap = scenario, capacity
     return {
         "schema": SCHEMA,
@@ -210,7 +213,9 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "flavor": cap.flavor if cap else None,
             "max_model_len": cap.max_model_len if cap else None,
             "capacity_detail": cap.detail if cap else None,
+            "compat": compat.to_dict() if compat else None,
         },
+        "preflight": {"probes": list(probes[0]), **totals_of(probes[1] or StageStats())},
         "guard": {
             "capacity_tokens": cap.tokens if cap else None,
             "capacity_source": cap.source if cap else None,

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from gevent.lock import Semaphore
 
 from loadgen import preflight
+from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
+from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor
 from loadgen.phases import Phase
 from loadgen.stats import Collector
@@ -46,6 +48,10 @@ class Runtime:
         self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
         self.fatal_sent = False
         self.cancelled: dict[int | None, int] = {}  # requests killed mid-flight by stage (this process)
+        # What the server accepts (loadgen.compat): set by the start check, or on a worker by the
+        # master's phase message; users send nothing before it is known.
+        self.compat: Compat | None = None
+        self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
         # The target is unusable (one line); the process that owns the run installs its stop here,
         # a worker tells the master (loadgen.distributed).
         self.on_fatal: Callable[[str], None] = lambda message: log.error("llm-loadgen: %s", self.redact(message))

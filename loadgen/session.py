@@ -20,11 +20,12 @@ import gevent
 from loadgen import errors
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
+from loadgen.failures import LocustFailure, locust_name
 from loadgen.guard import OverCapacityRule, decide
 from loadgen.health import is_client_bound
 from loadgen.metrics import SLO_ATTAINMENT
 from loadgen.phases import Phase
-from loadgen.preflight import StartRefused, preflight
+from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
@@ -39,6 +40,7 @@ from loadgen.results import (
     stage_warnings,
 )
 from loadgen.server_probe import ServerWatch
+from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
@@ -70,6 +72,10 @@ class Session:
         self.finished_run = False
         self.started = False
         self.exporter = None
+        self._failures_said: set[tuple] = set()
+        self.probe_stats = StageStats()  # the start check's probe requests (also in the run's totals)
+        self.probe_outcomes: list[str] = []
+        self._locust_pending: list[tuple] = []  # probe results not yet in Locust's statistics
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -82,9 +88,12 @@ class Session:
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
         except StartRefused as exc:
+            self._count_probes(exc.probes)
             self.fatal(exc.exit_code, str(exc))
             return False
+        self._count_probes(self.server.probes)
         rt.use_model(self.server.model)
+        rt.compat = self.server.compat
         self.capacity = cap = self.server.capacity
         if sc.guard.watch and cap.flavor:
             g = sc.guard
@@ -99,6 +108,38 @@ class Session:
         if self.exporter is not None:
             say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
         return self.exit_code is None
+
+    def _count_probes(self, probes: tuple) -> None:
+        """The start check's probe requests are real requests: the run's totals count them, and so
+        do Locust's own statistics (``flush_locust_events``), so both agree with the server's."""
+        rt = self.rt
+        for result in probes:
+            if not result.ok:
+                result.error_message = rt.redact(result.error_message)
+            rt.collector.record_result(result, None, rt.scenario.input_tokens, PROBE_OUTPUT_TOKENS)
+            self.probe_stats.add_result(result, rt.scenario.input_tokens, PROBE_OUTPUT_TOKENS)
+            self.probe_outcomes.append(result.error_kind or "ok")
+            self._locust_pending.append((result, time.time() - result.e2e_s))
+
+    def flush_locust_events(self) -> None:
+        """Hand the probes to Locust's statistics. Not from the tick that ran the start check: Locust
+        clears its statistics when the first users start, right after that tick."""
+        path = PATHS[self.rt.scenario.endpoint]
+        while self._locust_pending:
+            result, start_wall = self._locust_pending.pop(0)
+            failure = None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status))
+            self.rt.environment.events.request.fire(
+                request_type="POST", name=path, response_time=result.e2e_s * 1000.0, response_length=0,
+                response=None, context={"stage": None, "probe": True}, exception=failure,
+                start_time=start_wall, url=path)
+
+    def say_new_failures(self) -> None:
+        """Each distinct server reason once, when it is first seen (merged from every process)."""
+        for kind, entries in self.rt.collector.totals.failures.samples.items():
+            for status, text, _ in entries:
+                if (kind, status, text) not in self._failures_said:
+                    self._failures_said.add((kind, status, text))
+                    say(self.rt.redact(f"llm-loadgen: failed request ({locust_name(kind, status)}): {text}"))
 
     def decide(self, concurrency: int):
         sc = self.rt.scenario
@@ -205,6 +246,8 @@ class Session:
 
     def on_quitting(self) -> None:
         env = self.rt.environment
+        self.say_new_failures()
+        self.flush_locust_events()
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self.exit_code = errors.EXIT_INTERRUPTED
@@ -246,7 +289,8 @@ class Session:
         run = RunFacts(self.started_wall, time.time() if final else None, rt.environment.host, rt.model_name,
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses)
         return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
-                             rt.collector.totals)
+                             rt.collector.totals, self.server.compat if self.server else None,
+                             (self.probe_outcomes, self.probe_stats))
 
     def write(self, final: bool = False) -> None:
         try:

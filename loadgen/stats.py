@@ -10,6 +10,7 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 from __future__ import annotations
 
 from loadgen import metrics
+from loadgen.failures import FailureSamples
 from loadgen.hist import Binned, LogHistogram, bin_values
 from loadgen.slo import Objectives, SloCounts, request_verdict
 
@@ -21,18 +22,20 @@ class StageStats:
     """Statistics of one stage (or of the whole run).
 
     Counters and histograms are those of ``loadgen.metrics.COUNTERS`` / ``HISTOGRAMS`` (what each
-    counts is stated there), plus ``errors`` {failure kind: requests}. Histograms hold ok requests
+    counts is stated there), plus ``errors`` {failure kind: requests} and ``failures`` (the server's
+    reasons: the first distinct HTTP status + message excerpts per kind, loadgen.failures). Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
     one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.slo``) of
     every request given a verdict, ok or failed (empty when the scenario sets no objective).
     """
 
-    __slots__ = (*COUNTERS, "errors", *HISTOGRAMS, "slo")
+    __slots__ = (*COUNTERS, "errors", "failures", *HISTOGRAMS, "slo")
 
     def __init__(self) -> None:
         for name in COUNTERS:
             setattr(self, name, 0)
         self.errors: dict[str, int] = {}
+        self.failures = FailureSamples()
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
         self.slo = SloCounts()
@@ -49,6 +52,7 @@ class StageStats:
         if not result.ok:
             self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
             self.failed_output_tokens += result.completion_tokens
+            self.failures.add(result.error_kind, result.error_status, result.error_message)
             return
         self.requests_ok += 1
         pt = result.prompt_tokens
@@ -87,6 +91,7 @@ class StageStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
+        self.failures.merge(other.failures)
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
         self.slo.merge(other.slo)
@@ -96,12 +101,15 @@ class StageStats:
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
-        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, SLO counts."""
+        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, the
+        server's failure reasons, SLO counts."""
         wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
             "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
         }
+        if not self.failures.is_empty():
+            wire["f"] = self.failures.to_wire()
         if not self.slo.is_empty():
             wire["s"] = self.slo.to_wire()
         return wire
@@ -114,6 +122,8 @@ class StageStats:
                 raise ValueError(f"unknown StageStats counter {name!r} in wire data")
             setattr(s, name, int(v))
         s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
+        if "f" in d:
+            s.failures = FailureSamples.from_wire(d["f"])
         for name, h in d.get("h", {}).items():
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
@@ -141,6 +151,7 @@ class StageStats:
                 "output": self.mismatch_output,
                 "estimated": self.tokens_estimated,
             },
+            "failures": self.failures.to_summary(),
         }
 
     def __eq__(self, other: object) -> bool:
@@ -149,6 +160,7 @@ class StageStats:
         return (
             all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
             and self.errors == other.errors
+            and self.failures == other.failures
             and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
             and self.slo == other.slo
         )

@@ -64,11 +64,13 @@ class SweepShape(LoadTestShape):
                             "locust again for another run", rt.scenario.results_dir)
             return None
         try:
+            session.flush_locust_events()  # the start check's probes, once Locust has started
             if not session.started and not session.start():
                 return None
             if self.plan is None:
                 self.plan = self._build_plan(rt)
             session.check_workers()
+            session.say_new_failures()
             now = self.get_run_time()
             tick = self._step(rt, now)
             if self.plan.kind is Phase.CLOSING:  # the window was read: go on (or stop) now, not a tick later

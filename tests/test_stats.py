@@ -84,12 +84,13 @@ def test_row_fields_and_window_rate():
         "requests", "errors", "error_count", "input_tokens", "output_tokens", "output_tokens_per_s",
         "decode_tps_p50", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",
         "itl_p95_s", "itl_p99_s",
-        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch",
+        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch", "failures",
         "slo_attainment", "goodput_requests_per_s", "goodput_output_tokens_per_s",
     }  # fmt: skip
     # no objective set: no SLO figure (None, not a misleading 0)
     assert row["slo_attainment"] is None and row["goodput_requests_per_s"] is None
     assert row["requests"] == 20 and row["errors"] == {READ_TIMEOUT: 1} and row["error_count"] == 1
+    assert row["failures"] == {READ_TIMEOUT: [{"status": None, "message": "x", "requests": 1}]}
     assert row["output_tokens"] == 20 * 64 and row["output_tokens_per_s"] == 50.0
     assert row["ttft_p50_s"] <= row["ttft_p90_s"] <= row["ttft_p95_s"] <= row["ttft_p99_s"]
     assert row["itl_p90_s"] <= row["itl_p95_s"] <= row["itl_p99_s"]

@@ -27,7 +27,14 @@ from loadgen.config.fields import (
     text,
     token_id_range,
 )
-from loadgen.config.schema import ENDPOINTS, GUARD_ACTIONS, SECTIONS, Scenario, default_document
+from loadgen.config.schema import (
+    COMPAT_SETTINGS,
+    ENDPOINTS,
+    GUARD_ACTIONS,
+    SECTIONS,
+    Scenario,
+    default_document,
+)
 from loadgen.errors import ConfigError
 from loadgen.slo import OBJECTIVES
 
@@ -49,6 +56,8 @@ SPEC: dict[str, Check] = {
     "request.connect_timeout_s": number("seconds, e.g. 10", gt=0),
     "request.read_timeout_s": number("seconds without a byte before a request fails, e.g. 120", gt=0),
     "request.extra_body": body_mapping,
+    "request.compat": choice(COMPAT_SETTINGS, "auto probes the server; openai-strict sends standard fields only"),
+    "request.client_error_pause_s": number("seconds, e.g. 1; 0 for no pause", ge=0),
     "stages.list": stage_list,
     "stages.start": integer("the first stage's concurrency, e.g. 1", ge=1),
     "stages.factor": number("use 2 to double concurrency each stage", gt=1),

@@ -15,6 +15,7 @@ from loadgen.slo import Objectives
 
 ENDPOINTS = ("completions", "chat")
 GUARD_ACTIONS = ("abort", "clamp", "warn")
+COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.compat
 
 # The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
 # so an installed package works without the repository checkout.
@@ -35,6 +36,8 @@ DEFAULTS: dict[str, Any] = {
         "connect_timeout_s": 10,
         "read_timeout_s": 120,
         "extra_body": {},
+        "compat": "auto",
+        "client_error_pause_s": 1.0,
     },
     "stages": {
         "list": None,
@@ -112,6 +115,8 @@ class RequestConfig:
     connect_timeout_s: float
     read_timeout_s: float  # no bytes for this long -> read_timeout failure
     extra_body: FrozenDict  # merged into every request body; read-only
+    compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.compat)
+    client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
 
 
 @dataclass(frozen=True)

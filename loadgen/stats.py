@@ -14,6 +14,7 @@ from loadgen.hist import Binned, LogHistogram, bin_values
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
+PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
 
 
 class StageStats:
@@ -77,14 +78,16 @@ class StageStats:
     def merge(self, other: StageStats) -> None:
         """Add everything ``other`` counted."""
         for name in COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, max(mine, theirs) if name in PEAKS else mine + theirs)
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
 
     def is_empty(self) -> bool:
-        # every histogram sample comes with requests_ok += 1, so counters and errors tell it all
+        # every histogram sample comes with a counter: requests_ok += 1 (results) or
+        # scheduled_requests += 1 (lateness), so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
@@ -195,6 +198,24 @@ class Collector:
         self.totals.window_output_tokens += n
         if stage is not None:
             self._stage(stage).window_output_tokens += n
+
+    def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
+        """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
+        (``None``: --max-inflight requests were in flight)."""
+        for s in (self.totals, None if stage is None else self._stage(stage)):
+            if s is None:
+                continue
+            s.scheduled_requests += 1
+            if lateness_s is None:
+                s.dropped_by_client += 1
+            else:
+                s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
+
+    def add_window_request(self, stage: int | None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` if it is being measured."""
+        self.totals.window_requests += 1
+        if stage is not None:
+            self._stage(stage).window_requests += 1
 
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1

@@ -217,6 +217,14 @@ class Collector:
         if stage is not None:
             self._stage(stage).window_requests += 1
 
+    def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
+        """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
+        now (loadgen.inflight.InflightMeter)."""
+        s = self._stage(stage)
+        s.inflight_us += request_us
+        if inflight > s.inflight_peak:
+            s.inflight_peak = inflight
+
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1
 

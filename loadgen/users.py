@@ -57,6 +57,13 @@ def request_body(scenario, model: str, prompt) -> bytes:
     return orjson.dumps(body)
 
 
+def token_id_prompts(scenario, key: tuple) -> TokenIdPrompts:
+    """The /v1/completions prompts of one stream of requests, seeded by ``key``."""
+    p = scenario.prompt
+    return TokenIdPrompts(scenario.input_tokens, tuple(p.token_id_range), key, p.shared_prefix_tokens,
+                          shared_seed=p.seed)
+
+
 def chat_word_count(client: StreamClient, scenario, model: str) -> int:
     """Words per chat prompt so the server counts exactly ``input_tokens`` (cached per process)."""
     target = scenario.input_tokens
@@ -75,6 +82,41 @@ def chat_word_count(client: StreamClient, scenario, model: str) -> int:
 
             _chat_words[target], _ = fit_word_count(target, measure)
         return _chat_words[target]
+
+
+def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None):
+    """Send one request, account for it (in flight, statistics, Locust's stats) and return its
+    RequestResult. ``record.sent_s`` is when it counts as sent: now (closed loop) or its scheduled
+    time (open loop). Shared by the closed-loop user and the open-loop dispatcher."""
+    rt, path = user.rt, user.path
+    sc = rt.scenario
+    rt.request_started(stage)
+    start_wall = time.time()
+    result = None
+    try:
+        result, nbytes = client.stream(path, body, record, on_tokens=rt.on_tokens)
+    except gevent.GreenletExit:  # stopped mid-request (Ctrl-C, drain timeout)
+        rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
+        raise
+    finally:
+        rt.request_finished(stage, ok=result is not None and result.ok)
+    rt.collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=path,
+        response_time=(result.e2e_s or 0.0) * 1000.0,
+        response_length=nbytes,
+        response=None,
+        context={"stage": stage},
+        exception=None if result.ok else RequestError(result.error_kind),
+        start_time=start_wall,
+        url=path,
+    )
+    if result.ok:
+        rt.any_ok = True
+    elif result.error_kind == NOT_OPENAI and not rt.any_ok:
+        rt.fatal(ServerUnusableError(not_openai_message(user.host, f"POST {path}: {result.error_message}")))
+    return result
 
 
 class LLMUser(User):
@@ -100,10 +142,7 @@ class LLMUser(User):
             self.prompts = None  # calibrated on first use (needs the model)
             self._seed_key = key
         else:
-            self.prompts = TokenIdPrompts(
-                sc.input_tokens, tuple(sc.prompt.token_id_range), key, sc.prompt.shared_prefix_tokens,
-                shared_seed=sc.prompt.seed,
-            )
+            self.prompts = token_id_prompts(sc, key)
 
     def on_stop(self) -> None:
         self.client.close()
@@ -129,35 +168,10 @@ class LLMUser(User):
         sc = rt.scenario
         body = request_body(sc, self.model, self.prompts.next())
         stage = rt.measuring
-        collector = rt.collector
-        collector.request_started(stage)
-        start_wall = time.time()
         record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-        try:
-            result, nbytes = self.client.stream(self.path, body, record, on_tokens=rt.on_tokens)
-        except gevent.GreenletExit:  # the user was stopped mid-request (Ctrl-C, drain timeout)
-            rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
-            raise
-        finally:
-            collector.request_finished(stage)
-        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
-        self.environment.events.request.fire(
-            request_type="POST",
-            name=self.path,
-            response_time=(result.e2e_s or 0.0) * 1000.0,
-            response_length=nbytes,
-            response=None,
-            context={"stage": stage},
-            exception=None if result.ok else RequestError(result.error_kind),
-            start_time=start_wall,
-            url=self.path,
-        )
+        result = send_request(self, self.client, body, record, stage)
         if result.ok:
-            rt.any_ok = True
             self._backoff_s = 0.0
-        elif result.error_kind == NOT_OPENAI and not rt.any_ok:
-            rt.fatal(ServerUnusableError(
-                not_openai_message(self.host, f"POST {self.path}: {result.error_message}")))
         elif result.error_kind == CONNECT_FAILED:
             # The server is down (killed, restarting): retry at a growing pause instead of
             # thousands of instant refusals a second, which would only burn the client's CPU.

@@ -38,6 +38,27 @@ class StageInfo:
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
     search: bool = False  # an SLO search stage (shapes.sweep_plan), not one of the sweep's
+    rate_per_s: float | None = None  # open loop: the offered rate asked for (after a guard clamp)
+    parts: int = 1  # open loop: processes sharing the rate
+    parts_lost_t: list[float] = field(default_factory=list)  # when each of them was lost
+
+    def lose_part(self, t: float) -> None:
+        """Open loop: a process sharing this stage's rate was lost at ``t`` (its share is not sent)."""
+        self.parts_lost_t.append(t)
+        if "worker_lost" not in self.flags:
+            self.flags.append("worker_lost")
+
+    def offered_rate_per_s(self) -> float | None:
+        """The rate the fleet really offered during the window: each lost process's share
+        (rate / parts) missing from its loss to the window's close,
+
+            offered = rate x (1 - sum over lost parts of overlap(loss..close, window) / window_s / parts)
+        """
+        if self.rate_per_s is None or not self.parts_lost_t or not self.window_s or self.open_t is None:
+            return self.rate_per_s
+        close = self.open_t + self.window_s
+        missed = sum(close - min(max(t, self.open_t), close) for t in self.parts_lost_t)
+        return self.rate_per_s * (1 - missed / self.window_s / self.parts)
 
     @property
     def closed(self) -> bool:
@@ -81,6 +102,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     the stage missed the attainment target. Search stages have ``search: true`` and ``slo_search``."""
     stats = stats or StageStats()
     row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
+    if info.rate_per_s is not None:
+        row.update(open_loop_fields(info, stats))
     flags = list(info.flags)
     if guard.clamped_to == info.concurrency:
         flags.append("guard_clamped")
@@ -98,7 +121,7 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         flags.append(cut_by)
     if info.lost_requests:
         row["lost_requests"] = info.lost_requests
-    if info.users is not None and info.users < info.concurrency:
+    if info.users is not None and info.rate_per_s is None and info.users < info.concurrency:
         flags.append("users_short")
     row["search"] = info.search
     if info.search:
@@ -114,6 +137,29 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     return row
 
 
+def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
+    """An open-loop stage's figures (the x axis is the offered rate; ``concurrency`` is None):
+
+    - offered_rate_per_s: the rate asked for, lowered for a lost process (``StageInfo``);
+      planned_rate_per_s when it was lowered
+    - scheduled_rate_per_s: arrivals that came due in the window / window_s (sent + dropped)
+    - achieved_rate_per_s (a STAGE_METRICS field): ok requests finished in the window / window_s
+    - concurrency_mean: time-weighted requests in flight = inflight_us / 1e6 / window_s
+    - concurrency_max: the most in flight at once (in one process: the busiest's peak when
+      distributed, a lower bound of the fleet's)
+    - dropped_by_client: arrivals not sent because --max-inflight were in flight
+    """
+    w = info.window_s
+    out = {"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()}
+    if out["offered_rate_per_s"] != info.rate_per_s:
+        out["planned_rate_per_s"] = info.rate_per_s
+    out["scheduled_rate_per_s"] = stats.scheduled_requests / w if w else None
+    out["concurrency_mean"] = stats.inflight_us / 1e6 / w if w else None
+    out["concurrency_max"] = stats.inflight_peak
+    out["dropped_by_client"] = stats.dropped_by_client
+    return out
+
+
 def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str]:
     """The lines to print under a stage row: token mismatches, missing usage, client-bound."""
     k, out = row["index"], []
@@ -126,12 +172,21 @@ def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str
     if mismatch.get("estimated"):
         out.append(f"llm-loadgen: warning: stage {k}: {mismatch['estimated']} requests came without usage; "
                    "their token counts are counted chunks (stream_options.include_usage ignored?)")
+    if row.get("offered_rate_per_s") is not None:
+        out.append(f"llm-loadgen: stage {k}: offered {_n(row['offered_rate_per_s'])} req/s, achieved "
+                   f"{_n(row.get('achieved_rate_per_s'))} req/s; in flight mean {_n(row['concurrency_mean'])}"
+                   f" max {row['concurrency_max']}; send lateness p99 {_n(row.get('lateness_p99_s'), 1000)} ms; "
+                   f"dropped_by_client {row['dropped_by_client']}")
     if "client_bound" in row["flags"]:
         client = row["client"]
         out.append(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {client['cpu_percent']}%, loop lag p99 "
                    f"{client['loop_lag_p99_s']} s): its TTFT/ITL include client delays; add workers "
                    "(--processes N or more --worker processes)")
     return out
+
+
+def _n(value: float | None, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value * scale:.3g}"
 
 
 def totals_of(t: StageStats) -> dict:
@@ -167,17 +222,21 @@ class RunFacts:
     worker_losses: list
 
 
-def slo_outcomes(rows: list[dict]) -> list[tuple[int, bool]]:
-    """(concurrency, passed) of every stage row judged against the SLO that measured requests."""
-    return [(r["concurrency"], r["slo"]["pass"]) for r in rows
-            if r.get("slo") and r["slo"]["attainment"] is not None]
+def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[float, bool]]:
+    """(load, passed) of every stage row judged against the SLO that measured requests; the load is
+    ``load_key``: the concurrency, or an open-loop run's ``offered_rate_per_s``."""
+    return [(r[load_key], r["slo"]["pass"]) for r in rows
+            if r.get("slo") and r["slo"]["attainment"] is not None and r.get(load_key) is not None]
 
 
-def summary_slo(rows: list[dict], objectives: Objectives) -> dict | None:
-    """summary.json's top-level ``slo`` (``loadgen.slo.slo_answer``); None without objectives."""
+def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:
+    """summary.json's top-level ``slo`` (``loadgen.slo.slo_answer``); None without objectives. In an
+    open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
     if not objectives.enabled:
         return None
-    return slo_answer(slo_outcomes(rows), objectives, [r["concurrency"] for r in rows if r.get("search")])
+    load = "rate_per_s" if load_key == "offered_rate_per_s" else "concurrency"
+    return slo_answer(slo_outcomes(rows, load_key), objectives,
+                      [r["concurrency"] for r in rows if r.get("search")], load)
 
 
 def kv_ceiling(capacity, scenario) -> int | None:
@@ -189,11 +248,13 @@ def kv_ceiling(capacity, scenario) -> int | None:
 
 
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
-                  knee: int | None, totals: StageStats, compat=None, probes: tuple = ((), None)) -> dict:
+                  knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None)) -> dict:
     """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
+    ``knee``: a concurrency, or in open-loop mode an offered rate (``knee.rate_per_s``).
     ``compat``: loadgen.compat.Compat of the start check; ``probes``: (outcome of each probe request,
     their StageStats): ``preflight``, a part of ``totals`` that no worker sent."""
     sc, cap = scenario, capacity
+    load_key = "offered_rate_per_s" if sc.open_loop else "concurrency"
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),
@@ -226,8 +287,10 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "breaches": guard.breaches,
             "max_concurrency": kv_ceiling(cap, sc),
         },
-        "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
-        "slo": summary_slo(rows, sc.slo),
+        "knee": {"concurrency": None if sc.open_loop else knee, "threshold": sc.knee.threshold,
+                 **({"rate_per_s": knee} if sc.open_loop else {})},
+        "slo": summary_slo(rows, sc.slo, load_key),
         "totals": totals_of(totals),
-        "stages": [dict(r, flags=r["flags"] + (["knee"] if r["concurrency"] == knee else [])) for r in rows],
+        "stages": [dict(r, flags=r["flags"] + (["knee"] if knee is not None and r.get(load_key) == knee else []))
+                   for r in rows],
     }

@@ -198,10 +198,13 @@ def next_search_concurrency(outcomes: list[tuple[int, bool]], objectives: Object
 
 
 def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
-               search_concurrencies: list[int]) -> dict:
-    """summary.json's top-level ``slo``: objectives, max_concurrency, bracket, the search."""
+               search_concurrencies: list[int], load: str = "concurrency") -> dict:
+    """summary.json's top-level ``slo``: objectives, max_concurrency, bracket, the search. ``load``:
+    what the bracket is in, ``concurrency``, or ``rate_per_s`` for an open-loop rate sweep (whose
+    ``max_concurrency`` is then the largest passing offered rate; it has no search)."""
     lo, hi = bracket(outcomes)
     return {
+        "load": load,
         "objectives": objectives.thresholds,
         "attainment_target": objectives.attainment,
         "max_concurrency": lo,
@@ -217,8 +220,10 @@ def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
 
 def answer_line(answer: dict) -> str:
     """One line for the console: the SLO maximum said plainly, including 'none passed', with the
-    objectives and the search stages."""
-    lo, hi = answer["bracket"]
+    objectives and the search stages (an open-loop answer is in requests/s)."""
+    rate = answer.get("load") == "rate_per_s"
+    what = "rate" if rate else "concurrency"
+    lo, hi = ((None if x is None else f"{x:g} req/s" if rate else f"C={x}") for x in answer["bracket"])
     target = f"{answer['attainment_target']:.0%}"
     goal = ", ".join(f"{k} <= {v:g}" for k, v in answer["objectives"].items()) or "the objectives"
     search = answer["search"]
@@ -227,7 +232,7 @@ def answer_line(answer: dict) -> str:
         tail += " (search stopped at slo.max_search_stages before the resolution)"
     if lo is None:
         return (f"SLO: no stage met {goal} for {target} of requests "
-                f"(max concurrency: none; C={hi} already failed{tail})")
+                f"(max {what}: none; {hi} already failed{tail})")
     if hi is None:
-        return f"SLO: max concurrency C={lo} (every stage passed {goal}: the limit is above C={lo}{tail})"
-    return f"SLO: max concurrency C={lo} ({target} of requests met {goal}; C={hi} did not{tail})"
+        return f"SLO: max {what} {lo} (every stage passed {goal}: the limit is above {lo}{tail})"
+    return f"SLO: max {what} {lo} ({target} of requests met {goal}; {hi} did not{tail})"

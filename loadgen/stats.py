@@ -16,6 +16,7 @@ from loadgen.slo import Objectives, SloCounts, request_verdict
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
+PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
 
 
 class StageStats:
@@ -88,7 +89,8 @@ class StageStats:
     def merge(self, other: StageStats) -> None:
         """Add everything ``other`` counted."""
         for name in COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, max(mine, theirs) if name in PEAKS else mine + theirs)
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
         self.failures.merge(other.failures)
@@ -97,7 +99,8 @@ class StageStats:
         self.slo.merge(other.slo)
 
     def is_empty(self) -> bool:
-        # every histogram sample comes with requests_ok += 1, so counters and errors tell it all
+        # every histogram sample comes with a counter: requests_ok += 1 (results) or
+        # scheduled_requests += 1 (lateness), so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
@@ -224,6 +227,32 @@ class Collector:
         self.totals.window_output_tokens += n
         if stage is not None:
             self._stage(stage).window_output_tokens += n
+
+    def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
+        """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
+        (``None``: --max-inflight requests were in flight)."""
+        for s in (self.totals, None if stage is None else self._stage(stage)):
+            if s is None:
+                continue
+            s.scheduled_requests += 1
+            if lateness_s is None:
+                s.dropped_by_client += 1
+            else:
+                s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
+
+    def add_window_request(self, stage: int | None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` if it is being measured."""
+        self.totals.window_requests += 1
+        if stage is not None:
+            self._stage(stage).window_requests += 1
+
+    def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
+        """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
+        now (loadgen.inflight.InflightMeter)."""
+        s = self._stage(stage)
+        s.inflight_us += request_us
+        if inflight > s.inflight_peak:
+            s.inflight_peak = inflight
 
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1

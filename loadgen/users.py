@@ -72,6 +72,45 @@ def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple):
     return ChatPrompts(words, seed_key) if sc.endpoint == "chat" else TextPrompts(words, seed_key)
 
 
+def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None):
+    """Send one request, account for it (in flight, statistics, Locust's stats) and return its
+    RequestResult. ``record.sent_s`` is when it counts as sent: now (closed loop) or its scheduled
+    time (open loop). Shared by the closed-loop user and the open-loop dispatcher."""
+    rt, path = user.rt, user.path
+    sc = rt.scenario
+    rt.request_started(stage)
+    start_wall = time.time()
+    result = None
+    try:
+        result, nbytes = client.stream(path, body, record, on_tokens=rt.on_tokens)
+    except gevent.GreenletExit:  # stopped mid-request (Ctrl-C, drain timeout)
+        rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
+        raise
+    finally:
+        rt.request_finished(stage, ok=result is not None and result.ok)
+    if not result.ok:
+        result.error_message = rt.redact(result.error_message)  # a server may echo the key back
+    rt.collector.record_result(result, stage, sc.input_tokens, sc.output_tokens, sc.slo)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=path,
+        response_time=(result.e2e_s or 0.0) * 1000.0,
+        response_length=nbytes,
+        response=None,
+        context={"stage": stage},
+        exception=None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status)),
+        start_time=start_wall,
+        url=path,
+    )
+    if result.ok:
+        rt.any_ok = True
+    elif result.error_kind == NOT_OPENAI and not rt.any_ok:
+        rt.fatal(ServerUnusableError(not_openai_message(user.host, f"POST {path}: {result.error_message}")))
+    if rt.fail_fast.observe(result.ok, result.error_kind, result.error_status, result.error_message):
+        rt.fatal(refusal_line(user.host, path, rt.fail_fast, user.model))
+    return result
+
+
 class LLMUser(User):
     """One closed-loop streaming client of an OpenAI-compatible server."""
 
@@ -120,42 +159,15 @@ class LLMUser(User):
         sc = rt.scenario
         body = request_body(sc, self.model, self.prompts.next(), rt.compat)
         stage = rt.measuring
-        collector = rt.collector
-        collector.request_started(stage)
-        start_wall = time.time()
         record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-        try:
-            result, nbytes = self.client.stream(self.path, body, record, on_tokens=rt.on_tokens)
-        except gevent.GreenletExit:  # the user was stopped mid-request (Ctrl-C, drain timeout)
-            rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
-            raise
-        finally:
-            collector.request_finished(stage)
-        if not result.ok:
-            result.error_message = rt.redact(result.error_message)  # a server may echo the key back
-        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens, sc.slo)
-        self.environment.events.request.fire(
-            request_type="POST",
-            name=self.path,
-            response_time=(result.e2e_s or 0.0) * 1000.0,
-            response_length=nbytes,
-            response=None,
-            context={"stage": stage},
-            exception=None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status)),
-            start_time=start_wall,
-            url=self.path,
-        )
+        result = send_request(self, self.client, body, record, stage)
         self._after(result)
 
     def _after(self, result) -> None:
-        """Stop a run that only meets refusals; pause after a refusal or a refused connection."""
+        """Pause after a refusal or a refused connection (never a flood of either)."""
         rt = self.rt
         if result.ok:
-            rt.any_ok = True
             self._backoff_s = 0.0
-        elif result.error_kind == NOT_OPENAI and not rt.any_ok:
-            rt.fatal(ServerUnusableError(
-                not_openai_message(self.host, f"POST {self.path}: {result.error_message}")))
         elif result.error_kind == CONNECT_FAILED:
             # The server is down (killed, restarting): retry at a growing pause instead of
             # thousands of instant refusals a second, which would only burn the client's CPU.
@@ -163,8 +175,6 @@ class LLMUser(User):
             gevent.sleep(self._backoff_s)
         else:
             self._backoff_s = 0.0
-        if rt.fail_fast.observe(result.ok, result.error_kind, result.error_status, result.error_message):
-            rt.fatal(refusal_line(self.host, self.path, rt.fail_fast, self.model))
-        elif not result.ok and is_client_refusal(result.error_kind, result.error_status):
+        if not result.ok and is_client_refusal(result.error_kind, result.error_status) and not rt.fatal_sent:
             # a server that starts refusing mid-run is not hammered either: each user pauses
             gevent.sleep(rt.scenario.request.client_error_pause_s)

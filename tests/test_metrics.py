@@ -71,7 +71,8 @@ def test_views_derive_from_the_table():
     html = metrics_table_html(runs)
     assert all(m.title.replace("&", "&amp;") in html for m in STAGE_METRICS)
     exported = {h.exporter for h in exporter.HISTOGRAMS}
-    assert exported == {"ttft_seconds", "itl_seconds", "itl_chunk_seconds", "tpot_seconds", "e2e_seconds"}
+    assert exported == {"ttft_seconds", "itl_seconds", "itl_chunk_seconds", "tpot_seconds", "e2e_seconds",
+                        "schedule_lateness_seconds"}
 
 
 def test_cells_are_in_the_shown_unit():

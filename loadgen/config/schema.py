@@ -14,6 +14,7 @@ from typing import Any
 from loadgen.slo import Objectives
 
 ENDPOINTS = ("completions", "chat")
+ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
 COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.compat
 
@@ -53,6 +54,17 @@ DEFAULTS: dict[str, Any] = {
         "max_window_s": 900,
         "drain_s": 300,
     },
+    "rate": {
+        "list": None,
+        "start": None,
+        "factor": 2,
+        "max": None,
+        "arrival": "poisson",
+        "burstiness": 1.0,
+        "seed": 0,
+        "max_inflight": 1024,
+        "probe_requests": 2,
+    },
     "guard": {
         "kv_capacity_tokens": None,
         "margin": 0.0,
@@ -77,7 +89,7 @@ DEFAULTS: dict[str, Any] = {
         "max_search_stages": 4,
     },
     "exporter": {"port": 0, "host": "127.0.0.1"},
-    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02},
+    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "results_dir": "results",
 }
 
@@ -161,6 +173,38 @@ class StagesConfig:
 
 
 @dataclass(frozen=True)
+class RateConfig:
+    """Open-loop (rate) mode: on when ``list`` or ``start`` is set (loadgen.open_loop)."""
+
+    list: tuple[float, ...] | None  # requests/s per stage
+    start: float | None  # geometric form: start, start x factor, ... up to max
+    factor: float
+    max: float | None
+    arrival: str  # one of ARRIVALS
+    burstiness: float  # gamma shape: 1 = Poisson, < 1 burstier
+    seed: int
+    max_inflight: int  # per load-generating process; a due request beyond it is dropped_by_client
+    probe_requests: int  # sequential requests before the first stage, for the KV guard's E2E
+
+    def rates(self) -> tuple[float, ...] | None:
+        """Offered rate of each stage (requests/s), or None in the concurrency sweep.
+
+        ``list`` as given; else start x factor^k for k = 0, 1, ... while <= max (``max`` appended
+        if the series skipped it, as for concurrencies)."""
+        if self.list is not None:
+            return tuple(self.list)
+        if self.start is None:
+            return None
+        out, k = [], 0
+        while (r := round(self.start * self.factor**k, 9)) <= self.max * (1 + 1e-9):
+            out.append(r)
+            k += 1
+        if out[-1] < self.max * (1 - 1e-9):
+            out.append(float(self.max))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class GuardConfig:
     kv_capacity_tokens: int | None  # None: discover from the server
     margin: float  # projected tokens *= (1 + margin)
@@ -189,6 +233,7 @@ class ExporterConfig:
 class ClientCheckConfig:
     cpu_percent_max: float
     loop_lag_p99_s_max: float
+    lateness_p99_s_max: float  # open loop: send lateness p99 at or above this -> client_bound
 
 
 @dataclass(frozen=True)
@@ -204,6 +249,7 @@ class Scenario:
     prompt: PromptConfig
     request: RequestConfig
     stages: StagesConfig
+    rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
     slo: Objectives  # loadgen.slo: per-request objectives; none set = no SLO accounting
@@ -214,6 +260,16 @@ class Scenario:
     def concurrencies(self) -> list[int]:
         """Concurrency of each stage; see ``StagesConfig.concurrencies`` for the rule."""
         return list(self.stages.concurrencies())
+
+    @property
+    def open_loop(self) -> bool:
+        """Rate stages (requests arrive on a schedule) instead of concurrency stages."""
+        return self.rate.rates() is not None
+
+    def loads(self) -> list[float]:
+        """Each stage's load: requests/s in open-loop mode, else the concurrency."""
+        rates = self.rate.rates()
+        return list(rates) if rates is not None else self.concurrencies()
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON-safe data, with the same keys as the YAML file, so
@@ -236,6 +292,7 @@ SECTIONS: dict[str, type] = {
     "prompt": PromptConfig,
     "request": RequestConfig,
     "stages": StagesConfig,
+    "rate": RateConfig,
     "guard": GuardConfig,
     "knee": KneeConfig,
     "slo": Objectives,

@@ -49,16 +49,24 @@ def series(stages: list[dict], x_key: str, y_key: str, scale: float = 1.0) -> tu
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def concurrency_axis(ax, concurrencies: list[int]) -> None:
-    """Log2 x axis ticked at exactly the concurrencies that were run (1, 4, 16, 32, ...)."""
+def load_key(stages: list[dict]) -> str:
+    """The x axis of a sweep: ``concurrency``, or ``offered_rate_per_s`` for an open-loop run."""
+    return "offered_rate_per_s" if any(s.get("offered_rate_per_s") is not None for s in stages) else "concurrency"
+
+
+def concurrency_axis(ax, concurrencies: list, label: str = "concurrency (requests in flight)") -> None:
+    """Log2 x axis ticked at exactly the loads that were run (1, 4, 16, 32, ... or rates)."""
     ax.set_xscale("log", base=2)
     ticks = sorted({c for c in concurrencies if c and c > 0})
     if ticks:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.set_xticklabels([str(c) for c in ticks])
+        ax.set_xticklabels([f"{c:g}" for c in ticks])
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_xlabel(label)
     ax.grid(True, alpha=0.3)
+
+
+RATE_AXIS = "offered rate (requests/s)"
 
 
 class PlainLogFormatter(LogFormatter):
@@ -86,11 +94,12 @@ def _capacity_text(guard: dict) -> str:
     return f"KV capacity {cap / 1e6:.2f}M tokens" if cap >= 1e6 else f"KV capacity {cap:,} tokens"
 
 
-def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, guard: dict) -> None:
+def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, guard: dict,
+               key: str = "concurrency") -> None:
     """Goodput tok/s (``goodput tok/s``), the search stages (``SLO search stages``), the SLO maximum
     (``SLO max C=..``, a vertical line) and the KV ceiling (``KV ceiling C=..``, drawn when it is
-    within 4x the largest stage, else named in a note)."""
-    gx, gy = series(stages, "concurrency", "goodput_output_tokens_per_s")
+    within 4x the largest stage, else named in a note; a concurrency, so not on a rate axis)."""
+    gx, gy = series(stages, key, "goodput_output_tokens_per_s")
     if gx:
         ax.plot(gx, gy, marker=".", color="tab:green", label="goodput tok/s (met the SLO)")
     search = [s["concurrency"] for s in stages if s.get("search")]
@@ -100,8 +109,9 @@ def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, gua
                 markerfacecolor="none", color="tab:purple", label="SLO search stages")
     best = (slo or {}).get("max_concurrency")
     if best is not None:
-        ax.axvline(best, color="tab:green", linestyle="-.", label=f"SLO max C={best}")
-    ceiling = guard.get("max_concurrency")
+        ax.axvline(best, color="tab:green", linestyle="-.",
+                   label=f"SLO max C={best}" if key == "concurrency" else f"SLO max {best:g}/s")
+    ceiling = guard.get("max_concurrency") if key == "concurrency" else None
     if ceiling is not None and xs and ceiling <= 4 * max(xs):
         ax.axvline(ceiling, color="tab:red", linestyle=":", label=f"KV ceiling C={ceiling}")
     elif ceiling is not None and xs:
@@ -118,14 +128,15 @@ def throughput_figure(
     SLO maximum from summary.json ``slo``, search stages, KV ceiling ``guard.max_concurrency``)."""
     fig = new_figure()
     ax = fig.axes[0]
-    xs, ys = series(stages, "concurrency", "output_tokens_per_s")
+    key = load_key(stages)
+    xs, ys = series(stages, key, "output_tokens_per_s")
     # ticks at the sweep's stages and the SLO maximum (search stages crowd around it)
-    ticks = [s.get("concurrency") for s in stages if not s.get("search")] + [(slo or {}).get("max_concurrency")]
+    ticks = [s.get(key) for s in stages if not s.get("search")] + [(slo or {}).get("max_concurrency")]
     if xs:
         ax.plot(xs, ys, marker="o", color="tab:blue", label="output tok/s")
     else:
         _no_data(ax)
-    _slo_marks(ax, stages, xs, ys, slo, guard or {})
+    _slo_marks(ax, stages, xs, ys, slo, guard or {}, key)
     if knee is not None and knee in xs:
         ax.plot(
             [knee],
@@ -134,7 +145,7 @@ def throughput_figure(
             markersize=16,
             linestyle="none",
             color="tab:orange",
-            label=f"knee C={knee}",
+            label=f"knee C={knee}" if key == "concurrency" else f"knee {knee:g}/s",
         )
     stop = (guard or {}).get("stopped_before")
     if stop:
@@ -151,10 +162,13 @@ def throughput_figure(
             xytext=(-4, 0),
             textcoords="offset points",
         )
-    concurrency_axis(ax, ticks)
+    if key == "concurrency":
+        concurrency_axis(ax, ticks)
+    else:
+        concurrency_axis(ax, ticks, RATE_AXIS)
     ax.set_ylabel("output tokens/s (all requests)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or "Throughput vs concurrency")
+    ax.set_title(title or ("Throughput vs concurrency" if key == "concurrency" else "Throughput vs offered rate"))
     if xs:
         ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -164,15 +178,19 @@ def latency_figure(stages: list[dict], title: str = "") -> Figure:
     """Left axes: TTFT p50/p99 in ms; right axes: per-token ITL p50/p99 in ms; both vs concurrency
     (log y). Line labels: ``TTFT p50``, ``TTFT p99``, ``ITL p50``, ``ITL p99``."""
     fig = new_figure(ncols=2, size=(10.0, 4.2))
-    concurrencies = [s.get("concurrency") for s in stages]
+    key = load_key(stages)
+    concurrencies = [s.get(key) for s in stages]
     for ax, metric, name in ((fig.axes[0], "ttft", "TTFT"), (fig.axes[1], "itl", "ITL")):
         plotted = False
         for q, style in (("p50", "-"), ("p99", "--")):
-            xs, ys = series(stages, "concurrency", f"{metric}_{q}_s", scale=1000.0)
+            xs, ys = series(stages, key, f"{metric}_{q}_s", scale=1000.0)
             if xs:
                 ax.plot(xs, ys, marker="o", linestyle=style, label=f"{name} {q}")
                 plotted = True
-        concurrency_axis(ax, concurrencies)
+        if key == "concurrency":
+            concurrency_axis(ax, concurrencies)
+        else:
+            concurrency_axis(ax, concurrencies, RATE_AXIS)
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"{name} {'(per token)' if metric == 'itl' else ''}".strip())
         if plotted:

@@ -57,7 +57,9 @@ def mismatch_compact(stage: dict) -> str:
 def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
     """The stage's own flags (set by the run: guard, over capacity, client-bound...) plus ``knee``."""
     flags = list(stage.get("flags") or [])
-    if knee is not None and stage.get("concurrency") == knee and "knee" not in flags:
+    load = stage.get("concurrency")
+    load = stage.get("offered_rate_per_s") if load is None else load
+    if knee is not None and load == knee and "knee" not in flags:
         flags.append("knee")
     return flags
 
@@ -65,8 +67,17 @@ def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
 # (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows:
 # the stage and its request count, then every metric of loadgen.metrics that has a console column.
 Column = tuple[str, str, int, Callable[[dict], str]]
+
+
+def load_cell(stage: dict) -> str:
+    """The stage's load: its concurrency, or in open-loop mode its offered rate (``8/s``)."""
+    if stage.get("concurrency") is None and stage.get("offered_rate_per_s") is not None:
+        return f"{num(stage['offered_rate_per_s'])}/s"
+    return str(stage.get("concurrency", "-"))
+
+
 COLUMNS: list[Column] = [
-    ("C", "", 6, lambda s: str(s.get("concurrency", "-"))),
+    ("C", "", 6, load_cell),
     ("reqs", "", 6, lambda s: str(s.get("requests", "-"))),
 ] + [
     (m.console.title, m.console.subtitle or m.shown.unit, m.console.width, m.cell)
@@ -82,10 +93,13 @@ def columns(slo: bool) -> list[Column]:
     return [c for c in COLUMNS if slo or c[0] not in _SLO_TITLES]
 
 
-def format_stage_header(slo: bool = False) -> str:
-    """Two header lines (names, units) matching :func:`format_stage_row` (``slo``: with SLO columns)."""
-    names = "".join(f"{name:>{width}}" for name, _, width, _ in columns(slo))
-    units = "".join(f"{unit:>{width}}" for _, unit, width, _ in columns(slo))
+def format_stage_header(open_loop: bool = False, slo: bool = False) -> str:
+    """Two header lines (names, units) matching :func:`format_stage_row` (open loop: the first
+    column is the offered rate; ``slo``: with the SLO columns)."""
+    cols = columns(slo)
+    names = "".join(f"{'rate' if open_loop and i == 0 else name:>{width}}"
+                    for i, (name, _, width, _) in enumerate(cols))
+    units = "".join(f"{unit:>{width}}" for _, unit, width, _ in cols)
     tail = f"  {TAIL_COLUMNS[0]:<24}{TAIL_COLUMNS[1]:<14}{TAIL_COLUMNS[2]}"
     return names + tail + "\n" + units
 
@@ -104,7 +118,13 @@ def format_notes(
     """Lines under the table: the knee, the SLO maximum (summary.json ``slo``) and the KV ceiling
     together, then where the guard stopped the sweep."""
     notes = []
-    if knee is not None:
+    if any(s.get("offered_rate_per_s") is not None for s in stages):
+        if knee is not None:
+            notes.append(f"knee: {num(knee)} req/s (the highest offered rate the server sustained: beyond it, "
+                         f"achieved < {1 - threshold:.0%} of offered or TTFT grew without bound)")
+        elif len(stages) >= 2:
+            notes.append("knee: none found (every rate sustained, or none)")
+    elif knee is not None:
         notes.append(
             f"knee: C={knee} (beyond it, output tok/s gains <{threshold:.0%} per doubling of concurrency)"
         )
@@ -133,7 +153,8 @@ def format_stage_table(
 ) -> str:
     """The whole table: header, one row per stage, then notes on the knee, the SLO maximum, the KV
     ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's)."""
-    lines = [format_stage_header(slo=any("slo" in s for s in stages))]
+    lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages),
+                                 slo=any("slo" in s for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]
     lines += format_notes(stages, knee, guard, threshold, slo)
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from loadgen.guard import GuardDecision, max_fitting_concurrency
+from loadgen.metrics import SLO_ATTAINMENT
 from loadgen.slo import Objectives, slo_answer, stage_slo
 from loadgen.stats import HISTOGRAMS, StageStats
 
@@ -227,6 +228,13 @@ def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[
     ``load_key``: the concurrency, or an open-loop run's ``offered_rate_per_s``."""
     return [(r[load_key], r["slo"]["pass"]) for r in rows
             if r.get("slo") and r["slo"]["attainment"] is not None and r.get(load_key) is not None]
+
+
+def latest_attainment(stages: dict[int, StageStats], k: int | None) -> float | None:
+    """SLO attainment (the metric table's share) of the latest stage up to k with judged requests:
+    stage k's so far, or the one before during k's ramp and warmup (the exporter's gauge)."""
+    judged = [i for i, st in stages.items() if st.slo.judged and (k is None or i <= k)]
+    return SLO_ATTAINMENT.value(stages[max(judged)], None) if judged else None
 
 
 def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:

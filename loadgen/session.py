@@ -17,28 +17,18 @@ import time
 
 import gevent
 
-from loadgen import errors
+from loadgen import errors, results
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.failures import LocustFailure, locust_name
 from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
-from loadgen.metrics import SLO_ATTAINMENT
 from loadgen.phases import Phase
 from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee, find_rate_knee
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
-from loadgen.results import (
-    GuardRecord,
-    RunFacts,
-    StageInfo,
-    build_summary,
-    iso,
-    slo_outcomes,
-    stage_row,
-    stage_warnings,
-)
+from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
 from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
@@ -331,7 +321,7 @@ class Session:
 
     def slo_outcomes(self) -> list[tuple[int, bool]]:
         """(concurrency, passed) of every final stage, for the plan's SLO search."""
-        return slo_outcomes(self.rows)
+        return results.slo_outcomes(self.rows)
 
     def summary(self, final: bool = False) -> dict:
         rt = self.rt
@@ -356,13 +346,6 @@ class ExporterFeed:
     def __init__(self, session: Session):
         self.session = session
 
-    def stage_attainment(self, k: int | None) -> float | None:
-        """SLO attainment (the metric table's share) of the latest stage up to k whose measured
-        requests have finished: stage k's so far, or the one before during k's ramp and warmup."""
-        stages = self.session.rt.collector.stages
-        judged = [i for i, st in stages.items() if st.slo.judged and (k is None or i <= k)]
-        return SLO_ATTAINMENT.value(stages[max(judged)], None) if judged else None
-
     def exporter_snapshot(self):
         from loadgen.exporter import ExporterSnapshot
 
@@ -384,7 +367,7 @@ class ExporterFeed:
             client_cpu_percent=cpu,
             client_loop_lag_s=lag,
             slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
-            slo_stage_attainment=self.stage_attainment(rt.stage),
+            slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

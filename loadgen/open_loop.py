@@ -35,7 +35,6 @@ from gevent.pool import Pool
 
 from loadgen.arrivals import ArrivalSpec
 from loadgen.client import StreamClient
-from loadgen.prompts import ChatPrompts
 from loadgen.records import RequestRecord
 from loadgen.users import PATHS, LLMUser, prompt_source, request_body, send_request
 

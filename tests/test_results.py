@@ -105,3 +105,17 @@ def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
     assert row["planned_rate_per_s"] == 8.0 and "worker_lost" in row["flags"]
     assert row["concurrency"] is None and row["concurrency_mean"] == 2.0 and row["concurrency_max"] == 3
     assert row["scheduled_rate_per_s"] == 1 / 20 and "users_short" not in row["flags"]
+
+
+def test_open_loop_slo_answer_is_in_offered_requests_per_s():
+    from loadgen.config import build_scenario
+    from loadgen.results import summary_slo
+    from loadgen.slo import answer_line
+
+    sc = build_scenario({"slo": {"ttft_s": 2}, "rate": {"list": [1, 2, 4]}})
+    rows = [{"concurrency": None, "offered_rate_per_s": r, "slo": {"pass": r < 4, "attainment": 1.0}}
+            for r in (1.0, 2.0, 4.0)]
+    answer = summary_slo(rows, sc.slo, "offered_rate_per_s")
+    assert answer["load"] == "rate_per_s" and answer["bracket"] == [2.0, 4.0]
+    assert answer_line(answer) == ("SLO: max rate 2 req/s (99% of requests met ttft_s <= 2; "
+                                   "4 req/s did not)")

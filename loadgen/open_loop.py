@@ -69,9 +69,10 @@ class RateUser(LLMUser):
         rt, sc = self.rt, self.rt.scenario
         client = self.idle_clients.pop() if self.idle_clients else self._new_client()
         try:
-            body = request_body(sc, self.model, self.prompts.next(), rt.compat)
+            ask = self.prompts.next()
+            body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
-            send_request(self, client, body, RequestRecord(due_s, sc.output_tokens, sc.endpoint), stage)
+            send_request(self, client, body, RequestRecord(due_s, ask.output_tokens, sc.endpoint), stage, ask)
         finally:
             self.idle_clients.append(client)
 
@@ -127,8 +128,10 @@ def probe_duration_s(rt, n: int) -> tuple[float | None, list]:
         prompts = prompt_source(rt, client, model, (sc.prompt.seed, 0xB0B))
         results = []
         for _ in range(n):
-            record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-            result, _ = client.stream(PATHS[sc.endpoint], request_body(sc, model, prompts.next(), rt.compat), record)
+            ask = prompts.next()
+            record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
+            body = request_body(sc, model, ask.prompt, rt.compat, ask.output_tokens)
+            result, _ = client.stream(PATHS[sc.endpoint], body, record)
             results.append(result)
         e2e = [r.e2e_s for r in results if r.ok]
         return (sum(e2e) / len(e2e) if e2e else None), results

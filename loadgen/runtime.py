@@ -23,6 +23,7 @@ from gevent.lock import Semaphore
 from loadgen import preflight
 from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
+from loadgen.dataset import DatasetRequest, load_dataset
 from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor
 from loadgen.inflight import InflightMeter
@@ -38,6 +39,8 @@ class Runtime:
     def __init__(self, environment, scenario: Scenario):
         self.environment = environment
         self.scenario = scenario
+        self.dataset = scenario_dataset(scenario)
+        self._dataset_cursor = None  # loadgen.users.dataset_cursor: this process's share
         self.collector = Collector()
         self.stage: int | None = None  # stage index of the current phase
         self.kind: Phase = Phase.IDLE
@@ -150,6 +153,12 @@ class Runtime:
         return self._model
 
 
+def scenario_dataset(scenario) -> list[DatasetRequest] | None:
+    """Every request of ``workload.dataset`` (validated: DatasetError, exit 2), or None."""
+    path = scenario.workload.dataset
+    return None if path is None else load_dataset(path, scenario.endpoint)
+
+
 def api_key(scenario) -> str | None:
     """The key from the environment variable the scenario names (``api_key_env``; null: no key)."""
     return (os.environ.get(scenario.api_key_env) or None) if scenario.api_key_env else None
@@ -166,6 +175,7 @@ def install(environment) -> Runtime:
         # A separately started worker saw default options at init; the master's arrive now.
         if rt.is_worker:
             rt.scenario = scenario_from_options(environment.parsed_options)
+            rt.dataset, rt._dataset_cursor = scenario_dataset(rt.scenario), None
             rt.use_model(rt.scenario.model)
             rt.api_key = api_key(rt.scenario)
         if not rt.is_master:

@@ -50,6 +50,10 @@ class StageStats:
             return
         self.requests_ok += 1
         pt = result.prompt_tokens
+        if pt is not None or expected_in:
+            self.input_len_tokens.add(pt if pt is not None else expected_in)
+        if result.completion_tokens:
+            self.output_len_tokens.add(result.completion_tokens)
         if pt is None:
             self.input_tokens += expected_in or 0
         else:

@@ -18,6 +18,7 @@ from locust.exception import StopUser
 
 from loadgen.client import StreamClient
 from loadgen.compat import Compat, build_body, refusal_line
+from loadgen.conversation import Conversation
 from loadgen.dataset import share
 from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError
 from loadgen.failures import LocustFailure, is_client_refusal, locust_name
@@ -107,7 +108,7 @@ def dataset_cursor(rt) -> DatasetCursor | None:
     return rt._dataset_cursor
 
 
-def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple) -> Workload:
+def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple) -> Workload | Conversation:
     """The requests one user sends (loadgen.workload): token IDs (completions), calibrated text
     (completions on a server that refuses token IDs), or calibrated chat messages; lengths from
     the scenario's distributions, or the process's share of the dataset."""
@@ -118,8 +119,9 @@ def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple) -> Work
     else:
         maker = PromptMaker("chat" if sc.endpoint == "chat" else "text", id_range, seed_key,
                             fit=text_fit(client, sc, model))
-    return Workload(maker, sc.length_dist("input"), sc.length_dist("output"), seed_key, dataset_cursor(rt),
-                    hash_salt=sc.prompt.seed)
+    workload = Workload(maker, sc.length_dist("input"), sc.length_dist("output"), seed_key, dataset_cursor(rt),
+                        hash_salt=sc.prompt.seed)
+    return Conversation(workload, sc.workload.turns) if sc.workload.turns > 1 else workload
 
 
 def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None,
@@ -143,7 +145,8 @@ def send_request(user, client: StreamClient, body: bytes, record: RequestRecord,
     if not result.ok:
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     expected = (sc.input_tokens, sc.output_tokens) if ask is None else (ask.input_tokens, ask.output_tokens)
-    rt.collector.record_result(result, stage, *expected)
+    turn = ask.turn if ask is not None and sc.workload.turns > 1 else None
+    rt.collector.record_result(result, stage, *expected, turn=turn)
     user.environment.events.request.fire(
         request_type="POST",
         name=path,
@@ -215,6 +218,7 @@ class LLMUser(User):
         stage = rt.measuring
         record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
         result = send_request(self, self.client, body, record, stage, ask)
+        self.prompts.answered(ask, result.ok, result.completion_tokens)
         self._after(result)
 
     def _after(self, result) -> None:

@@ -87,6 +87,11 @@ class PromptMaker:
     def ids(self, n_tokens: int) -> list[int]:
         return self._ids.next(n_tokens)
 
+    def fresh_ids(self, n_tokens: int) -> list[int]:
+        """IDs with no shared prefix (a conversation's synthetic reply)."""
+        lo, hi = self.id_range
+        return self._rng.integers(lo, hi, n_tokens, dtype=np.int64).tolist()
+
     def make(self, n_tokens: int) -> tuple[object, int | None]:
         """(prompt, expected input tokens) for a prompt of ``n_tokens``."""
         if self.kind == "token_ids":
@@ -120,6 +125,9 @@ class Workload:
         self.maker, self.cursor = maker, cursor
         self.block_tokens, self.hash_salt = block_tokens, hash_salt
         self._lengths = LengthSampler(inputs, outputs, (*seed_key, 0x1E9))
+
+    def answered(self, ask: Ask, ok: bool, completion_tokens: int | None) -> None:
+        """Single requests remember nothing (loadgen.conversation.Conversation does)."""
 
     def next(self) -> Ask:
         n_in, n_out = self._lengths.next()

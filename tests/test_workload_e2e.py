@@ -71,3 +71,25 @@ def test_dataset_longer_than_the_context_is_refused_at_start(tmp_path):
         run = run_locust(sim.url, tmp_path / "r", *RUN, "--dataset", data, timeout_s=60)
     assert run.code == 2, run.stderr[-2000:]
     assert "2 of 3 requests" in run.stderr and "line 2, 5,010 tokens" in run.stderr
+
+
+def _turn_ttfts(tmp_path, name: str, *sim_args: str) -> list[float]:
+    engine = ("--timing", "engine", "--step-base-ms", "1", "--step-per-prefill-token-us", "200",
+              "--prefill-chunk-tokens", "100000", *sim_args)
+    with running_sim(*engine) as sim:
+        run = run_locust(sim.url, tmp_path / name, *RUN, "--stages", "1", "--turns", "4", "--input-tokens", "200",
+                         "--output-tokens", "16")
+    assert run.code == 0, run.stderr[-3000:]
+    (stage,) = run.summary["stages"]
+    assert stage["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}  # the history's length exact
+    assert len(stage["requests_by_turn"]) == 4 and min(stage["requests_by_turn"]) >= 3, stage
+    return stage["ttft_p50_s_by_turn"]
+
+
+def test_multi_turn_ttft_by_turn_shows_the_prefix_cache(tmp_path):
+    plain = _turn_ttfts(tmp_path, "plain")
+    cached = _turn_ttfts(tmp_path, "cached", "--prefix-cache-tokens", "100000", "--prefix-block-tokens", "16")
+    # without a cache turn 3 prefills its whole history (3 x 216 + 200 tokens at 200 us each)
+    assert plain[3] > 2.5 * plain[0]
+    # with one, only what is new since the last turn: no growth, and far below the uncached turn
+    assert cached[3] < 1.5 * cached[0] and cached[3] < 0.5 * plain[3]

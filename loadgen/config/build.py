@@ -245,6 +245,9 @@ def _check_relations(v: dict[str, Any]) -> None:
             "use 2 to double concurrency each stage, or set stages.list",
         )
     _check_rates(v)
+    if v["workload.turns"] > 1 and (v["rate.list"] is not None or v["rate.start"] is not None):
+        raise ConfigError("workload.turns", v["workload.turns"], "needs the concurrency sweep (a turn waits for "
+                          "the previous answer; open-loop arrivals do not)", "drop --turns or the rate stages")
     window, cap = v["stages.duration_s"], v["stages.max_window_s"]
     if v["stages.min_requests"] > 0 and cap < window:
         raise ConfigError(

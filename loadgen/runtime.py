@@ -29,6 +29,7 @@ from loadgen.health import HealthMonitor
 from loadgen.inflight import InflightMeter
 from loadgen.phases import Phase
 from loadgen.stats import Collector
+from loadgen.trace import trace_scenario
 
 log = logging.getLogger("llm_loadgen")
 
@@ -38,8 +39,8 @@ class Runtime:
 
     def __init__(self, environment, scenario: Scenario):
         self.environment = environment
-        self.scenario = scenario
         self.dataset = scenario_dataset(scenario)
+        self.scenario = trace_scenario(scenario, self.dataset)  # a timestamped dataset: one rate stage
         self._dataset_cursor = None  # loadgen.users.dataset_cursor: this process's share
         self.collector = Collector()
         self.stage: int | None = None  # stage index of the current phase
@@ -174,8 +175,9 @@ def install(environment) -> Runtime:
     def _on_test_start(environment, **_):
         # A separately started worker saw default options at init; the master's arrive now.
         if rt.is_worker:
-            rt.scenario = scenario_from_options(environment.parsed_options)
-            rt.dataset, rt._dataset_cursor = scenario_dataset(rt.scenario), None
+            scenario = scenario_from_options(environment.parsed_options)
+            rt.dataset, rt._dataset_cursor = scenario_dataset(scenario), None
+            rt.scenario = trace_scenario(scenario, rt.dataset)
             rt.use_model(rt.scenario.model)
             rt.api_key = api_key(rt.scenario)
         if not rt.is_master:

@@ -134,8 +134,12 @@ class Workload:
         if self.cursor is None:
             prompt, expected = self.maker.make(n_in)
             return Ask(prompt, expected, n_out)
-        r = self.cursor.next()
-        out = r.output_tokens or n_out
+        return self.from_line(self.cursor.next(), n_out)
+
+    def from_line(self, r: DatasetRequest, default_output: int | None = None) -> Ask:
+        """The Ask of one dataset line (module docstring); no output_tokens: ``default_output``,
+        else a draw from the output distribution."""
+        out = r.output_tokens or default_output or self._lengths.next()[1]
         if r.input_tokens is None:
             prompt = list(r.prompt) if isinstance(r.prompt, tuple) else r.prompt
             if r.messages is not None:

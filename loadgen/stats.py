@@ -9,9 +9,11 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 
 from __future__ import annotations
 
+import math
+
 from loadgen import metrics
 from loadgen.failures import FailureSamples
-from loadgen.hist import Binned, LogHistogram, bin_values
+from loadgen.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -157,7 +159,27 @@ class StageStats:
             },
             "failures": self.failures.to_summary(),
             **self._by_turn(),
+            **self._length_hist(),
         }
+
+    def _length_hist(self) -> dict:
+        """``length_hist``: requests per bin of input and output tokens, counts[i] = requests with
+        edges[i-1] < tokens <= edges[i] (counts[0]: <= edges[0] = 1), edges 10^(k/10) (10 bins per
+        decade, on the LogHistogram's own bucket edges, so the counts are exact) up to the
+        largest length seen: the workload actually sent, drawn by report.html."""
+        hi = max(self.input_len_tokens.max or 0, self.output_len_tokens.max or 0)
+        if not hi:
+            return {}
+        top = max(1, math.ceil(10 * math.log10(hi) - 1e-9))
+        one = 6 * BUCKETS_PER_DECADE  # EDGES[one] == 1.0 (loadgen.hist: 1e-6 .. 1e6)
+        edges = [float(EDGES[one + BUCKETS_PER_DECADE // 10 * k]) for k in range(top + 1)]
+
+        def counts(h: LogHistogram) -> list[int]:
+            cum = h.cumulative_le(edges)
+            return [cum[0]] + [b - a for a, b in zip(cum, cum[1:], strict=False)]
+
+        return {"length_hist": {"edges": [round(e, 6) for e in edges], "input": counts(self.input_len_tokens),
+                                "output": counts(self.output_len_tokens)}}
 
     def _by_turn(self) -> dict:
         """Multi-turn runs only: ``ttft_p50_s_by_turn`` [turn 0, 1, ...] (None for a turn with no

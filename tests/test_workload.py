@@ -121,3 +121,23 @@ def test_bad_distributions_are_one_line_config_errors(doc, key):
     with pytest.raises(ConfigError) as err:
         build_scenario(doc)
     assert err.value.key == key and "\n" not in str(err.value)
+
+
+def test_the_report_draws_the_length_mix_only_when_lengths_varied():
+    from loadgen.records import RequestResult
+    from loadgen.report.plots import build_run_figures
+    from loadgen.stats import StageStats
+
+    e = np.empty(0)
+
+    def stage(lengths):
+        s = StageStats()
+        for n_in, n_out in lengths:
+            s.add_result(RequestResult(True, None, "", n_in, n_out, False, 0.1, 1.0, None, None, e, e, e, "length", 1),
+                         n_in, n_out)
+        return {"index": 0, "concurrency": 1, **s.row(1.0)}
+
+    varied = stage([(100, 10), (3000, 10), (500, 200)])
+    assert sum(varied["length_hist"]["input"]) == 3 and len(varied["length_hist"]["edges"]) == 36
+    assert "lengths" in build_run_figures({"stages": [varied]})
+    assert "lengths" not in build_run_figures({"stages": [stage([(100, 10)] * 3)]})

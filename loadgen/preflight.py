@@ -58,7 +58,7 @@ class StartRefused(LoadgenError):
 
     def __init__(self, exit_code: int, message: str, probes: tuple = ()):
         self.exit_code = exit_code
-        self.probes = probes  # probe requests sent before the refusal (counted in the run's totals)
+        self.probes = probes  # probe requests sent before the refusal: (result, counted in the totals)
         super().__init__(message)
 
 
@@ -71,7 +71,7 @@ class ServerInfo:
     models: ModelsInfo | None
     capacity: Capacity
     compat: Compat = Compat()  # what the server accepts, as the probe request found
-    probes: tuple = ()  # the probe requests' records.RequestResult (counted in the run's totals)
+    probes: tuple = ()  # the probe requests: (records.RequestResult, counted in the run's totals)
 
     @property
     def max_model_len(self) -> int | None:
@@ -301,13 +301,15 @@ def _probe_prompt(scenario, compat: Compat):
 
 
 def probe_request(client: StreamClient, host: str, scenario, model: str | None, compat: Compat,
-                  say: Callable[[str], None]) -> tuple[Compat, tuple]:
+                  say: Callable[[str], None]) -> tuple[Compat, tuple]:  # (Compat, ((result, counted), ...))
     """Send the run's request (its body, ``PROBE_OUTPUT_TOKENS`` output tokens) until the server
     takes it. A refusal (4xx other than 408/429, or not an SSE completion) is adapted to when
     ``request.compat`` is auto and ``loadgen.compat.adapt`` knows how, else it stops the run here
     with the server's reason quoted. Anything else (5xx, overload, a stall) is the run's business.
     A refusal nothing can adapt to is tried once more (a server that fails one request in many must
-    not stop the run). Returns the Compat that worked and every probe's result."""
+    not stop the run). Returns the Compat that worked and every probe as (result, counted): a
+    refusal that was adapted away is not counted in the run's totals (it is the start check's
+    question to the server, listed in summary.json ``preflight``), every other probe is."""
     path = PATHS[scenario.endpoint]
     probe_sc = replace(scenario, output_tokens=PROBE_OUTPUT_TOKENS)
     results, refused_before = [], None
@@ -315,9 +317,9 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
         body = build_body(probe_sc, model or "", _probe_prompt(scenario, compat), compat)
         record = RequestRecord(time.perf_counter(), PROBE_OUTPUT_TOKENS, scenario.endpoint)
         result, _ = client.stream(path, body, record)
-        results.append(result)
+        results.append([result, True])
         if result.ok or not is_client_refusal(result.error_kind or "", result.error_status):
-            return compat, tuple(results)
+            return compat, _frozen(results)
         status, message = result.error_status, result.error_message
         nxt = adapt(compat, status, message, orjson.loads(body)) if scenario.request.compat == "auto" else None
         if nxt is None and refused_before != (result.error_kind, status):
@@ -326,12 +328,17 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
         if nxt is None:
             if result.error_kind == errors.NOT_OPENAI:
                 raise StartRefused(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, f"POST {path}: {message}"),
-                                   tuple(results))
+                                   _frozen(results))
             reason = message.removeprefix(f"HTTP {status}: ") if status is not None else message
             answer = f"HTTP {status}: {reason}" if status is not None else reason
             raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request (POST {path}: "
-                               f"{answer}); {likely_fix(status, reason, path, model)}", tuple(results))
+                               f"{answer}); {likely_fix(status, reason, path, model)}", _frozen(results))
         say(f"llm-loadgen: adapting to the server: {nxt.adaptations[-1]}")
         compat, refused_before = nxt, None
+        results[-1][1] = False
     raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request {MAX_PROBES} times "
-                       f"(last: {results[-1].error_message}); see request.compat", tuple(results))
+                       f"(last: {results[-1][0].error_message}); see request.compat", _frozen(results))
+
+
+def _frozen(results: list) -> tuple:
+    return tuple((r, counted) for r, counted in results)

@@ -62,6 +62,7 @@ class Runtime:
         # What the server accepts (loadgen.compat): set by the start check, or on a worker by the
         # master's phase message; users send nothing before it is known.
         self.compat: Compat | None = None
+        self.connect_backoff = Backoff()  # one pause for every user of this process while connects fail
         self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
         # The target is unusable (one line); the process that owns the run installs its stop here,
         # a worker tells the master (loadgen.distributed).
@@ -158,6 +159,22 @@ def scenario_dataset(scenario) -> list[DatasetRequest] | None:
     """Every request of ``workload.dataset`` (validated: DatasetError, exit 2), or None."""
     path = scenario.workload.dataset
     return None if path is None else load_dataset(path, scenario.endpoint)
+
+
+class Backoff:
+    """The pause after a failed connect, shared by every user of one process: it doubles from
+    ``first_s`` to ``max_s`` with each failure anywhere in the process and resets on a success,
+    so a down server sees a few connects a second from a process, not one per user per pause."""
+
+    def __init__(self, first_s: float = 0.05, max_s: float = 1.0):
+        self.first_s, self.max_s, self.pause_s = first_s, max_s, 0.0
+
+    def failed(self) -> float:
+        self.pause_s = min(max(2 * self.pause_s, self.first_s), self.max_s)
+        return self.pause_s
+
+    def reset(self) -> None:
+        self.pause_s = 0.0
 
 
 def api_key(scenario) -> str | None:

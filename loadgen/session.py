@@ -105,15 +105,19 @@ class Session:
         return self.exit_code is None
 
     def _count_probes(self, probes: tuple, expected_out: int = PROBE_OUTPUT_TOKENS) -> None:
-        """The start check's probe requests are real requests: the run's totals count them, and so
-        do Locust's own statistics (``flush_locust_events``), so both agree with the server's."""
+        """The start check's probe requests, as (result, counted) pairs. Counted ones are requests
+        of the run: its totals count them, and so do Locust's own statistics
+        (``flush_locust_events``), so both agree with the server's counters. A refusal the start
+        check adapted away is only listed (``preflight``): the run did not fail."""
         rt = self.rt
-        for result in probes:
+        for result, counted in probes:
             if not result.ok:
                 result.error_message = rt.redact(result.error_message)
+            self.probe_outcomes.append((result.error_kind or "ok") + ("" if counted else " (adapted)"))
+            if not counted:
+                continue
             rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
             self.probe_stats.add_result(result, rt.scenario.input_tokens, expected_out)
-            self.probe_outcomes.append(result.error_kind or "ok")
             self._locust_pending.append((result, time.time() - result.e2e_s))
 
     def flush_locust_events(self) -> None:
@@ -148,7 +152,7 @@ class Session:
             say(f"llm-loadgen: warning: the KV guard's probe failed ({self.rt.redact(str(exc))[:200]}); "
                 "the first rate stage runs unguarded")
             return
-        self._count_probes(tuple(results), sc.output_tokens)
+        self._count_probes(tuple((r, True) for r in results), sc.output_tokens)
         if self.expected_duration_s is not None:
             say(f"llm-loadgen: probe: {sc.rate.probe_requests} sequential requests, E2E mean "
                 f"{self.expected_duration_s:.3g} s (the KV guard's duration for the first rate stage)")

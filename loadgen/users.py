@@ -27,7 +27,6 @@ from loadgen.prompts import ChatPrompts, fit_word_count
 from loadgen.records import RequestRecord
 from loadgen.workload import DatasetCursor, PromptMaker, TextFit, Workload
 
-CONNECT_BACKOFF_S = (0.05, 1.0)  # first and longest pause after a refused connection
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
 _text_words: dict[tuple[str, int], int] = {}
@@ -183,7 +182,6 @@ class LLMUser(User):
             read_timeout_s=sc.request.read_timeout_s,
         )
         self.path = PATHS[sc.endpoint]
-        self._backoff_s = 0.0
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None
         self.prompts = None  # on first use: needs the model and what the server accepts (rt.compat)
@@ -224,15 +222,12 @@ class LLMUser(User):
     def _after(self, result) -> None:
         """Pause after a refusal or a refused connection (never a flood of either)."""
         rt = self.rt
-        if result.ok:
-            self._backoff_s = 0.0
-        elif result.error_kind == CONNECT_FAILED:
-            # The server is down (killed, restarting): retry at a growing pause instead of
-            # thousands of instant refusals a second, which would only burn the client's CPU.
-            self._backoff_s = min(max(2 * self._backoff_s, CONNECT_BACKOFF_S[0]), CONNECT_BACKOFF_S[1])
-            gevent.sleep(self._backoff_s)
+        if result.error_kind == CONNECT_FAILED:
+            # The server is down (killed, restarting): every user of this process retries at one
+            # shared, growing pause instead of thousands of instant refusals a second.
+            gevent.sleep(rt.connect_backoff.failed())
         else:
-            self._backoff_s = 0.0
+            rt.connect_backoff.reset()
         if not result.ok and is_client_refusal(result.error_kind, result.error_status) and not rt.fatal_sent:
             # a server that starts refusing mid-run is not hammered either: each user pauses
             gevent.sleep(rt.scenario.request.client_error_pause_s)

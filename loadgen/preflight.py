@@ -24,8 +24,10 @@ import orjson
 from loadgen import errors
 from loadgen.client import StreamClient, check_host
 from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
+from loadgen.dataset import too_long
 from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
 from loadgen.failures import is_client_refusal
+from loadgen.mix import known_input, scenario_mix, too_long_message
 from loadgen.prompts import TokenIdPrompts
 from loadgen.records import RequestRecord
 from loadgen.server_probe import (
@@ -214,7 +216,31 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
 
 
-def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None]) -> ServerInfo:
+def check_context(scenario, dataset, max_model_len: int) -> None:
+    """Refuse (exit 2) requests that cannot fit the server's context: they would all be refused
+    with a 400, so say so once instead of sweeping failures. A dataset: how many lines, the worst;
+    synthetic lengths: the longest request the distributions (and turns) can draw."""
+    turns = scenario.workload.turns
+    if dataset:
+        out = scenario.length_dist("output")
+        count, worst = too_long(dataset, out.upper or scenario.output_tokens, max_model_len // turns)
+        if count:
+            worst_tokens = (known_input(worst) + (worst.output_tokens or out.upper or 0)) * turns
+            raise StartRefused(errors.EXIT_CONFIG, too_long_message(count, len(dataset), worst.line, worst_tokens,
+                                                                    max_model_len, scenario.workload.dataset))
+        return
+    need = scenario_mix(scenario).longest
+    if need is not None and need > max_model_len:
+        what = ("input_tokens + output_tokens" if scenario.input.dist == scenario.output.dist == "fixed"
+                else "the longest input + output the length distributions allow")
+        what += f" x {turns} turns" if turns > 1 else ""
+        raise StartRefused(errors.EXIT_CONFIG, f"config error: {what} = {need:,} exceeds the server's max_model_len "
+                           f"{max_model_len:,} (GET /v1/models); lower --input-tokens or --output-tokens "
+                           "(input.max / output.max, --turns)")
+
+
+def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None],
+              dataset=None) -> ServerInfo:
     """The whole start check (module docstring). ``say`` prints one user-facing line (redacted by
     the caller). Raises StartRefused when the run must not start."""
     try:
@@ -239,12 +265,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     finally:
         models_client.close()
         root_client.close()
-    need = scenario.input_tokens + scenario.output_tokens
-    if capacity.max_model_len and need > capacity.max_model_len:
-        # every request would be refused with a 400: say so once instead of sweeping failures
-        raise StartRefused(errors.EXIT_CONFIG, f"config error: input_tokens + output_tokens = {need:,} exceeds "
-                           f"the server's max_model_len {capacity.max_model_len:,} (GET /v1/models); lower "
-                           "--input-tokens or --output-tokens")
+    if capacity.max_model_len:
+        check_context(scenario, dataset, capacity.max_model_len)
     if capacity.tokens is None:
         say(f"llm-loadgen: KV capacity unknown ({capacity.detail}); running UNGUARDED "
             "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")
@@ -274,7 +296,8 @@ def _probe_prompt(scenario, compat: Compat):
     if compat.prompt_kind == "text":
         return "Say something."
     id_range = compat.token_id_range or tuple(scenario.prompt.token_id_range)
-    return TokenIdPrompts(scenario.input_tokens, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
+    n = scenario.input_tokens if scenario.input.dist == "fixed" else scenario.input.min  # fits any context the run fits
+    return TokenIdPrompts(n, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
 
 
 def probe_request(client: StreamClient, host: str, scenario, model: str | None, compat: Compat,

@@ -23,11 +23,13 @@ from gevent.lock import Semaphore
 from loadgen import preflight
 from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
+from loadgen.dataset import DatasetRequest, load_dataset
 from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor
 from loadgen.inflight import InflightMeter
 from loadgen.phases import Phase
 from loadgen.stats import Collector
+from loadgen.trace import trace_scenario
 
 log = logging.getLogger("llm_loadgen")
 
@@ -37,7 +39,9 @@ class Runtime:
 
     def __init__(self, environment, scenario: Scenario):
         self.environment = environment
-        self.scenario = scenario
+        self.dataset = scenario_dataset(scenario)
+        self.scenario = trace_scenario(scenario, self.dataset)  # a timestamped dataset: one rate stage
+        self._dataset_cursor = None  # loadgen.users.dataset_cursor: this process's share
         self.collector = Collector()
         self.stage: int | None = None  # stage index of the current phase
         self.kind: Phase = Phase.IDLE
@@ -151,6 +155,12 @@ class Runtime:
         return self._model
 
 
+def scenario_dataset(scenario) -> list[DatasetRequest] | None:
+    """Every request of ``workload.dataset`` (validated: DatasetError, exit 2), or None."""
+    path = scenario.workload.dataset
+    return None if path is None else load_dataset(path, scenario.endpoint)
+
+
 class Backoff:
     """The pause after a failed connect, shared by every user of one process: it doubles from
     ``first_s`` to ``max_s`` with each failure anywhere in the process and resets on a success,
@@ -182,7 +192,9 @@ def install(environment) -> Runtime:
     def _on_test_start(environment, **_):
         # A separately started worker saw default options at init; the master's arrive now.
         if rt.is_worker:
-            rt.scenario = scenario_from_options(environment.parsed_options)
+            scenario = scenario_from_options(environment.parsed_options)
+            rt.dataset, rt._dataset_cursor = scenario_dataset(scenario), None
+            rt.scenario = trace_scenario(scenario, rt.dataset)
             rt.use_model(rt.scenario.model)
             rt.api_key = api_key(rt.scenario)
         if not rt.is_master:

@@ -23,6 +23,7 @@ from loadgen.exporter import exporter_from_config
 from loadgen.failures import LocustFailure, locust_name
 from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
+from loadgen.mix import scenario_mix
 from loadgen.phases import Phase
 from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
@@ -78,7 +79,7 @@ class Session:
         rt, sc = self.rt, self.rt.scenario
         host = rt.environment.host
         try:
-            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
+            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
         except StartRefused as exc:
             self._count_probes(exc.probes)
             self.fatal(exc.exit_code, str(exc))
@@ -159,10 +160,12 @@ class Session:
     def decide(self, load: float):
         sc = self.rt.scenario
         capacity = self.capacity.tokens if self.capacity else None
+        mix = scenario_mix(sc, self.rt.dataset)  # per request: loadgen.mix (mean, burst, longest history)
         if sc.open_loop:
-            return decide_rate(load, self.expected_duration_s, capacity, sc.input_tokens, sc.output_tokens,
+            in_flight = load * (self.expected_duration_s or 1.0)  # Little's law: L = rate x W
+            return decide_rate(load, self.expected_duration_s, capacity, *mix.split(in_flight),
                                sc.guard.margin, sc.guard.action)
-        return decide(load, capacity, sc.input_tokens, sc.output_tokens, sc.guard.margin, sc.guard.action)
+        return decide(load, capacity, *mix.split(load), sc.guard.margin, sc.guard.action)
 
     def load_processes(self, rate_per_s: float | None = None) -> int:
         """Open loop: dispatcher users wanted, one per load-generating process (live workers)."""
@@ -243,7 +246,9 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
-        for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
+        varied = sc.workload.dataset or sc.workload.turns > 1 or sc.input.dist != "fixed" or sc.output.dist != "fixed"
+        expected = ("each request's expected",) * 2 if varied else (sc.input_tokens, sc.output_tokens)
+        for line in stage_warnings(row, *expected):
             say(line)
         self.write()
 

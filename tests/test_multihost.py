@@ -1,0 +1,467 @@
+"""Master, workers and server on separate "hosts": network namespaces on a bridge (tests/netns.py).
+
+Each test builds its own lab (server 10.213.X.1, master .2, workers .3…), runs the built-in
+simulator in the server namespace and real ``locust -f locustfile.py --master`` / ``--worker``
+processes in theirs, and removes everything at the end. Latency between master and workers comes
+from tests/netlag.py (a delaying TCP relay in each worker's namespace; this kernel has no netem).
+
+Beyond the master's own figures, two outside witnesses: the simulator's counters (every request it
+completed, every token it generated) and, in the latency case, the kernel timestamp of every
+request leaving a worker and of every phase broadcast reaching it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from loadgen.stats import HISTOGRAMS, StageStats
+from tests.netlag import DelaySchedule, PhaseSpy, read_log
+from tests.netns import Host, Lab, require_netns
+from tests.runlocust import ROOT
+
+PY = sys.executable
+SIM_PORT, MASTER_PORT = 8000, 5557
+# 100 ms TTFT + 49 x 10 ms: 0.6 s requests; 2 processes on 2 cores keep up with a few dozen streams
+SIM = ("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", "10")
+RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "50", "--warmup", "1")
+SCRAPE = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s")  # a stage row of the table printed as each stage finishes
+
+integration = pytest.mark.integration
+
+
+class Net:
+    """One lab laid out as server, master and worker hosts; the processes of one run."""
+
+    def __init__(self, lab: Lab, results: Path, workers: int):
+        self.lab, self.results = lab, results
+        self.server, self.master = lab.host("server"), lab.host("master")
+        self.workers = [lab.host(f"w{i}") for i in range(workers)]
+        self.url = f"http://{self.server.ip}:{SIM_PORT}"
+        self.lines: list[tuple[float, str]] = []  # the master's stderr, each line with its arrival time
+        self.master_proc: subprocess.Popen | None = None
+        self.worker_procs: dict[str, subprocess.Popen] = {}
+        self._ready(self.server, [PY, "-m", "loadgen.sim", *SIM, "--host", self.server.ip, "--port", str(SIM_PORT)],
+                    "SIM_LISTENING")
+
+    def _ready(self, host: Host, argv: list[str], marker: str) -> subprocess.Popen:
+        proc = self.lab.popen(host, argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        line = proc.stdout.readline()
+        if not line.startswith(marker):
+            raise RuntimeError(f"{argv[:4]} in {host.ns} did not start (exit {proc.poll()}, said {line!r})")
+        threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+        return proc
+
+    def locust(self, host: Host, *args: str, locustfile: str = "locustfile.py", **kwargs) -> subprocess.Popen:
+        return self.lab.popen(host, [PY, "-m", "locust", "--headless", "-f", str(ROOT / locustfile),
+                                     "--host", self.url, "--loglevel", "WARNING", *args], cwd=ROOT, **kwargs)
+
+    def start_master(self, expect_workers: int, *args: str) -> None:
+        self.master_proc = self.locust(
+            self.master, "--master", "--master-bind-host", self.master.ip, "--master-bind-port", str(MASTER_PORT),
+            "--expect-workers", str(expect_workers), "--results-dir", str(self.results), *RUN, *args,
+            stderr=subprocess.PIPE, text=True)
+
+        def read(stream) -> None:
+            for line in stream:
+                self.lines.append((time.time(), line.rstrip("\n")))
+
+        threading.Thread(target=read, args=(self.master_proc.stderr,), daemon=True).start()
+
+    def start_worker(self, host: Host, via_relay: bool = False, locustfile: str = "locustfile.py") -> subprocess.Popen:
+        """A worker in ``host``; ``via_relay``: it dials the relay on its own 127.0.0.1."""
+        target = "127.0.0.1" if via_relay else self.master.ip
+        proc = self.locust(host, "--worker", "--master-host", target, "--master-port", str(MASTER_PORT),
+                           locustfile=locustfile, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.worker_procs[host.name] = proc
+        return proc
+
+    def relay(self, host: Host, delay_ms: float, jitter_ms: float, seed: int) -> Path:
+        """The master's port, delayed, on ``host``'s 127.0.0.1; returns its phase log."""
+        log = self.results.parent / f"phases-{host.name}.jsonl"
+        self._ready(host, [PY, "-m", "tests.netlag", "relay", "--listen", f"127.0.0.1:{MASTER_PORT}",
+                           "--connect", f"{self.master.ip}:{MASTER_PORT}", "--delay-ms", str(delay_ms),
+                           "--jitter-ms", str(jitter_ms), "--seed", str(seed), "--log", str(log)], "NETLAG_READY")
+        return log
+
+    def tap(self, host: Host) -> Path:
+        log = self.results.parent / f"sends-{host.name}.jsonl"
+        self._ready(host, [PY, "-m", "tests.netlag", "tap", "--port", str(SIM_PORT), "--log", str(log)],
+                    "NETLAG_READY")
+        return log
+
+    # -- watching --------------------------------------------------------------------------------------
+    def wait_line(self, pattern: str, timeout_s: float = 60) -> float:
+        """When the master printed a line matching ``pattern`` (waits for it)."""
+        rx, deadline = re.compile(pattern), time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for t, line in list(self.lines):
+                if rx.search(line):
+                    return t
+            if self.master_proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"the master never printed {pattern!r}; stderr:\n{self.stderr()[-3000:]}")
+
+    def wait_master(self, timeout_s: float = 120) -> int:
+        code = self.master_proc.wait(timeout_s)
+        time.sleep(0.2)  # the reader thread takes the last lines
+        for proc in self.worker_procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.lab.kill(proc)
+        return code
+
+    def stderr(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def summary(self) -> dict:
+        return json.loads((self.results / "summary.json").read_text())
+
+    def ledgers(self) -> dict[str, StageStats]:
+        """Each worker's own record of what it shipped, by client id."""
+        out = {}
+        for p in sorted((self.results / "workers").glob("*.json")):
+            d = json.loads(p.read_text())
+            out[d["client_id"]] = StageStats.from_wire(d["totals"])
+        return out
+
+    def server_counters(self) -> dict[str, float]:
+        """The simulator's own counters, scraped from inside the master's namespace."""
+        out = self.lab.run(self.master, [PY, "-c", SCRAPE, self.url + "/metrics"])
+        assert out.returncode == 0, out.stderr
+        values = {}
+        for line in out.stdout.splitlines():
+            if line and not line.startswith("#"):
+                values[line.split("{", 1)[0].split(" ", 1)[0]] = float(line.rsplit(" ", 1)[1])
+        return {"completed": values["llmsim_requests_completed_total"],
+                "started": values["vllm:time_to_first_token_seconds_count"],
+                "prompt_tokens": values["vllm:prompt_tokens_total"],
+                "generation_tokens": values["vllm:generation_tokens_total"]}
+
+
+@contextmanager
+def lab_net(results: Path, subnet: int, workers: int):
+    """A ``Net`` on a fresh lab, always torn down (finalizer; ``atexit`` if the run is interrupted)."""
+    require_netns()
+    lab = Lab(subnet)
+    try:
+        yield Net(lab, results, workers)
+    finally:
+        lab.close()
+    assert lab.leftovers() == [], f"namespaces left behind: {lab.leftovers()}"
+
+
+@pytest.fixture
+def net(tmp_path):
+    """``net(subnet, workers)`` -> a ``Net`` for this test, torn down after it."""
+    with ExitStack() as stack:
+        yield lambda subnet, workers: stack.enter_context(lab_net(tmp_path / "results", subnet, workers))
+
+
+def merged(parts) -> StageStats:
+    total = StageStats()
+    for p in parts:
+        total.merge(p)
+    return total
+
+
+def assert_exact_merge(summary: dict, total: StageStats) -> None:
+    """The master's totals are the sum of the workers' ledgers, count for count."""
+    t = summary["totals"]
+    assert t["requests"] == total.requests_ok
+    assert t["errors"] == dict(total.errors)
+    assert t["input_tokens"] == total.input_tokens
+    assert t["output_tokens"] == total.output_tokens
+    assert t["received_output_tokens"] == total.window_output_tokens
+    assert t["histogram_counts"] == {h: getattr(total, h).count for h in HISTOGRAMS}
+
+
+def assert_server_agrees(summary: dict, server: dict) -> None:
+    """Every request the server started was counted by the master: nothing vanished in between."""
+    t = summary["totals"]
+    assert server["completed"] == t["requests"]
+    assert server["started"] == t["requests"] + sum(t["errors"].values())
+    assert server["prompt_tokens"] == t["input_tokens"]
+    assert server["generation_tokens"] == t["output_tokens"] + t["failed_output_tokens"]
+
+
+def stage_users(summary: dict) -> list[tuple[int, int]]:
+    return [(s["concurrency"], s["users"]) for s in summary["stages"]]
+
+
+# -- the relay's pure parts ------------------------------------------------------------------------------
+def test_delay_schedule_adds_seeded_jitter_and_never_reorders():
+    a, b = DelaySchedule(0.025, 0.005, seed=7), DelaySchedule(0.025, 0.005, seed=7)
+    arrivals = [i * 0.001 for i in range(2000)]  # 1 ms apart: jitter (±5 ms) would reorder them
+    out = [a.release_s(t) for t in arrivals]
+    assert out == [b.release_s(t) for t in arrivals]  # seeded: the same schedule run to run
+    assert out == sorted(out)
+    assert all(t + 0.020 <= r for t, r in zip(arrivals, out, strict=True))
+    assert max(r - t for t, r in zip(arrivals, out, strict=True)) <= 0.030 + 1e-9
+    spread = {round(r - t, 4) for t, r in zip(arrivals[::50], out[::50], strict=True)}
+    assert len(spread) > 5, "the jitter varies"
+    assert DelaySchedule(0.025, 0.0, seed=1).release_s(1.0) == 1.025
+    with pytest.raises(ValueError, match="jitter"):
+        DelaySchedule(0.005, 0.010, seed=1)
+
+
+def test_phase_spy_finds_each_new_phase_in_a_stream_split_anywhere():
+    from locust.rpc.protocol import Message
+
+    wire = b"".join(Message(t, d, "m").serialize() for t, d in [
+        ("heartbeat", {"state": "running"}), ("llm_phase", {"stage": 0, "kind": "measure", "seq": 3}),
+        ("llm_phase", {"stage": 0, "kind": "measure", "seq": 3}),  # re-broadcast on the next tick
+        ("spawn", {"user_classes_count": {"LLMUser": 4}}), ("llm_phase", {"stage": 0, "kind": "closing", "seq": 4})])
+    for cut in range(1, len(wire)):
+        spy = PhaseSpy()
+        found = spy.feed(wire[:cut]) + spy.feed(wire[cut:])
+        assert [(p["seq"], p["kind"]) for p in found] == [(3, "measure"), (4, "closing")], cut
+
+
+# -- (a) a full sweep across hosts: the merge is exact ---------------------------------------------------
+@integration
+@pytest.mark.timeout(150)
+def test_sweep_across_hosts_merges_exactly(net):
+    n = net(subnet=1, workers=2)
+    n.start_master(2, "--stages", "2,4,8", "--stage-duration", "3")
+    for w in n.workers:
+        n.start_worker(w)
+    assert n.wait_master() == 0, n.stderr()[-3000:]
+    s, parts = n.summary(), n.ledgers()
+    assert s["run"]["workers"] == 2 and s["run"]["worker_losses"] == []
+    assert stage_users(s) == [(2, 2), (4, 4), (8, 8)]
+    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"])
+    assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts.values())
+    assert_exact_merge(s, merged(parts.values()))
+    assert_server_agrees(s, n.server_counters())
+
+
+# -- (b) a worker that joins 20 s into the run -------------------------------------------------------------
+LATE_S = 20.0
+LATE_STAGES = (1, 2, 4, 8, 16)
+
+
+@pytest.fixture(scope="module")
+def late_run(tmp_path_factory):
+    """One run: --expect-workers 1 starts it with w0; w1 joins >= 20 s later, mid-window.
+
+    w1's process starts with the others but dials a relay on its own 127.0.0.1 that only comes up
+    at the join (a host whose network comes up late): its imports cannot delay the join by an
+    unknown few seconds, and the join never falls on a ramp's dispatch (Locust re-dispatches the
+    running users on a join only outside one). A tap in each worker counts every request sent.
+    """
+    tmp = tmp_path_factory.mktemp("late")
+    with lab_net(tmp / "results", subnet=2, workers=2) as n:
+        taps = [n.tap(w) for w in n.workers]
+        n.start_master(1, "--stages", ",".join(map(str, LATE_STAGES)), "--stage-duration", "5")
+        n.start_worker(n.workers[0])
+        n.start_worker(n.workers[1], via_relay=True)
+        t_run = n.wait_line(r"stage 0 C=1: ramp")
+        time.sleep(max(0.0, t_run + LATE_S - time.time()))
+        # a stage lasts >= 7 s (ramp tick, warmup >= 1 s, window 5 s): 1.5-4 s after a ramp is mid-stage
+        while not 1.5 <= time.time() - max(t for t, line in n.lines if ": ramp" in line) <= 4:
+            time.sleep(0.1)
+        joined_at = time.time()
+        n.relay(n.workers[1], delay_ms=0, jitter_ms=0, seed=0)
+        code = n.wait_master()
+        yield {"net": n, "code": code, "joined_at": joined_at, "summary": n.summary(), "ledgers": n.ledgers(),
+               "server": n.server_counters(), "sent": sum(len(read_log(t)) for t in taps)}
+
+
+@integration
+@pytest.mark.timeout(180)
+def test_a_worker_joining_20_s_late_takes_users_and_merges_exactly(late_run):
+    n, s, parts = late_run["net"], late_run["summary"], late_run["ledgers"]
+    assert late_run["code"] == 0, n.stderr()[-3000:]
+    ramps = {int(m.group(1)): t for t, line in n.lines if (m := re.search(r"stage (\d+) C=\d+: ramp", line))}
+    later = [k for k, t in ramps.items() if t > late_run["joined_at"] + 3]
+    assert later, f"no stage ramped after the late worker joined (ramps {ramps}, joined {late_run['joined_at']})"
+    assert s["run"]["workers"] == 2 and s["run"]["worker_losses"] == []
+    assert stage_users(s) == [(c, c) for c in LATE_STAGES]
+    assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts.values()), "the late worker did no work"
+    assert_exact_merge(s, merged(parts.values()))
+    assert late_run["server"]["completed"] == s["totals"]["requests"]
+
+
+@integration
+@pytest.mark.xfail(strict=True, reason=(
+    "defect: when a worker joins mid-run, Locust re-dispatches the running stage's users at once "
+    "(MasterRunner client_ready -> start(), even without --enable-rebalancing) and the old worker "
+    "force-kills the users it gives up (stop_timeout unset); loadgen counts their in-flight requests "
+    "only in Runtime.cancelled, never ships them, so the master reports fewer requests than were sent "
+    "(and received_output_tokens counts tokens of requests that appear nowhere)"))
+def test_a_late_join_loses_no_request(late_run):
+    t = late_run["summary"]["totals"]
+    assert late_run["sent"] == t["requests"] + sum(t["errors"].values()), (
+        f"{late_run['sent']} requests left the workers, the master accounts for "
+        f"{t['requests']} ok + {sum(t['errors'].values())} failed")
+    assert_server_agrees(late_run["summary"], late_run["server"])
+
+
+# -- (c) a worker killed, another joining ----------------------------------------------------------------
+@integration
+@pytest.mark.timeout(180)
+def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
+    n = net(subnet=3, workers=3)
+    n.start_master(2, "--stages", "4,8,16", "--stage-duration", "8")
+    victim = n.start_worker(n.workers[0])
+    n.start_worker(n.workers[1])
+    n.start_worker(n.workers[2], via_relay=True)  # joins once its relay is up
+    t_ramp = n.wait_line(r"stage 0 C=4: ramp")
+    # stage 0's window opens ~2 s after its ramp and lasts 8 s; a loss is noticed 3-4 s after it
+    time.sleep(max(0.0, t_ramp + 3 - time.time()))
+    killed_at = time.time()
+    n.lab.kill(victim)
+    lost_at = n.wait_line(r"lost during stage", timeout_s=30)
+    n.relay(n.workers[2], delay_ms=0, jitter_ms=0, seed=0)
+    assert n.wait_master() == 0, n.stderr()[-3000:]
+    s, parts = n.summary(), n.ledgers()
+    assert s["run"]["stop_reason"] == "completed" and s["run"]["ended_at"] is not None
+    (loss,) = s["run"]["worker_losses"]
+    assert loss["worker"] not in parts and len(parts) == 2, "the survivors wrote ledgers, the killed one none"
+    assert all(p.requests_ok > 0 for p in parts.values()), "the joining worker did no work"
+    assert s["run"]["workers"] == 3
+    assert loss["stage"] == 0 and loss["concurrency"] == 4
+    # (the stage's own worker_lost flag is the xfail test below: it depends on the last report's age)
+    assert [st["concurrency"] for st in s["stages"]] == [4, 8, 16]
+    assert stage_users(s)[1:] == [(8, 8), (16, 16)], "the stages after the join have every user"
+    survivors = merged(parts.values())
+    assert s["totals"]["requests"] > survivors.requests_ok, "what the killed worker reported stays counted"
+    assert s["totals"]["histogram_counts"]["ttft_s"] > survivors.ttft_s.count
+    print(f"loss recorded {lost_at - killed_at:.1f} s after the SIGKILL")
+
+
+@integration
+@pytest.mark.timeout(150)
+@pytest.mark.xfail(strict=True, reason=(
+    "defect: the master books a lost worker's in-flight requests and their stages from its last "
+    "report (Session.check_workers; Fleet.drop_lost after the refactor), up to "
+    "WORKER_REPORT_INTERVAL = 3 s old: a worker whose last report predates the requests it was "
+    "streaming is recorded with inflight_lost 0, and the stage whose window it died in gets no "
+    "worker_lost flag and no lost_requests (the loss itself is booked to the stage current when "
+    "Locust notices, 3-4 s later). Locust's heartbeat (1 s) knows the worker's user count; here the "
+    "worker's reports are stretched to make the staleness deterministic"))
+def test_a_worker_lost_mid_window_is_booked_against_that_stage(net):
+    n = net(subnet=6, workers=2)
+    n.start_master(2, "--stages", "4,8", "--stage-duration", "4")
+    n.start_worker(n.workers[0])
+    quiet = n.start_worker(n.workers[1], locustfile="tests/fixtures/quiet_worker_locustfile.py")
+    t_ramp = n.wait_line(r"stage 0 C=4: ramp")
+    time.sleep(max(0.0, t_ramp + 3.5 - time.time()))  # stage 0's window is open, the quiet worker streams
+    n.lab.kill(quiet)
+    assert n.wait_master() == 0, n.stderr()[-3000:]
+    s = n.summary()
+    (loss,) = s["run"]["worker_losses"]
+    assert loss["inflight_lost"] >= 1, loss
+    assert "worker_lost" in s["stages"][0]["flags"] and s["stages"][0]["lost_requests"] >= 1, s["stages"][0]
+
+
+# -- (d) 50 ms RTT between master and workers ---------------------------------------------------------------
+DELAY_MS, JITTER_MS = 25.0, 5.0  # each way: RTT 50 ms ± 10 ms
+TOL_S = 0.030  # a worker adopts a phase a little after the relay wrote it; a request leaves a little
+#                after its stage was read: sends this close to an edge may count on either side
+
+
+def window(phases: list[dict], stage: int, key: str) -> tuple[float, float]:
+    """(open, close) of ``stage``'s window in a relay's phase log: ``t_in`` as the master sent the
+    phases, ``t_out`` as the worker received them."""
+    seqs = sorted(phases, key=lambda p: p["seq"])
+    i = next(i for i, p in enumerate(seqs) if p["stage"] == stage and p["kind"] == "measure")
+    return seqs[i][key], seqs[i + 1][key]
+
+
+def sent_between(sends: list[float], a: float, b: float) -> int:
+    return sum(1 for t in sends if a <= t < b)
+
+
+@integration
+@pytest.mark.timeout(150)
+def test_50_ms_rtt_moves_stage_membership_by_no_more_than_the_broadcast_delay(net):
+    n = net(subnet=4, workers=2)
+    logs = [(n.relay(w, DELAY_MS, JITTER_MS, seed=i), n.tap(w)) for i, w in enumerate(n.workers)]
+    stages = (8, 16, 32)
+    n.start_master(2, "--stages", ",".join(map(str, stages)), "--stage-duration", "4", "--ramp", "1")
+    for w in n.workers:
+        n.start_worker(w, via_relay=True)
+    assert n.wait_master() == 0, n.stderr()[-3000:]
+    s = n.summary()
+    assert stage_users(s) == [(c, c) for c in stages]
+    per_worker = [(read_log(p), sorted(e["t"] for e in read_log(t))) for p, t in logs]
+    delays_ms = sorted((p["t_out"] - p["t_in"]) * 1e3 for phases, _ in per_worker for p in phases)
+    assert delays_ms[0] >= DELAY_MS - JITTER_MS - 1, "a phase reached a worker sooner than the relay allows"
+    for st in s["stages"]:
+        k, reported = st["index"], st["requests"] + st["error_count"]
+        lo = hi = nolat = near = 0
+        for phases, sends in per_worker:
+            (o_in, c_in), (o_out, c_out) = window(phases, k, "t_in"), window(phases, k, "t_out")
+            lo += sent_between(sends, o_out + TOL_S, c_out - TOL_S)
+            hi += sent_between(sends, o_out - TOL_S, c_out + TOL_S)
+            nolat += sent_between(sends, o_in, c_in)  # what a worker with no delay would have counted
+            near += sent_between(sends, o_in - TOL_S, o_out + TOL_S) + sent_between(sends, c_in - TOL_S, c_out + TOL_S)
+        print(f"stage {k} C={st['concurrency']}: reported {reported}, sent in the worker-seen window "
+              f"{lo}..{hi}, with no delay {nolat}; moved {abs(reported - nolat)}, sent within the "
+              f"broadcast delay of an edge {near}")
+        assert lo <= reported <= hi, "the stage counts requests by the phase its worker knew when sending"
+        assert abs(reported - nolat) <= near
+    print(f"phase broadcast delay master -> worker: p50 {delays_ms[len(delays_ms) // 2]:.1f} ms, "
+          f"max {delays_ms[-1]:.1f} ms over {len(delays_ms)} phases")
+
+
+# -- (e) the master SIGKILLed mid-run ---------------------------------------------------------------------
+def printed_rows(lines: list[tuple[float, str]]) -> list[tuple[float, int]]:
+    """(time printed, concurrency) of each stage row the master printed as a stage finished."""
+    header = next((i for i, (_, line) in enumerate(lines) if "TTFT p50" in line), None)
+    if header is None:
+        return []
+    return [(t, int(m.group(1))) for t, line in lines[header + 1:] if (m := ROW.match(line))]
+
+
+@integration
+@pytest.mark.timeout(150)
+def test_a_master_killed_mid_run_leaves_every_completed_stage(net):
+    n = net(subnet=5, workers=2)
+    stages = (2, 4, 8, 16, 32)
+    n.start_master(2, "--stages", ",".join(map(str, stages)), "--stage-duration", "3")
+    for w in n.workers:
+        n.start_worker(w)
+    path, seen = n.results / "summary.json", []  # stages in summary.json, each time it changed
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and n.master_proc.poll() is None:
+        if path.exists():
+            count = len(json.loads(path.read_text())["stages"])
+            if not seen or seen[-1] != count:
+                seen.append(count)
+            if count >= 3:
+                break
+        time.sleep(0.05)
+    killed_at = time.time()
+    n.lab.kill(n.master_proc)
+    n.master_proc.wait(10)
+    time.sleep(0.3)  # the reader thread takes the last lines
+    s = n.summary()
+    rows = printed_rows(n.lines)
+    written, printed = [st["concurrency"] for st in s["stages"]], [c for _, c in rows]
+    assert seen == list(range(seen[0], 4)), f"summary.json not rewritten once per stage: {seen}"
+    assert s["run"]["ended_at"] is None and s["run"]["exit_code"] is None  # it never got to finish
+    # every stage printed is in the file, but one printed in the instant before the kill
+    assert written == printed or (written == printed[:-1] and rows[-1][0] > killed_at - 0.5), (written, rows)
+    assert len(written) >= 3 and written == list(stages[:len(written)])
+    assert all(st["requests"] > 0 and st["users"] == st["concurrency"] for st in s["stages"])
+    before = n.server_counters()["completed"]
+    time.sleep(3)
+    after = n.server_counters()["completed"]
+    alive = [w.name for w in n.workers if n.worker_procs[w.name].poll() is None]
+    print(f"summary.json stage counts seen: {seen}; rows printed {[c for _, c in rows]}; "
+          f"workers still running after the master died: {alive}, "
+          f"requests the server completed in the 3 s after: {after - before:.0f}")

@@ -158,21 +158,21 @@ def merged(parts) -> StageStats:
 def assert_exact_merge(summary: dict, total: StageStats) -> None:
     """The master's totals are the sum of the workers' ledgers, count for count."""
     t = summary["totals"]
-    assert t["requests"] == total.requests_ok
-    assert t["errors"] == dict(total.errors)
-    assert t["input_tokens"] == total.input_tokens
-    assert t["output_tokens"] == total.output_tokens
-    assert t["received_output_tokens"] == total.window_output_tokens
-    assert t["histogram_counts"] == {h: getattr(total, h).count for h in HISTOGRAMS}
+    master = {k: t[k] for k in ("requests", "errors", "input_tokens", "output_tokens", "received_output_tokens",
+                                "histogram_counts")}
+    ledgers = {"requests": total.requests_ok, "errors": dict(total.errors), "input_tokens": total.input_tokens,
+               "output_tokens": total.output_tokens, "received_output_tokens": total.window_output_tokens,
+               "histogram_counts": {h: getattr(total, h).count for h in HISTOGRAMS}}
+    assert master == ledgers, f"master totals {master} != sum of the worker ledgers {ledgers}"
 
 
 def assert_server_agrees(summary: dict, server: dict) -> None:
     """Every request the server started was counted by the master: nothing vanished in between."""
     t = summary["totals"]
-    assert server["completed"] == t["requests"]
-    assert server["started"] == t["requests"] + sum(t["errors"].values())
-    assert server["prompt_tokens"] == t["input_tokens"]
-    assert server["generation_tokens"] == t["output_tokens"] + t["failed_output_tokens"]
+    failed = sum(t["errors"].values())
+    master = {"completed": t["requests"], "started": t["requests"] + failed, "prompt_tokens": t["input_tokens"],
+              "generation_tokens": t["output_tokens"] + t["failed_output_tokens"]}
+    assert {k: server[k] for k in master} == master, f"the server counted {server}, the master {master}"
 
 
 def stage_users(summary: dict) -> list[tuple[int, int]]:

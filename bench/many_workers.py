@@ -50,7 +50,8 @@ from locustproc import ROOT, BenchLocust, Sampler  # noqa: E402
 from procstat import cpu_seconds  # noqa: E402
 
 from loadgen.sim.launch import running_sim  # noqa: E402
-from loadgen.stats import HISTOGRAMS, StageStats  # noqa: E402
+from loadgen.stats import StageStats  # noqa: E402
+from tests.netcluster import from_workers, ledger_totals  # noqa: E402
 
 TTFT_MS, ITL_MS, OUTPUT_TOKENS = 500.0, 1000.0, 8
 SIM = ("--preset", "fixed", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--kv-tokens", "100000000")
@@ -103,13 +104,11 @@ def ledger_sum(results: Path) -> tuple[int, StageStats]:
     return n, total
 
 
-def merge_problems(t: dict, n_ledgers: int, workers: int, total: StageStats) -> list[str]:
-    """What differs between the master's totals and the sum of the worker ledgers."""
-    want = {"ledgers": workers, "requests": total.requests_ok, "errors": dict(total.errors),
-            "input_tokens": total.input_tokens, "output_tokens": total.output_tokens,
-            "received_output_tokens": total.window_output_tokens,
-            "histogram_counts": {h: getattr(total, h).count for h in HISTOGRAMS}}
-    got = {**{k: t[k] for k in want if k in t}, "ledgers": n_ledgers}
+def merge_problems(summary: dict, n_ledgers: int, workers: int, total: StageStats) -> list[str]:
+    """What differs between the master's totals (less its own start probes) and the sum of the
+    worker ledgers; the same comparison as the multi-host tests'."""
+    got = {**from_workers(summary), "ledgers": n_ledgers}
+    want = {**ledger_totals(total), "ledgers": workers}
     return [f"{k}: master {got.get(k)} != ledgers {v}" for k, v in want.items() if got.get(k) != v]
 
 
@@ -159,7 +158,7 @@ def run(workers: int, users_per_worker: int, workdir: Path, memo_options: bool =
     return {
         "workers": workers, "users_per_worker": users_per_worker, "memo": memo_options, "exit_code": code,
         "workers_missing": master.stderr().count("failed to send heartbeat"), "summary": summary,
-        "merge_problems": merge_problems(summary["totals"], n_ledgers, workers, total),
+        "merge_problems": merge_problems(summary, n_ledgers, workers, total),
         "probe": json.loads(probe_path.read_text()) if probe_path.exists() else None,
         "run_s": run_s, "master_cpu_s": cpu_s[0], "sim_cpu_percent": 100.0 * cpu_s[1] / run_s,
         "workers_cpu_percent": 100.0 * sum(cpu_s[2:]) / run_s,

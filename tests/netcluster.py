@@ -98,6 +98,12 @@ class Net:
             time.sleep(0.1)
         raise AssertionError(f"the master never printed {pattern!r}; stderr:\n{self.stderr()[-3000:]}")
 
+    def wait_after(self, pattern: str, seconds: float) -> float:
+        """Wait until ``seconds`` after the master printed a line matching ``pattern``; that line's time."""
+        t = self.wait_line(pattern)
+        time.sleep(max(0.0, t + seconds - time.time()))
+        return t
+
     def wait_master(self, timeout_s: float = 120) -> int:
         code = self.master_proc.wait(timeout_s)
         time.sleep(0.2)  # the reader thread takes the last lines
@@ -155,15 +161,31 @@ def merged(parts) -> StageStats:
     return total
 
 
+MERGED = ("requests", "input_tokens", "output_tokens", "received_output_tokens")
+
+
+def from_workers(summary: dict) -> dict:
+    """The master's totals less its own start-check probe requests (``preflight``, counted in the
+    totals but sent by no worker): what the workers' reports added up to."""
+    t, pre = summary["totals"], summary.get("preflight") or {}
+    out = {k: t[k] - pre.get(k, 0) for k in MERGED}
+    out["errors"] = {k: n - pre.get("errors", {}).get(k, 0) for k, n in t["errors"].items()}
+    out["errors"] = {k: n for k, n in out["errors"].items() if n}
+    out["histogram_counts"] = {h: n - pre.get("histogram_counts", {}).get(h, 0) for h, n in t["histogram_counts"].items()}
+    return out
+
+
+def ledger_totals(total: StageStats) -> dict:
+    """The same figures from the sum of the worker ledgers."""
+    return {"requests": total.requests_ok, "input_tokens": total.input_tokens, "output_tokens": total.output_tokens,
+            "received_output_tokens": total.window_output_tokens, "errors": dict(total.errors),
+            "histogram_counts": {h: getattr(total, h).count for h in HISTOGRAMS}}
+
+
 def assert_exact_merge(summary: dict, total: StageStats) -> None:
-    """The master's totals are the sum of the workers' ledgers, count for count."""
-    t = summary["totals"]
-    master = {k: t[k] for k in ("requests", "errors", "input_tokens", "output_tokens", "received_output_tokens",
-                                "histogram_counts")}
-    ledgers = {"requests": total.requests_ok, "errors": dict(total.errors), "input_tokens": total.input_tokens,
-               "output_tokens": total.output_tokens, "received_output_tokens": total.window_output_tokens,
-               "histogram_counts": {h: getattr(total, h).count for h in HISTOGRAMS}}
-    assert master == ledgers, f"master totals {master} != sum of the worker ledgers {ledgers}"
+    """The master's totals (less its own probes) are the sum of the workers' ledgers, count for count."""
+    master, ledgers = from_workers(summary), ledger_totals(total)
+    assert master == ledgers, f"master totals (less preflight) {master} != sum of the worker ledgers {ledgers}"
 
 
 def assert_server_agrees(summary: dict, server: dict) -> None:

@@ -21,7 +21,9 @@ Figures:
 - the master's cost per worker report = master CPU seconds (``/proc/<pid>/stat`` utime + stime,
   from the first stage's ramp to its exit) / reports merged (bench/master_probe.py counts Locust's
   ``worker_report`` events), and the thread CPU of the report listeners alone (Locust's + loadgen's)
-  and of loadgen's merge alone; N workers report every 3 s, so the master spends N / 3 × that a second;
+  and of loadgen's merge alone. The first includes the master's fixed costs (heartbeats, shape ticks,
+  the server watch), which dominate; the listeners are what each report adds: N workers report
+  every 3 s, so they cost N / 3 × listener CPU a second (printed for N = 100);
 - a reference: a raw client (bench/refclient.py, no Locust) holding the largest stream count on a
   fresh simulator, which shows how late one simulator on this machine is without loadgen.
 
@@ -204,13 +206,16 @@ def report(r: dict) -> bool:
         print(f"  {st['concurrency']:>6} {st['users'] or 0:>6} {st['requests']:>6} {st['error_count']:>6} "
               f"{ms['ttft_p50_s']:>9.0f} {ms['ttft_p99_s']:>6.0f} {ms['itl_p50_s']:>8.0f} {ms['itl_p99_s']:>6.0f} "
               f"{c['cpu_percent'] or 0:>5.0f} {(c['loop_lag_p99_s'] or 0) * 1e3:>7.1f}ms  {','.join(st['flags']) or '-'}")
-    t = s["totals"]
+    t, pre = s["totals"], s.get("preflight") or {}
+    received = t["received_output_tokens"]
+    probe_tokens = pre.get("output_tokens", 0) + pre.get("failed_output_tokens", 0)  # no window counts them
     checks = {
         f"the run completed (exit {r['exit_code']}, {r['workers_missing']} missed-heartbeat events)":
             r["exit_code"] == 0 and len(s["stages"]) == 2,
         "users exact in every stage": all(st["users"] == st["concurrency"] for st in s["stages"]),
         "master totals == sum of worker ledgers": not r["merge_problems"],
-        "simulator tokens == tokens received": r["sim_generated"] == t["received_output_tokens"],
+        f"simulator generated {r['sim_generated']:,.0f} tokens == received {received:,} + the start probes' "
+        f"{probe_tokens}": r["sim_generated"] == received + probe_tokens,
     }
     for name, held in checks.items():
         print(f"  {'ok  ' if held else 'FAIL'} {name}")
@@ -223,11 +228,12 @@ def report(r: dict) -> bool:
           f"{t['histogram_counts']['ttft_s']:,} TTFT / {t['histogram_counts']['itl_token_s']:,} ITL")
     n = probe["reports"] if probe else 0
     if n:
-        per_report_ms = 1e3 * r["master_cpu_s"] / n
-        print(f"  master: {r['master_cpu_s']:.2f} CPU-s, {n} worker reports merged: {per_report_ms:.2f} ms CPU "
-              f"per report, of which report listeners {1e3 * probe['listeners_cpu_s'] / n:.2f} ms (loadgen's "
-              f"merge {1e3 * probe['loadgen_cpu_s'] / n:.2f} ms); {w} workers report every "
-              f"{REPORT_INTERVAL_S:.0f} s: {100 * w / REPORT_INTERVAL_S * per_report_ms / 1e3:.1f}% of a core")
+        listeners_ms = 1e3 * probe["listeners_cpu_s"] / n
+        print(f"  master: {r['master_cpu_s']:.2f} CPU-s over the run ({100 * r['master_cpu_s'] / r['run_s']:.1f}% of a "
+              f"core), {n} worker reports merged: {1e3 * r['master_cpu_s'] / n:.2f} ms of master CPU per report; the "
+              f"report listeners {listeners_ms:.2f} ms a report (loadgen's merge "
+              f"{1e3 * probe['loadgen_cpu_s'] / n:.2f} ms): 100 workers, one report each per "
+              f"{REPORT_INTERVAL_S:.0f} s, would cost {100 / REPORT_INTERVAL_S * listeners_ms / 10:.1f}% of a core")
     return all(checks.values())
 
 

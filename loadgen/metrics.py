@@ -123,6 +123,7 @@ COUNTERS = (
     Counter("tokens_estimated", "Ok requests without usage (tokens counted from chunks)."),
     Counter("cancelled_requests", "Requests cut mid-flight by the client itself (a stop, a drain timeout, "
             "Locust moving users to a joining worker): neither ok nor failed."),
+    Counter("cancelled_output_tokens", "Completion tokens received by requests the client cut mid-flight."),
 )
 # Counted by time, not by the request's stage: like window_output_tokens, these belong to the stage
 # whose window was open when the event happened (loadgen.inflight, loadgen.open_loop).

@@ -13,6 +13,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
   soak      bench/soak.py            (e) RSS / exporter series / scrape time per simulated hour
   open_loop bench/open_loop.py       (f) the highest request rate one process holds on schedule
                                      (send lateness p99 < 5 ms)
+  workers   bench/many_workers.py    8 x 128 and 16 x 640 workers x users on one master: users and
+                                     merge exact, the master's CPU per worker report (4-6 minutes)
 
 This machine is shared and noisy: wall times are never targets; compare rates per CPU-second and
 ratios, and rerun a section (``--only ingest``) before believing a surprise.
@@ -33,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SECTIONS = ("datapath", "ingest", "fidelity", "memory", "sim", "soak", "open_loop")
+SECTIONS = ("datapath", "ingest", "fidelity", "memory", "sim", "soak", "open_loop", "workers")
 
 
 def _script(name: str, *args: str) -> int:
@@ -66,6 +68,10 @@ def run_section(name: str, args) -> int:
         import open_loop
 
         return open_loop.main([])
+    if name == "workers":
+        import many_workers
+
+        return many_workers.main(["--runs", "8x128,16x640"])
     raise ValueError(f"unknown section {name!r}; choose from {', '.join(SECTIONS)}")
 
 

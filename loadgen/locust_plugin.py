@@ -6,6 +6,7 @@ Imported by ``locustfile.py`` for its side effects (listeners on Locust's global
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -22,6 +23,23 @@ from loadgen.session import Session
 from loadgen.webui import install_webui
 
 __all__: list[str] = []
+
+
+def _memoize_locust_default_options() -> None:
+    """Locust 2.47's WorkerRunner filters the master's options with ``k not in
+    argument_parser.default_args_dict()`` once per option of every spawn message, and each call
+    builds a whole argument parser: 0.1-0.3 CPU-s per message, enough to miss heartbeats during a
+    ramp with many workers. The defaults never change within a process: build them once."""
+    from locust import argument_parser
+
+    build = argument_parser.default_args_dict
+    if not getattr(build, "_llm_loadgen_memo", False):
+        cached = functools.lru_cache(maxsize=1)(build)
+        cached._llm_loadgen_memo = True
+        argument_parser.default_args_dict = cached
+
+
+_memoize_locust_default_options()
 
 
 @events.init_command_line_parser.add_listener

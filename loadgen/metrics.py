@@ -126,6 +126,9 @@ COUNTERS = (
     Counter("mismatch_input", "Ok requests whose usage.prompt_tokens != the expected input tokens."),
     Counter("mismatch_output", "Ok requests with usage whose completion_tokens != the expected output."),
     Counter("tokens_estimated", "Ok requests without usage (tokens counted from chunks)."),
+    Counter("cancelled_requests", "Requests cut mid-flight by the client itself (a stop, a drain timeout, "
+            "Locust moving users to a joining worker): neither ok nor failed."),
+    Counter("cancelled_output_tokens", "Completion tokens received by requests the client cut mid-flight."),
 )
 # Counted by time, not by the request's stage: like window_output_tokens, these belong to the stage
 # whose window was open when the event happened (loadgen.inflight, loadgen.open_loop).

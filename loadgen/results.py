@@ -201,6 +201,8 @@ def totals_of(t: StageStats) -> dict:
         "output_tokens": t.output_tokens,
         "failed_output_tokens": t.failed_output_tokens,
         "received_output_tokens": t.window_output_tokens,
+        "cancelled_requests": t.cancelled_requests,  # cut by the client itself: neither ok nor failed
+        "cancelled_output_tokens": t.cancelled_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
         "failures": t.failures.to_summary(),
         **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,

@@ -58,7 +58,6 @@ class Runtime:
         self.api_key = api_key(scenario)
         self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
         self.fatal_sent = False
-        self.cancelled: dict[int | None, int] = {}  # requests killed mid-flight by stage (this process)
         # What the server accepts (loadgen.compat): set by the start check, or on a worker by the
         # master's phase message; users send nothing before it is known.
         self.compat: Compat | None = None

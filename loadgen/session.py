@@ -240,7 +240,9 @@ class Session:
             late = stats.schedule_lateness_s.quantile(0.99) if stats.schedule_lateness_s.count else None
             bound = bound or (late is not None and late >= sc.client_check.lateness_p99_s_max)
         # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
-        unfinished = self.fleet.inflight(k) + rt.cancelled.get(k, 0) if forced else None
+        stats = rt.collector.stages.get(k)
+        cancelled = stats.cancelled_requests if stats is not None else 0  # merged from every process
+        unfinished = self.fleet.inflight(k) + cancelled if forced else None
         row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag, sc.slo)
         self.rows.append(row)
         if len(self.rows) == 1:

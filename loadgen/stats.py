@@ -307,6 +307,13 @@ class Collector:
     def request_finished(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) - 1
 
+    def record_cancelled(self, stage: int | None, tokens: int) -> None:
+        """A request this process cut mid-flight (its user was stopped) after ``tokens`` arrived:
+        counted in the totals and its stage, and shipped to the master like every other count."""
+        for s in (self.totals, self._stage(stage)) if stage is not None else (self.totals,):
+            s.cancelled_requests += 1
+            s.cancelled_output_tokens += tokens
+
     def take_delta(self) -> dict:
         """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
 

@@ -136,8 +136,8 @@ def send_request(user, client: StreamClient, body: bytes, record: RequestRecord,
     result = None
     try:
         result, nbytes = client.stream(path, body, record, on_tokens=rt.on_tokens)
-    except gevent.GreenletExit:  # stopped mid-request (Ctrl-C, drain timeout)
-        rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
+    except gevent.GreenletExit:  # stopped mid-request (Ctrl-C, drain timeout, users moved to a new worker)
+        rt.collector.record_cancelled(stage, record.chunk_tokens_seen)
         raise
     finally:
         rt.request_finished(stage, ok=result is not None and result.ok)

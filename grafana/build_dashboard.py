@@ -101,6 +101,18 @@ def loadgen_rows(lay: Layout) -> None:
                (rate("llm_loadgen_received_output_tokens_total"), "output (live)"),
                (rate("llm_loadgen_failed_output_tokens_total"), "output (failed requests)"),
                (rate("llm_loadgen_input_tokens_total"), "input")])
+    lay.panel("timeseries", "Goodput vs throughput",
+              "With SLO objectives (slo: block): output tokens/s of requests meeting every objective "
+              "(TTFT, TPOT, E2E, worst gap), beside the output tokens/s of all successful requests.",
+              [(rate("llm_loadgen_slo_met_output_tokens_total"), "goodput (met the SLO)"),
+               (rate("llm_loadgen_output_tokens_total"), "output (all ok requests)")])
+    lay.panel("timeseries", "SLO attainment",
+              "Share of requests meeting every objective (failed requests count against it): the "
+              "current stage so far, over the rate interval, and the stage's pass mark (slo.attainment).",
+              [(f"max(llm_loadgen_slo_attainment_ratio{L})", "current stage"),
+               (f"{rate('llm_loadgen_slo_met_requests_total')} / {rate('llm_loadgen_requests_total')}",
+                "rate interval"),
+               (f"max(llm_loadgen_slo_attainment_target_ratio{L})", "target")], "percentunit")
     lay.panel("timeseries", "TTFT", "Time to first token = t(first content chunk) - t(sent).",
               quantiles("llm_loadgen_ttft_seconds"), "s")
     lay.panel("timeseries", "ITL",

@@ -6,6 +6,12 @@ kept between scrapes, so there is no second copy of the statistics to drift from
 prometheus_client multiprocess mode (which cannot carry custom collectors).
 
 Names: one prefix ``llm_loadgen_``, base units (seconds, tokens), ``_total`` on counters, no colons.
+SLO (only in a run with objectives): counters ``slo_met_requests_total`` and
+``slo_met_output_tokens_total`` (every request of the run: goodput is their ``rate()``), gauges
+``slo_attainment_ratio`` (the latest stage with finished measured requests: the current one so far,
+or the one before during a ramp and warmup; met / judged, 0-1) and
+``slo_attainment_target_ratio`` (``slo.attainment``).
+
 Labels: ``model``, ``endpoint``, ``scenario`` only (bounded; never per request), plus ``outcome``/
 ``kind`` on the request counter and ``phase`` on the phase gauge.
 
@@ -47,6 +53,7 @@ PHASES = tuple(Phase)  # the phase gauge has one series per phase
 # Exported histograms and counters, declared (name, edges, HELP with the formula) in loadgen.metrics.
 HISTOGRAMS = tuple(h for h in metrics.HISTOGRAMS if h.exporter)
 COUNTERS = tuple(c for c in metrics.COUNTERS if c.exporter)
+SLO_COUNTERS = tuple(c for c in metrics.SLO_COUNTS if c.exporter)  # of totals.slo (loadgen.slo)
 
 
 @dataclass
@@ -72,6 +79,8 @@ class ExporterSnapshot:
     guard_breaches: int = 0
     client_cpu_percent: float | None = None
     client_loop_lag_s: float | None = None
+    slo_attainment_target: float | None = None  # None: no SLO objective, no SLO series
+    slo_stage_attainment: float | None = None  # the current stage's, so far
     model: str = ""
     endpoint: str = ""
     scenario: str = ""
@@ -101,6 +110,11 @@ def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
         fam = CounterMetricFamily(f"{PREFIX}{counter.exporter}", counter.formula, labels=LABELS)
         fam.add_metric(labels, float(getattr(t, counter.attr)))
         yield fam
+    if snap.slo_attainment_target is not None:
+        for counter in SLO_COUNTERS:
+            fam = CounterMetricFamily(f"{PREFIX}{counter.exporter}", counter.formula, labels=LABELS)
+            fam.add_metric(labels, float(getattr(t.slo, counter.attr)))
+            yield fam
     fam = CounterMetricFamily(
         f"{PREFIX}requests", "Finished requests by outcome (ok|error|overload) and failure kind.",
         labels=LABELS + ("outcome", "kind"))
@@ -144,6 +158,11 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
          snap.client_cpu_percent),
         ("client_loop_lag_seconds", "Event-loop lag of the load generator: how late a timer fired. "
          "Large values mean client-side timings are inflated.", snap.client_loop_lag_s),
+        ("slo_attainment_ratio", "SLO attainment of the current stage so far (the previous one during a "
+         "ramp and warmup): measured requests meeting every objective / measured requests (failed ones "
+         "count against it), 0-1.", snap.slo_stage_attainment),
+        ("slo_attainment_target_ratio", "The attainment a stage needs to pass the SLO (slo.attainment).",
+         snap.slo_attainment_target),
     )
     for name, help_text, value in gauges:
         if value is None:

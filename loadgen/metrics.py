@@ -13,13 +13,18 @@ Three tables, each a tuple of small frozen dataclasses:
 
 A metric's value (``StageMetric.value``): with a histogram source, its quantile ``q`` (nearest
 fine bucket, within ~1.2%; None when the histogram is empty); with a counter source, its rate
-count / window_s (None without a window). Formulas of the per-request samples: loadgen.records.
+count / window_s (None without a window). SLO figures read the stage's ``loadgen.slo.SloCounts``
+(``StageStats.slo``): an ``SloCount`` source is a goodput, output tok/s x count / measured output
+tokens (``loadgen.slo.goodput_per_s``), a ``Share`` source the ratio count / judged requests
+(attainment, 0-1); both None when no request was judged (no objective set). Formulas of the per-request samples: loadgen.records.
 Failure kinds are declared in loadgen.errors (``KINDS``), not here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from loadgen.slo import goodput_per_s
 
 # Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
 # `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.
@@ -143,6 +148,30 @@ COUNTERS += (
 
 
 @dataclass(frozen=True)
+class SloCount:
+    """A count of a stage's ``loadgen.slo.SloCounts`` (``attr`` names the field), shown as a goodput
+    per second; ``exporter``: the Prometheus counter name of the run's total ("" = not exported)."""
+
+    attr: str
+    formula: str
+    exporter: str = ""
+
+
+@dataclass(frozen=True)
+class Share:
+    """A ratio 0-1: SloCounts ``of`` / SloCounts ``judged`` (requests given a verdict, ok + failed)."""
+
+    of: SloCount
+
+
+SLO_MET = SloCount("met", "Requests meeting every SLO objective (a failed request meets none).",
+                   "slo_met_requests")
+SLO_MET_TOKENS = SloCount("met_output_tokens", "Output tokens of requests meeting every SLO objective "
+                          "(goodput in tokens).", "slo_met_output_tokens")
+SLO_COUNTS = (SLO_MET, SLO_MET_TOKENS)
+
+
+@dataclass(frozen=True)
 class Shown:
     """How people read a value: ``unit`` label and ``scale`` from the stored unit (s -> ms: 1000)."""
 
@@ -155,6 +184,7 @@ SECONDS = Shown("s")
 TOK_S = Shown("tok/s")
 REQ_S = Shown("req/s")
 TOKENS = Shown("tokens")
+PERCENT = Shown("%", 100.0)
 
 
 @dataclass(frozen=True)
@@ -164,6 +194,7 @@ class Console:
     title: str
     width: int
     subtitle: str | None = None
+    slo: bool = False  # shown only in a run with SLO objectives
 
 
 @dataclass(frozen=True)
@@ -172,7 +203,7 @@ class StageMetric:
     compare; ``unit`` is the stored value's; ``compare=True`` puts it in compare's text table."""
 
     key: str
-    source: Histogram | Counter
+    source: Histogram | Counter | SloCount | Share
     q: float | None
     unit: str
     shown: Shown
@@ -181,7 +212,17 @@ class StageMetric:
     compare: bool = False
 
     def value(self, stats, window_s: float | None) -> float | None:
-        """From a loadgen.stats.StageStats: histogram quantile ``q``, or counter / window_s."""
+        """From a loadgen.stats.StageStats: histogram quantile ``q``, counter / window_s, SLO goodput
+        (output tok/s x count / measured output tokens) or SLO share (count / judged requests)."""
+        if isinstance(self.source, SloCount | Share):
+            slo = stats.slo
+            if not slo.judged:
+                return None
+            if isinstance(self.source, Share):
+                return getattr(slo, self.source.of.attr) / slo.judged
+            tokens_per_s = stats.window_output_tokens / window_s if window_s else None
+            return goodput_per_s(getattr(slo, self.source.attr), tokens_per_s,
+                                 stats.output_tokens + stats.failed_output_tokens)
         if isinstance(self.source, Counter):
             return getattr(stats, self.source.attr) / window_s if window_s else None
         hist = getattr(stats, self.source.attr)
@@ -195,6 +236,10 @@ class StageMetric:
         """This metric of a summary.json-form stage, as :meth:`text`."""
         return self.text(stage.get(self.key))
 
+
+# SLO attainment of a stage (also the exporter's current-stage gauge).
+SLO_ATTAINMENT = StageMetric("slo_attainment", Share(SLO_MET), None, "ratio", PERCENT, "SLO attainment (%)",
+                             Console("SLO met", 8, "%", slo=True))
 
 # The stage figures, in summary.json order. Percentiles of the ITL are per token (ITL_TOKEN).
 STAGE_METRICS = (
@@ -220,6 +265,12 @@ STAGE_METRICS = (
     StageMetric("input_len_p99_tokens", INPUT_LEN, 0.99, "tokens", TOKENS, "Input tokens p99"),
     StageMetric("output_len_p50_tokens", OUTPUT_LEN, 0.5, "tokens", TOKENS, "Output tokens p50"),
     StageMetric("output_len_p99_tokens", OUTPUT_LEN, 0.99, "tokens", TOKENS, "Output tokens p99"),
+    # SLO figures (loadgen.slo): None when the scenario sets no objective; their console columns
+    # appear only then (``Console.slo``)
+    SLO_ATTAINMENT,
+    StageMetric("goodput_requests_per_s", SLO_MET, None, "req/s", REQ_S, "Goodput (req/s)"),
+    StageMetric("goodput_output_tokens_per_s", SLO_MET_TOKENS, None, "tok/s", TOK_S, "Goodput tok/s",
+                Console("goodput", 9, "tok/s", slo=True)),
 )
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from loadgen.guard import GuardDecision
+from loadgen.guard import GuardDecision, max_fitting_concurrency
+from loadgen.metrics import SLO_ATTAINMENT
+from loadgen.slo import Objectives, slo_answer, stage_slo
 from loadgen.stats import HISTOGRAMS, StageStats
 
 SCHEMA = 1
@@ -36,6 +38,7 @@ class StageInfo:
     server: dict | None = None  # the server watch over the window (ServerWatch.end_stage)
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
+    search: bool = False  # an SLO search stage (shapes.sweep_plan), not one of the sweep's
     rate_per_s: float | None = None  # open loop: the offered rate asked for (after a guard clamp)
     parts: int = 1  # open loop: processes sharing the rate
     parts_lost_t: list[float] = field(default_factory=list)  # when each of them was lost
@@ -92,9 +95,12 @@ class GuardRecord:
 
 
 def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
-              client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout") -> dict:
+              client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
+              objectives: Objectives | None = None) -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
-    ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``."""
+    ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
+    with SLO ``objectives`` set, ``slo`` (``loadgen.slo.stage_slo``) and the flag ``slo_fail`` when
+    the stage missed the attainment target. Search stages have ``search: true`` and ``slo_search``."""
     stats = stats or StageStats()
     row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
     if info.rate_per_s is not None:
@@ -118,6 +124,14 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["lost_requests"] = info.lost_requests
     if info.users is not None and info.rate_per_s is None and info.users < info.concurrency:
         flags.append("users_short")
+    row["search"] = info.search
+    if info.search:
+        flags.append("slo_search")
+    if objectives is not None and objectives.enabled:
+        row["slo"] = stage_slo(stats.slo, stats.requests_ok + stats.error_count, objectives,
+                               row["output_tokens_per_s"], stats.output_tokens + stats.failed_output_tokens)
+        if not row["slo"]["pass"]:
+            flags.append("slo_fail")
     row["users"] = info.users
     row["window_s"] = info.window_s
     row["flags"] = flags
@@ -178,7 +192,8 @@ def _n(value: float | None, scale: float = 1.0) -> str:
 
 
 def totals_of(t: StageStats) -> dict:
-    """Every request of the run (warmup and ramps included), and each histogram's count."""
+    """Every request of the run (warmup and ramps included), each histogram's count, and with SLO
+    objectives the run's SLO counts (``slo``)."""
     return {
         "requests": t.requests_ok,
         "errors": dict(t.errors),
@@ -190,6 +205,9 @@ def totals_of(t: StageStats) -> dict:
         "cancelled_output_tokens": t.cancelled_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
         "failures": t.failures.to_summary(),
+        **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,
+                    "met_output_tokens": t.slo.met_output_tokens, "met_by": dict(t.slo.met_by)}}
+           if t.slo.judged else {}),
     }
 
 
@@ -206,6 +224,38 @@ class RunFacts:
     stop_reason: str | None
     workers: int
     worker_losses: list
+
+
+def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[float, bool]]:
+    """(load, passed) of every stage row judged against the SLO that measured requests; the load is
+    ``load_key``: the concurrency, or an open-loop run's ``offered_rate_per_s``."""
+    return [(r[load_key], r["slo"]["pass"]) for r in rows
+            if r.get("slo") and r["slo"]["attainment"] is not None and r.get(load_key) is not None]
+
+
+def latest_attainment(stages: dict[int, StageStats], k: int | None) -> float | None:
+    """SLO attainment (the metric table's share) of the latest stage up to k with judged requests:
+    stage k's so far, or the one before during k's ramp and warmup (the exporter's gauge)."""
+    judged = [i for i, st in stages.items() if st.slo.judged and (k is None or i <= k)]
+    return SLO_ATTAINMENT.value(stages[max(judged)], None) if judged else None
+
+
+def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:
+    """summary.json's top-level ``slo`` (``loadgen.slo.slo_answer``); None without objectives. In an
+    open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
+    if not objectives.enabled:
+        return None
+    load = "rate_per_s" if load_key == "offered_rate_per_s" else "concurrency"
+    return slo_answer(slo_outcomes(rows, load_key), objectives,
+                      [r["concurrency"] for r in rows if r.get("search")], load)
+
+
+def kv_ceiling(capacity, scenario) -> int | None:
+    """The largest concurrency whose KV projection fits (``guard.max_fitting_concurrency``)."""
+    if capacity is None or not capacity.tokens:
+        return None
+    return max_fitting_concurrency(capacity.tokens, scenario.input_tokens, scenario.output_tokens,
+                                   scenario.guard.margin)
 
 
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
@@ -246,9 +296,11 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "stopped_before": guard.stopped_before,
             "clamped_to": guard.clamped_to,
             "breaches": guard.breaches,
+            "max_concurrency": kv_ceiling(cap, sc),
         },
         "knee": {"concurrency": None if sc.open_loop else knee, "threshold": sc.knee.threshold,
                  **({"rate_per_s": knee} if sc.open_loop else {})},
+        "slo": summary_slo(rows, sc.slo, load_key),
         "totals": totals_of(totals),
         "stages": [dict(r, flags=r["flags"] + (["knee"] if knee is not None and r.get(load_key) == knee else []))
                    for r in rows],

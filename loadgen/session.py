@@ -17,7 +17,7 @@ import time
 
 import gevent
 
-from loadgen import errors
+from loadgen import errors, results
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.failures import LocustFailure, locust_name
@@ -177,15 +177,15 @@ class Session:
         ``WindowClosed``: the server was over capacity and ``guard.abort_on_over_capacity``)."""
         rt = self.rt
         match ev:
-            case PhaseStarted(stage=k, phase=phase, concurrency=c):
+            case PhaseStarted(stage=k, phase=phase, concurrency=c, search=search):
                 if phase is Phase.RAMP and rt.scenario.open_loop:
                     parts = self.fleet.assign_parts()
                     rt.set_arrivals(c, None if self.fleet.master else 0, parts)
                     self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
                     say(f"llm-loadgen: stage {k} rate={c:g}/s over {parts} process(es): ramp")
                 elif phase is Phase.RAMP:
-                    self.stage_info[k] = StageInfo(k, c)
-                    say(f"llm-loadgen: stage {k} C={c}: ramp")
+                    self.stage_info[k] = StageInfo(k, c, search=search)
+                    say(f"llm-loadgen: stage {k} C={c}: ramp{' (SLO search)' if search else ''}")
                 rt.set_phase(k, phase)
             case GuardDecided(decision=d):
                 if d.breach:
@@ -243,10 +243,10 @@ class Session:
         stats = rt.collector.stages.get(k)
         cancelled = stats.cancelled_requests if stats is not None else 0  # merged from every process
         unfinished = self.fleet.inflight(k) + cancelled if forced else None
-        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag)
+        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag, sc.slo)
         self.rows.append(row)
         if len(self.rows) == 1:
-            say(format_stage_header(info.rate_per_s is not None))
+            say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
         varied = sc.workload.dataset or sc.workload.turns > 1 or sc.input.dist != "fixed" or sc.output.dist != "fixed"
         expected = ("each request's expected",) * 2 if varied else (sc.input_tokens, sc.output_tokens)
@@ -320,7 +320,7 @@ class Session:
         if self.rows:
             summary = self.summary(final=True)
             say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
-                                   threshold=self.rt.scenario.knee.threshold))
+                                   threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
         say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
 
     # -- results -------------------------------------------------------------------------------------
@@ -329,6 +329,10 @@ class Session:
         if self.rt.scenario.open_loop:
             return find_rate_knee(self.rows, self.rt.scenario.knee.threshold)
         return find_knee(self.rows, self.rt.scenario.knee.threshold)
+
+    def slo_outcomes(self) -> list[tuple[int, bool]]:
+        """(concurrency, passed) of every final stage, for the plan's SLO search."""
+        return results.slo_outcomes(self.rows)
 
     def summary(self, final: bool = False) -> dict:
         rt = self.rt
@@ -373,6 +377,8 @@ class ExporterFeed:
             guard_breaches=session.guard.breaches,
             client_cpu_percent=cpu,
             client_loop_lag_s=lag,
+            slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
+            slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

@@ -14,6 +14,7 @@ import math
 from loadgen import metrics
 from loadgen.failures import FailureSamples
 from loadgen.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
+from loadgen.slo import Objectives, SloCounts, request_verdict
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -27,10 +28,11 @@ class StageStats:
     counts is stated there), plus ``errors`` {failure kind: requests} and ``failures`` (the server's
     reasons: the first distinct HTTP status + message excerpts per kind, loadgen.failures). Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
-    one per token, ``itl_chunk_s`` one per chunk gap.
+    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.slo``) of
+    every request given a verdict, ok or failed (empty when the scenario sets no objective).
     """
 
-    __slots__ = (*COUNTERS, "errors", "failures", "ttft_by_turn", *HISTOGRAMS)
+    __slots__ = (*COUNTERS, "errors", "failures", "ttft_by_turn", *HISTOGRAMS, "slo")
 
     def __init__(self) -> None:
         for name in COUNTERS:
@@ -40,14 +42,18 @@ class StageStats:
         self.ttft_by_turn: dict[int, LogHistogram] = {}  # multi-turn (loadgen.conversation): turn -> TTFT
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
+        self.slo = SloCounts()
 
     def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None,
-                   turn: int | None = None) -> None:
+                   turn: int | None = None, verdict: tuple[bool, tuple[str, ...]] | None = None) -> None:
         """Count one finished request (a loadgen.records.RequestResult); ``turn``: its 0-based turn
         in a multi-turn conversation (None: single requests), for ``ttft_by_turn``.
 
-        ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats.
+        ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats;
+        ``verdict``: its ``loadgen.slo.request_verdict`` (None: no objective set).
         """
+        if verdict is not None:
+            self.slo.count(result, verdict)
         if not result.ok:
             self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
             self.failed_output_tokens += result.completion_tokens
@@ -102,6 +108,7 @@ class StageStats:
             self.ttft_by_turn.setdefault(turn, LogHistogram()).merge(h)
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
+        self.slo.merge(other.slo)
 
     def is_empty(self) -> bool:
         # every histogram sample comes with a counter: requests_ok += 1 (results) or
@@ -109,7 +116,8 @@ class StageStats:
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
-        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms."""
+        """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, the
+        server's failure reasons, SLO counts."""
         wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
@@ -119,6 +127,8 @@ class StageStats:
             wire["f"] = self.failures.to_wire()
         if self.ttft_by_turn:
             wire["t"] = {str(k): h.to_wire() for k, h in self.ttft_by_turn.items()}
+        if not self.slo.is_empty():
+            wire["s"] = self.slo.to_wire()
         return wire
 
     @classmethod
@@ -136,6 +146,8 @@ class StageStats:
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
             setattr(s, name, LogHistogram.from_wire(h))
+        if "s" in d:
+            s.slo = SloCounts.from_wire(d["s"])
         return s
 
     def row(self, window_s: float | None) -> dict:
@@ -200,6 +212,7 @@ class StageStats:
             and self.failures == other.failures
             and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
             and self.ttft_by_turn == other.ttft_by_turn
+            and self.slo == other.slo
         )
 
     __hash__ = None  # mutable
@@ -244,15 +257,17 @@ class Collector:
 
     def record_result(
         self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
-        turn: int | None = None,
+        objectives: Objectives | None = None, turn: int | None = None,
     ) -> None:
-        """Count a finished request in the totals and, if it was measured, in its stage."""
+        """Count a finished request in the totals and, if it was measured, in its stage. With
+        ``objectives`` set, its SLO verdict is computed here, once, and counted in both."""
+        verdict = request_verdict(result, objectives) if objectives is not None and objectives.enabled else None
         if stage is None:
-            self.totals.add_result(result, expected_in, expected_out, turn=turn)
+            self.totals.add_result(result, expected_in, expected_out, turn=turn, verdict=verdict)
             return
         itl = bin_itl(result)
-        self.totals.add_result(result, expected_in, expected_out, itl, turn)
-        self._stage(stage).add_result(result, expected_in, expected_out, itl, turn)
+        self.totals.add_result(result, expected_in, expected_out, itl, turn, verdict)
+        self._stage(stage).add_result(result, expected_in, expected_out, itl, turn, verdict)
 
     def add_window_tokens(self, stage: int | None, n: int) -> None:
         """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""

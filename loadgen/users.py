@@ -145,7 +145,7 @@ def send_request(user, client: StreamClient, body: bytes, record: RequestRecord,
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     expected = (sc.input_tokens, sc.output_tokens) if ask is None else (ask.input_tokens, ask.output_tokens)
     turn = ask.turn if ask is not None and sc.workload.turns > 1 else None
-    rt.collector.record_result(result, stage, *expected, turn=turn)
+    rt.collector.record_result(result, stage, *expected, sc.slo, turn=turn)
     user.environment.events.request.fire(
         request_type="POST",
         name=path,

@@ -91,8 +91,8 @@ def live_rows(session, now_s: float | None) -> list[dict]:
         else:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
-        out.append({"index": k, "concurrency": info.concurrency, "status": status,
-                    **stats.row(window_s), "window_s": window_s, "flags": []})
+        out.append({"index": k, "concurrency": info.concurrency, "status": status, **stats.row(window_s),
+                    "window_s": window_s, "search": info.search, "flags": ["slo_search"] if info.search else []})
     return out
 
 
@@ -109,6 +109,7 @@ def llm_view(session, now_s: float | None) -> dict:
         "totals": totals,
         "guard": summary["guard"],
         "knee": summary["knee"],
+        "slo": summary["slo"],
         "run": summary["run"],
         "compat": summary["server"].get("compat"),
     }
@@ -140,6 +141,8 @@ def run_items(view: dict) -> list[dict]:
         ("Guard breaches", g.get("breaches")),
         ("Knee (C)", knee.get("concurrency")),
         ("Knee threshold (gain per doubling)", knee.get("threshold")),
+        ("KV ceiling (C)", g.get("max_concurrency")),
+        *slo_items(view.get("slo")),
         ("Stop reason", run.get("stop_reason")),
         ("Exit code", run.get("exit_code")),
         ("Server", (view.get("compat") or {}).get("server")),
@@ -149,6 +152,20 @@ def run_items(view: dict) -> list[dict]:
             items += [(f"Server said ({locust_name(kind, e['status'])}, {e['requests']} requests)", e["message"])
                       for e in entries]
     return [{"item": name, "value": text(value)} for name, value in items]
+
+
+def slo_items(slo: dict | None) -> list[tuple[str, object]]:
+    """The run tab's SLO rows (none without objectives): the answer so far and the search."""
+    if slo is None:
+        return []
+    lo, hi = slo["bracket"]
+    return [
+        ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
+         + f" for {slo['attainment_target']:.0%} of requests"),
+        ("SLO max concurrency (C)", "none passed" if lo is None else lo),
+        ("SLO bracket", f"[{_text(lo)}, {'open above' if hi is None else hi}]"),
+        ("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-"),
+    ]
 
 
 def extended_stats(view: dict) -> list[dict]:

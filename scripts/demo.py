@@ -5,6 +5,13 @@ sped up by a time scale, runs `locust --headless -f locustfile.py` with the seed
 (1000 input + 1000 output tokens, C = 1, 2, 4, ... toward 1024) and short stage windows, prints
 the per-stage table, and stops the simulator. The guard stopping before C=1024 is the expected
 outcome here, so its exit code (3) counts as success.
+
+It also asks the capacity planner's question: how many users while TTFT <= 2 s and TPOT <= 30 ms
+(33 tokens/s per user) for 99 % of requests? The objectives are stated in the server's own time
+and divided by the time scale for the client (which measures wall time); after the sweep a short
+bisection refines the bracket (resolution 50 %: one search stage keeps the demo short; ARGS="--set
+slo.resolution=0.1" refines further). It ends with the knee, the SLO maximum and the KV ceiling
+side by side.
 """
 
 from __future__ import annotations
@@ -23,6 +30,15 @@ from loadgen.sim.launch import running_sim  # noqa: E402
 
 TIME_SCALE = os.environ.get("DEMO_TIME_SCALE", "10")
 RESULTS = os.environ.get("DEMO_RESULTS", str(ROOT / "results" / "demo"))
+SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.030  # in the simulated server's time
+SLO_RESOLUTION = 0.5
+
+
+def slo_args(scale: float) -> list[str]:
+    """The demo's objectives in wall-clock seconds (what the client measures); a later --set in
+    ARGS wins over the resolution."""
+    return ["--slo", f"ttft_s={SLO_TTFT_S / scale:g},tpot_s={SLO_TPOT_S / scale:g}", "--slo-search",
+            "--set", f"slo.resolution={SLO_RESOLUTION}"]
 
 
 def print_simulated_time(summary_path: Path, scale: float) -> None:
@@ -31,17 +47,27 @@ def print_simulated_time(summary_path: Path, scale: float) -> None:
         return
     summary = json.loads(summary_path.read_text())
     print(f"\ndemo: the simulator runs {scale:g}x faster than real time; in the server's own time:")
-    print("     C   out tok/s   TTFT p50   ITL p50 (per token)")
+    print("     C   out tok/s   TTFT p99   TPOT p50   SLO met   goodput tok/s")
     for s in summary["stages"]:
-        ttft, itl = s.get("ttft_p50_s"), s.get("itl_p50_s")
+        ttft, tpot, slo = s.get("ttft_p99_s"), s.get("tpot_p50_s"), s.get("slo") or {}
+        good = s.get("goodput_output_tokens_per_s")
+        att = slo.get("attainment")
         print(f"  {s['concurrency']:>4}  {s['output_tokens_per_s'] / scale:>10,.0f}"
               f"  {'-' if ttft is None else f'{ttft * scale * 1000:>7.0f} ms'}"
-              f"  {'-' if itl is None else f'{itl * scale * 1000:>7.1f} ms'}")
-    knee = summary["knee"]["concurrency"]
-    stop = summary["guard"]["stopped_before"]
-    print(f"demo: knee at C={knee}" if knee else "demo: no knee (throughput still rising)",
-          f"; guard stopped before C={stop} (capacity {summary['guard']['capacity_tokens']:,} tokens)"
-          if stop else "")
+              f"  {'-' if tpot is None else f'{tpot * scale * 1000:>6.1f} ms'}"
+              f"  {'-' if att is None else f'{att:>7.0%}'}"
+              f"  {'-' if good is None else f'{good / scale:>12,.0f}'}"
+              f"{'   (search)' if s.get('search') else ''}")
+    knee, guard, answer = summary["knee"]["concurrency"], summary["guard"], summary.get("slo") or {}
+    best, hi = answer.get("max_concurrency"), answer.get("bracket", (None, None))[1]
+    print(f"demo: objectives TTFT <= {SLO_TTFT_S:g} s, TPOT <= {SLO_TPOT_S * 1000:g} ms for "
+          f"{answer.get('attainment_target', 0.99):.0%} of requests (server time)")
+    print(f"demo:   knee           C={knee}" if knee else "demo:   knee           none (throughput still rising)")
+    print(f"demo:   SLO maximum    C={best}" + (f" (C={hi} failed)" if hi else "") if best
+          else f"demo:   SLO maximum    none (C={hi} already failed)")
+    ceiling, stop = guard.get("max_concurrency"), guard.get("stopped_before")
+    print(f"demo:   KV ceiling     C={ceiling} ({guard['capacity_tokens']:,} tokens"
+          + (f"; the guard stopped before C={stop})" if stop else ")") if ceiling else "demo:   KV ceiling     unknown")
 
 
 def main() -> int:
@@ -51,7 +77,8 @@ def main() -> int:
         cmd = [
             sys.executable, "-m", "locust", "--headless", "-f", str(ROOT / "locustfile.py"),
             "--host", sim.url, "--scenario", str(ROOT / "config" / "demo.yaml"),
-            "--results-dir", RESULTS, "--only-summary", "--loglevel", "WARNING", *extra,
+            "--results-dir", RESULTS, "--only-summary", "--loglevel", "WARNING",
+            *slo_args(float(TIME_SCALE)), *extra,
         ]
         code = subprocess.call(cmd, cwd=ROOT)
     print_simulated_time(Path(RESULTS) / "summary.json", float(TIME_SCALE))

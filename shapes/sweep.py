@@ -36,7 +36,7 @@ class SweepShape(LoadTestShape):
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            decide=self.session.decide,
+            decide=self.session.decide, slo=rt.scenario.slo,
         )
 
     def _step(self, rt, now: float) -> Tick:
@@ -51,6 +51,7 @@ class SweepShape(LoadTestShape):
             stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
+            slo_outcomes=session.slo_outcomes,
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):

@@ -21,6 +21,20 @@ stage at the largest concurrency that fits, warn runs it flagged.
   the drain if told to stop. The plan itself never reads anything.
 - A closed stage is *final* once none of its requests is still running (``stage_done(k)``);
   requests of stage k finish during stage k+1's ramp/warmup, which exclude them from k+1.
+- isolated stages (SLO objectives set): stage k+1 starts only once stage k is final; until then
+  the plan stays in ``closing`` with stage k's users running (nothing measured). Otherwise the last
+  requests of stage k would finish under stage k+1's higher load, and one such request in a
+  hundred already fails a 99 % attainment. The wait is bounded by ``drain_s``.
+- SLO search (``slo.search``, loadgen.slo): after the last sweep stage (the whole geometric sweep
+  runs first: the knee and the KV ceiling need its upper stages, and attainment need not fall
+  monotonically, so a first failure does not end it), once every closed stage is final (pass/fail
+  is known only then) the plan reads the outcomes (``Observation.slo_outcomes``, (concurrency,
+  passed) of every final stage) and starts the bisection stage ``next_search_concurrency`` names,
+  with the same guard decision, ramp, warmup and window rules, marked ``search`` in its
+  ``PhaseStarted``; repeated until the bracket is within ``slo.resolution`` or
+  ``slo.max_search_stages`` ran. A guard refusal ends the geometric sweep (``guard_abort``) but not
+  the search below it (those stages fit). A search stage's ramp may lower the users (it ends once
+  at most C run).
 - drain: after the last window, no new requests; ends when every closed stage is final and no
   request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
   e.g. against a server's own counters), or after ``drain_s``.
@@ -47,6 +61,7 @@ from dataclasses import dataclass
 
 from loadgen.guard import GuardDecision
 from loadgen.phases import Phase
+from loadgen.slo import Objectives, next_search_concurrency
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,8 @@ class Observation:
     idle: Callable[[], bool] = lambda: True  # no request of any stage still running (everywhere)
     finished_total: int = 0  # every request finished so far in the run (measured or not)
     inflight: int = 0  # requests running now, everywhere (open-loop turnover)
+    # (concurrency, passed the SLO) of every final stage that measured requests; read by the search
+    slo_outcomes: Callable[[], list[tuple[int, bool]]] = lambda: []
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,7 @@ class PhaseStarted:
     stage: int  # -1 only for a drain before any stage ran (the guard refused the first)
     phase: Phase
     concurrency: float  # the stage's load (after a guard clamp): users, or requests/s (open loop)
+    search: bool = False  # an SLO search stage (decided from the outcomes of final stages)
 
 
 @dataclass(frozen=True)
@@ -116,7 +134,7 @@ class SweepPlan:
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
                  min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
                  turnover: bool = False, max_warmup_s: float = float("inf"),
-                 users_for: Callable[[float], int] | None = None):
+                 users_for: Callable[[float], int] | None = None, slo: Objectives | None = None):
         self.concurrencies = list(concurrencies)  # each stage's load (open loop: requests/s)
         self.users_for = users_for  # open loop: dispatcher users for a rate; None: users = load
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
@@ -133,6 +151,13 @@ class SweepPlan:
         self.pending: list[int] = []  # closed, not yet final
         self.stop_reason: str | None = None  # stop(reason) during CLOSING
         self.exit_reason: str = "completed"
+        self.isolate = slo is not None and slo.enabled  # each stage starts once the one before is final
+        # None: no search (the search bisects concurrency; an open-loop rate sweep has none)
+        self.slo = slo if self.isolate and slo.search and users_for is None else None
+        self.sweep_over = False  # the geometric stages are done (or the guard refused the next)
+        self.search_stages = 0  # search stages started
+        self.search = False  # the current stage is a search stage
+        self.ramp_from = 0  # users before this stage's ramp (a search stage may lower them)
 
     def stop(self, reason: str) -> None:
         """The adapter's answer to a ``WindowClosed``: end the sweep after this stage."""
@@ -141,26 +166,43 @@ class SweepPlan:
     # -- helpers ---------------------------------------------------------------------------------
     def _enter(self, kind: Phase, now: float, events: list[Event]) -> None:
         self.kind, self.since = kind, now
-        events.append(PhaseStarted(self.index, kind, self.target))
+        events.append(PhaseStarted(self.index, kind, self.target, self.search))
 
-    def _next_stage(self, now: float, events: list[Event]) -> None:
-        nxt = self.index + 1
-        if self.last_stage or nxt >= len(self.concurrencies):
+    def _next_stage(self, obs: Observation, events: list[Event]) -> None:
+        """Start the next sweep stage, else the next search stage, else the drain; or, while the
+        search waits for stages to become final, nothing (the plan stays where it is)."""
+        now, nxt = obs.now, self.index + 1
+        if self.isolate and self.pending and now - self.since < self.drain_s:
+            return  # pass/fail is known once a stage is final; its users keep running meanwhile
+        if not self.sweep_over and not self.last_stage and nxt < len(self.concurrencies):
+            if self._start(nxt, self.concurrencies[nxt], now, events, search=False):
+                return
+            self.exit_reason = "guard_abort"
+        self.sweep_over = True
+        if self.slo is None or self.index < 0:
             self._enter(Phase.DRAIN, now, events)
             return
-        wanted = self.concurrencies[nxt]
+        wanted = next_search_concurrency(obs.slo_outcomes(), self.slo, self.search_stages)
+        if wanted is None or not self._start(nxt, wanted, now, events, search=True):
+            if wanted is not None:
+                self.exit_reason = "guard_abort"
+            self._enter(Phase.DRAIN, now, events)
+
+    def _start(self, nxt: int, wanted: float, now: float, events: list[Event], search: bool) -> bool:
+        """Ask the guard about stage ``nxt`` at load ``wanted`` (users, or requests/s); ramp it if
+        allowed."""
         decision = self.decide(wanted)
         events.append(GuardDecided(nxt, wanted, decision))
         if not decision.allowed:
-            self.exit_reason = "guard_abort"
-            self._enter(Phase.DRAIN, now, events)
-            return
-        self.index = nxt
+            return False
+        self.index, self.search = nxt, search
+        self.search_stages += search
         self.finished_mark = self.finished_total
-        self.target = decision.run_concurrency or wanted
-        if self.target != wanted:  # clamped: this is the last stage
+        self.ramp_from, self.target = self.target, decision.run_concurrency or wanted
+        if self.target != wanted and not search:  # clamped: the last sweep stage
             self.last_stage = True
         self._enter(Phase.RAMP, now, events)
+        return True
 
     def _finalize_ready(self, obs: Observation, events: list[Event], force: bool = False) -> None:
         for k in list(self.pending):
@@ -183,10 +225,12 @@ class SweepPlan:
         now = obs.now
         self.finished_total = obs.finished_total
         if self.kind is None:
-            self._next_stage(now, events)
+            self._next_stage(obs, events)
         elapsed = now - self.since
         if self.kind is Phase.RAMP:
-            if obs.users >= self._users() or elapsed >= self.ramp_s * 4 + 10:
+            users = self._users()
+            arrived = obs.users <= users if self.target < self.ramp_from else obs.users >= users
+            if arrived or elapsed >= self.ramp_s * 4 + 10:
                 self._enter(Phase.WARMUP, now, events)
         elif self.kind is Phase.WARMUP:
             if (elapsed >= self.warmup_s and self._turned_over(obs)) or elapsed >= max(self.max_warmup_s, self.warmup_s):
@@ -204,7 +248,7 @@ class SweepPlan:
                 self.exit_reason = self.stop_reason
                 self._enter(Phase.DRAIN, now, events)
             else:
-                self._next_stage(now, events)
+                self._next_stage(obs, events)
         if self.kind is Phase.DRAIN:
             timed_out = now - self.since >= self.drain_s
             self._finalize_ready(obs, events, force=timed_out)

@@ -72,6 +72,16 @@ CASES = [
      "start from config/default.yaml"),
     ("file-reserved-body-key", ["--scenario", "{file}"], "request:\n  extra_body:\n    max_tokens: 5\n",
      "request.extra_body.max_tokens", "5", "set output_tokens instead"),
+    ("slo-ttft-below-1ms", ["--slo", "ttft_s=0.0005"], None, "slo.ttft_s (from --slo)", "0.0005",
+     "1 ms at least"),
+    ("slo-attainment-above-1", ["--slo", "tpot_s=0.05,attainment=1.2"], None, "slo.attainment (from --slo)",
+     "1.2", "e.g. 0.99"),
+    ("slo-unknown-objective", ["--slo", "tbt_s=0.05"], None, "slo.tbt_s (from --slo)", "0.05",
+     "did you mean slo.ttft_s?"),
+    ("slo-search-without-objective", ["--slo-search"], None, "slo.search (from --slo-search)", "True",
+     "--slo tpot_s=0.05"),
+    ("file-slo-attainment-zero", ["--scenario", "{file}"], "slo:\n  tpot_s: 0.05\n  attainment: 0\n",
+     "slo.attainment", "got 0", "e.g. 0.99"),
 ]
 
 

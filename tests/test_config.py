@@ -253,6 +253,20 @@ BAD_DOCUMENTS = [
     ({"name": "a/b"}, "name", "'a/b'"),
     ({"results_dir": None}, "results_dir", "None"),
     ({"stuff": 1}, "stuff", "1"),
+    ({"slo": {"ttft_s": 0.0005}}, "slo.ttft_s", "0.0005"),  # below 1 ms
+    ({"slo": {"ttft_s": 0}}, "slo.ttft_s", "0"),
+    ({"slo": {"tpot_s": -0.05}}, "slo.tpot_s", "-0.05"),
+    ({"slo": {"e2e_s": "60s"}}, "slo.e2e_s", "'60s'"),
+    ({"slo": {"attainment": 0}}, "slo.attainment", "0"),
+    ({"slo": {"attainment": 1.5}}, "slo.attainment", "1.5"),
+    ({"slo": {"attainment": 99}}, "slo.attainment", "99"),
+    ({"slo": {"ttft": 2}}, "slo.ttft", "2"),  # an unknown objective name
+    ({"slo": {"p99_ttft_s": 2}}, "slo.p99_ttft_s", "2"),
+    ({"slo": {"search": True}}, "slo.search", "True"),  # nothing to search for
+    ({"slo": {"tpot_s": 0.05, "resolution": 0}}, "slo.resolution", "0"),
+    ({"slo": {"tpot_s": 0.05, "max_search_stages": 0}}, "slo.max_search_stages", "0"),
+    ({"slo": 0.99}, "slo", "0.99"),
+    ({"slo": {"tpot_s": 0.05, "search": True}, "rate": {"list": [1, 2]}}, "slo.search", "True"),
 ]
 
 
@@ -473,6 +487,17 @@ def test_cli_overrides_win_over_the_file(tmp_path):
     assert scenario_from_options(_parse(["--scenario", str(f)])).guard.require is False  # flag absent
 
 
+def test_slo_block_from_file_set_and_the_short_cli_form(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("slo:\n  ttft_s: 2\n  attainment: 0.9\n")
+    s = scenario_from_options(_parse(["--scenario", str(f), "--slo", "tpot_s=0.05,e2e_s=30", "--slo-search",
+                                      "--set", "slo.max_search_stages=6"]))
+    assert s.slo.thresholds == {"ttft_s": 2.0, "tpot_s": 0.05, "e2e_s": 30.0}
+    assert (s.slo.attainment, s.slo.search, s.slo.max_search_stages, s.slo.resolution) == (0.9, True, 6, 0.1)
+    assert s.slo.enabled and not build_scenario({}).slo.enabled  # the default: no objective, no accounting
+    assert build_scenario(s.to_dict()) == s
+
+
 def test_named_option_wins_over_set():
     s = scenario_from_options(_parse(["--set", "input_tokens=5", "--input-tokens", "6"]))
     assert s.input_tokens == 6
@@ -495,6 +520,12 @@ def test_named_option_wins_over_set():
         (["--set", "stages.facter=3"], "stages.facter (from --set)", "3"),
         (["--set", "nokey"], "--set", "'nokey'"),
         (["--set", "stages.list=[1,"], "stages.list (from --set)", "'[1,'"),
+        (["--slo", "ttft_s=0.0001"], "slo.ttft_s (from --slo)", "0.0001"),
+        (["--slo", "ttft=2"], "slo.ttft (from --slo)", "2"),
+        (["--slo", "ttft_s"], "slo (from --slo)", "'ttft_s'"),
+        (["--slo", "tpot_s=0.05,attainment=2"], "slo.attainment (from --slo)", "2"),
+        (["--slo-search"], "slo.search (from --slo-search)", "True"),
+        (["--set", "slo.attainment=0"], "slo.attainment (from --set)", "0"),
     ],
 )
 def test_bad_cli_values_name_the_option(args, key, value):

@@ -82,7 +82,8 @@ def test_every_variable_used_is_defined(dashboard):
 def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
     snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
                             kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
-                            client_loop_lag_s=0.001, offered_rate_per_s=1.0)
+                            client_loop_lag_s=0.001, offered_rate_per_s=1.0, slo_attainment_target=0.99,
+                            slo_stage_attainment=1.0)
     text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     used = {m for e in dashboard_exprs(dashboard) for m in re.findall(r"\bllm_loadgen_\w+", e)}
@@ -129,3 +130,15 @@ def test_promtool_accepts_prometheus_yml():
     proc = subprocess.run(["promtool", "check", "config", str(GRAFANA / "prometheus.yml")],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_slo_panels_sit_beside_throughput(dashboard):
+    by_title = {p["title"]: p for p in panels(dashboard)}
+    tokens, goodput, slo = by_title["Tokens/s"], by_title["Goodput vs throughput"], by_title["SLO attainment"]
+    assert tokens["gridPos"]["y"] == goodput["gridPos"]["y"]  # the same line of the grid
+    assert goodput["gridPos"]["x"] == tokens["gridPos"]["x"] + tokens["gridPos"]["w"]
+    exprs = " ".join(t["expr"] for t in goodput["targets"] + slo["targets"])
+    for name in ("llm_loadgen_slo_met_output_tokens_total", "llm_loadgen_slo_met_requests_total",
+                 "llm_loadgen_slo_attainment_ratio", "llm_loadgen_slo_attainment_target_ratio"):
+        assert name in exprs, name
+    assert slo["fieldConfig"]["defaults"]["unit"] == "percentunit"

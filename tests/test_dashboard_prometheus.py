@@ -57,6 +57,7 @@ def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path, load:
     """A real locust run with the exporter on; long enough to outlive the queries, then stopped."""
     cmd = locust_cmd(sim_url, "--scenario", "config/smoke.yaml", "--output-tokens", "25", *load,
                      "--warmup", "2", "--stage-duration", "5",
+                     "--slo", "ttft_s=0.5,tpot_s=0.05",
                      "--exporter-port", str(port), "--results-dir", str(results))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -132,5 +133,11 @@ def test_client_figures_match_the_simulators(live_prometheus):
     failed = scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome!="ok"})')
     assert failed > 0
     assert scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome="ok"})') > 0
+    # SLO: the sims meet both objectives (TTFT 200 ms, 20 ms per token); the faults do not
+    met = scalar('sum(llm_loadgen_slo_met_requests_total{job="llm-loadgen"})')
+    ok = scalar('sum(llm_loadgen_requests_total{job="llm-loadgen", outcome="ok"})')
+    assert 0 < met <= ok
+    assert 0.5 < scalar('min(llm_loadgen_slo_attainment_ratio{job="llm-loadgen"})') <= 1.0
+    assert scalar('max(llm_loadgen_slo_attainment_target_ratio{job="llm-loadgen"})') == 0.99
     # both runs reached their second stage (index 1) while Prometheus watched
     assert scalar('min(max_over_time(llm_loadgen_stage{job="llm-loadgen"}[2m]))') >= 1

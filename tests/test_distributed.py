@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 SIM = ("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", "10")
 RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "50", "--stages", "2,4,8",
-       "--warmup", "1", "--stage-duration", "5")
+       "--warmup", "1", "--stage-duration", "5", "--slo", "ttft_s=0.5,tpot_s=0.05")
 
 
 def free_port() -> int:
@@ -117,6 +117,33 @@ def test_distributed_stages_match_a_local_run(runs):
         assert d["ttft_p50_s"] == pytest.approx(loc["ttft_p50_s"], rel=0.10)
         assert d["itl_p50_s"] == pytest.approx(loc["itl_p50_s"], rel=0.10)
         assert d["output_tokens_per_s"] == pytest.approx(loc["output_tokens_per_s"], rel=0.15)
+
+
+def test_distributed_slo_attainment_and_goodput_are_merged_counts_and_match_a_local_run(runs):
+    """The fixed sim (TTFT 100 ms, 10 ms per token) meets both objectives: every request counts."""
+    dist, local, results = runs
+    total = StageStats()
+    for p in ledgers(results):
+        total.merge(p)
+    slo = dist["totals"]["slo"]  # the master's counts are exactly the sum of the workers' shipments
+    assert (slo["judged_requests"], slo["met_requests"], slo["met_output_tokens"]) == (
+        total.slo.judged, total.slo.met, total.slo.met_output_tokens)
+    # every request the workers sent was judged; the start check's probes (no worker's) are not
+    pre = dist["preflight"]
+    sent = dist["totals"]["requests"] + sum(dist["totals"]["errors"].values()) - pre["requests"] - sum(pre["errors"].values())
+    assert slo["met_by"] == total.slo.met_by and slo["judged_requests"] == sent
+    for d, loc in zip(dist["stages"], local["stages"], strict=True):
+        for s in (d, loc):
+            assert s["slo"]["pass"] and s["slo"]["attainment"] == s["slo_attainment"] == 1.0
+            assert s["slo"]["met_requests"] == s["requests"] + s["error_count"]
+            assert s["goodput_requests_per_s"] == s["slo"]["goodput_requests_per_s"]
+            assert s["goodput_output_tokens_per_s"] == pytest.approx(s["output_tokens_per_s"])  # all conform
+            assert s["goodput_requests_per_s"] == pytest.approx(s["output_tokens_per_s"] / 50)
+            assert s["slo"]["attainment_by"] == {"ttft_s": 1.0, "tpot_s": 1.0}
+        assert d["goodput_requests_per_s"] == pytest.approx(loc["goodput_requests_per_s"], rel=0.15)
+        assert d["goodput_output_tokens_per_s"] == pytest.approx(loc["goodput_output_tokens_per_s"], rel=0.15)
+    assert dist["slo"]["max_concurrency"] == local["slo"]["max_concurrency"] == 8
+    assert dist["slo"]["bracket"] == local["slo"]["bracket"] == [8, None]
 
 
 def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(tmp_path):

@@ -50,7 +50,7 @@ def completions_stream(sent: float, ttft: float, gaps: list[float], tokens: list
     return out
 
 
-def run_request(collector: Collector, sent, ttft, gaps, tokens, prompt=100):
+def run_request(collector: Collector, sent, ttft, gaps, tokens, prompt=100, objectives=None):
     rec = RequestRecord(sent, sum(tokens), "/v1/completions")
     collector.request_started(None)
     seen = 0
@@ -60,16 +60,16 @@ def run_request(collector: Collector, sent, ttft, gaps, tokens, prompt=100):
         seen = rec.chunk_tokens_seen
     result = rec.finish(t, eof=True)
     collector.request_finished(None)
-    collector.record_result(result, None, prompt, sum(tokens))
+    collector.record_result(result, None, prompt, sum(tokens), objectives)
     return result
 
 
-def fail_request(collector: Collector, kind: str, sent: float, payloads=()):
+def fail_request(collector: Collector, kind: str, sent: float, payloads=(), objectives=None):
     rec = RequestRecord(sent, 10, "/v1/completions")
     for payload, t in payloads:
         rec.on_payload(payload, t)
     result = rec.fail(RequestError(kind, "test"), sent + 0.5)
-    collector.record_result(result, None, 100, 10)
+    collector.record_result(result, None, 100, 10, objectives)
     return result
 
 
@@ -255,3 +255,19 @@ def test_start_exporter_ephemeral_port_serves_metrics_and_stops():
 
 def test_config_port_zero_means_off():
     assert exporter_from_config("127.0.0.1", 0, Source(Collector())) is None
+
+
+def test_slo_counters_and_gauges_only_with_objectives():
+    from loadgen.slo import Objectives
+
+    obj = Objectives(ttft_s=1.0)
+    c = Collector()
+    ok = [run_request(c, 10.0 * i, ttft, [0.01], [2, 3], objectives=obj) for i, ttft in enumerate((0.05, 0.2, 1.5))]
+    fail_request(c, OVERLOAD_503, 100.0, objectives=obj)
+    s = scrape(make_registry(Source(c, slo_attainment_target=0.99, slo_stage_attainment=0.5)))
+    assert value(s, "llm_loadgen_slo_met_requests_total") == 2  # TTFT 1.5 s and the 503 miss
+    assert value(s, "llm_loadgen_slo_met_output_tokens_total") == ok[0].completion_tokens * 2 == 10
+    assert value(s, "llm_loadgen_slo_attainment_ratio") == 0.5
+    assert value(s, "llm_loadgen_slo_attainment_target_ratio") == 0.99
+    names = {n for n, _ in scrape(make_registry(Source(c)))}  # no objectives: no SLO series at all
+    assert not {n for n in names if "_slo_" in n}

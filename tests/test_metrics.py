@@ -24,6 +24,10 @@ def test_declarations_are_consistent():
             assert m.source in metrics.HISTOGRAMS and 0 < m.q < 1, m.key
             assert m.unit == m.source.unit, m.key
             assert f"p{round(m.q * 100)}" in m.key, m.key  # the key names its percentile
+        elif isinstance(m.source, metrics.Share):  # a ratio of SLO counts (attainment)
+            assert m.source.of in metrics.SLO_COUNTS and m.q is None and m.unit == "ratio", m.key
+        elif isinstance(m.source, metrics.SloCount):  # an SLO count per second (goodput)
+            assert m.source in metrics.SLO_COUNTS and m.q is None and m.unit.endswith("/s"), m.key
         else:
             assert m.source in metrics.COUNTERS and m.q is None and m.unit.endswith("/s"), m.key
         suffix = {"s": "_s", "tok/s": "_per_s"}.get(m.unit, "")  # a key carries its unit ...
@@ -109,3 +113,35 @@ def test_p95_reaches_summary_csv_compare_and_web_ui_but_not_the_console():
     assert compare_rows(runs)[0]["itl_p95_s"] == [stage["itl_p95_s"]] * 2
     assert "TTFT p95 (ms)" in metrics_table_html(runs)
     assert "p95" not in table.format_stage_header()  # the console table stays at p50/p90/p99
+
+
+def test_slo_figures_reach_csv_web_ui_and_compare_and_the_console_only_with_objectives():
+    from loadgen.slo import Objectives
+
+    s = StageStats()
+    obj = Objectives(ttft_s=0.5)
+
+    class R:  # the fields a verdict reads
+        ok, completion_tokens, ttft_s = True, 10, 0.1
+
+    for i in range(4):
+        r = R()
+        r.ttft_s = 0.1 if i < 3 else 0.9
+        s.slo.add(r, obj)
+    s.output_tokens, s.window_output_tokens = 40, 60  # 30 tok/s over 2 s; 30 of the 40 tokens conform
+    stage = {"index": 0, "concurrency": 4, **s.row(2.0), "window_s": 2.0, "flags": [],
+             "slo": {"attainment": 0.75, "attainment_by": {"ttft_s": 0.75}, "pass": False}}
+    assert (stage["slo_attainment"], stage["goodput_requests_per_s"], stage["goodput_output_tokens_per_s"]) \
+        == (0.75, 2.25, 22.5)
+    header, values = table.stages_csv_text([stage]).splitlines()
+    csv_row = dict(zip(header.split(","), values.split(","), strict=True))
+    assert float(csv_row["goodput_output_tokens_per_s"]) == 22.5
+    assert csv_row["slo.attainment_by.ttft_s"] == "0.75" and csv_row["slo.pass"] == "False"
+    web = webui.display_row(stage)
+    assert web["slo_attainment"] == "75.0" and web["goodput_requests_per_s"] == "2.25"
+    assert compare_rows([("a", {"stages": [stage]})])[0]["goodput_output_tokens_per_s"] == [22.5]
+    assert "SLO met" in table.format_stage_header(slo=True) and "SLO met" not in table.format_stage_header()
+    row = table.format_stage_row(stage)
+    assert " 75.0 " in row and "22.5" in row
+    plain = {k: v for k, v in stage.items() if k != "slo"}
+    assert len(table.format_stage_row(plain)) < len(row)  # no SLO columns without objectives

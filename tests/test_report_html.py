@@ -146,3 +146,12 @@ def test_failures_section_quotes_the_server():
     assert '<table id="failures">' in page and "Prompt contains &lt;invalid&gt; tokens" in page
     assert "<td class=\"n\">400</td>" in page and "http_4xx 3" in page
     assert 'id="failures"' not in render_report_html({"run": {}, "stages": [], "totals": {"failures": {}}})
+
+
+def test_slo_run_states_the_slo_maximum_and_kv_ceiling_beside_the_knee():
+    summary = load("slo_search")
+    html = render_report_html(summary, {})
+    text = " ".join(parse(html).text)
+    assert "SLO: max concurrency C=34 (99% of requests met tpot_s <= 0.045; C=36 did not" in text
+    assert "KV ceiling: C=178,571" in text
+    assert "SLO met" in html and "slo_search" in html

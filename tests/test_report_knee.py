@@ -112,6 +112,13 @@ def test_seeds_fixture_knee_matches_recorded_value_and_rule():
     assert gain_per_doubling(before, by_c[before], knee, by_c[knee]) >= 0.10
 
 
+def test_search_stages_are_not_part_of_the_knee():
+    sweep = [{"concurrency": c, "output_tokens_per_s": t, "requests": 10}
+             for c, t in ((32, 2000), (64, 2500), (128, 2560), (256, 2870))]
+    search = [{"concurrency": 96, "output_tokens_per_s": 2800, "requests": 10, "search": True}]
+    assert find_knee(sweep) == find_knee(sweep + search) == 64
+
+
 # -- open loop: offered vs achieved ---------------------------------------------------------------
 from loadgen.report.knee import find_rate_knee, rate_sustained  # noqa: E402
 

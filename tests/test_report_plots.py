@@ -108,3 +108,21 @@ def test_build_run_figures_computes_knee_when_summary_has_none(seeds):
     assert "knee C=256" in lines_by_label(figures["throughput"].axes[0])
     png = figure_png(figures["tradeoff"])
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+
+
+def test_throughput_marks_goodput_the_slo_maximum_the_search_and_the_kv_ceiling(seeds):
+    summary = json.loads((FIXTURES / "summary_slo_search.json").read_text())
+    ax = build_run_figures(summary)["throughput"].axes[0]
+    lines = lines_by_label(ax)
+    stages = summary["stages"]
+    good = lines["goodput tok/s (met the SLO)"]
+    assert list(good.get_xdata()) == sorted(s["concurrency"] for s in stages)
+    assert list(lines["SLO search stages"].get_xdata()) == [34, 36, 40, 48]
+    assert list(lines["SLO max C=34"].get_xdata()) == [34, 34]
+    assert "KV ceiling C=178,571 (off the chart)" in [t.get_text() for t in ax.texts]
+    assert [int(t) for t in ax.get_xticks()] == [8, 16, 32, 34, 64]  # search stages are not ticked
+    # a ceiling within the plotted range is a vertical line
+    guard = dict(seeds["guard"], max_concurrency=785)
+    ax = throughput_figure(seeds["stages"], knee=256, guard=guard).axes[0]
+    assert list(lines_by_label(ax)["KV ceiling C=785"].get_xdata()) == [785, 785]
+    assert "goodput tok/s (met the SLO)" not in lines_by_label(ax)  # no objectives, no goodput

@@ -139,3 +139,22 @@ def test_csv_columns_are_stable_across_runs(tmp_path, seeds):
     assert head_b == head_a[: len(head_b)]  # same leading columns; extras (server.*) only appended
     write_stages_csv(tmp_path / "empty.csv", [])
     assert (tmp_path / "empty.csv").read_text().startswith("index,concurrency,")
+
+
+def test_slo_run_table_has_attainment_and_goodput_columns_and_the_three_answers_together():
+    """A real slo-linear run (tests/test_e2e_slo.py's scenario): knee, SLO maximum, KV ceiling."""
+    summary = json.loads((FIXTURES / "summary_slo_search.json").read_text())
+    text = format_stage_table(summary["stages"], None, summary["guard"], slo=summary["slo"])
+    header, units = text.split("\n")[:2]
+    assert "SLO met" in header and "goodput" in header and "%" in units
+    rows = text.split("\n")[2 : 2 + len(summary["stages"])]
+    assert [r.split()[0] for r in rows] == ["8", "16", "32", "64", "48", "40", "36", "34"]
+    assert all(r.rstrip().endswith("slo_search") or "slo_search," in r for r in rows[4:])
+    assert "100" in rows[0].split() and "slo_fail" in rows[3]
+    notes = text.split("\n")[-3:]
+    assert notes[0].startswith("knee: none found")
+    assert notes[1] == ("SLO: max concurrency C=34 (99% of requests met tpot_s <= 0.045; C=36 did not; "
+                        "search stages C=48, 40, 36, 34)")
+    assert notes[2].startswith("KV ceiling: C=178571 ") and "10,000,000 tokens" in notes[2]
+    # without objectives the columns are not there
+    assert "SLO met" not in format_stage_table([{"concurrency": 1}])

@@ -42,6 +42,55 @@ def test_a_plain_stage_has_no_flags():
     assert stage_warnings(row, 64, 32) == []
 
 
+def test_stage_row_with_objectives_has_the_slo_object_and_flags_search_stages():
+    import numpy as np
+
+    from loadgen.errors import OVERLOAD_503
+    from loadgen.records import RequestResult
+    from loadgen.slo import Objectives
+    from loadgen.stats import Collector
+
+    obj = Objectives(ttft_s=0.5, attainment=0.9)
+    empty = np.empty(0)
+
+    def result(ok, ttft):
+        return RequestResult(ok, None if ok else OVERLOAD_503, "", 10, 20, False, ttft, 1.0, 0.05, 20.0,
+                             empty, empty.astype(int), empty, "length" if ok else None, 20)
+
+    c = Collector()
+    for ttft in [0.1] * 8 + [0.9]:
+        c.record_result(result(True, ttft), 0, 10, 20, obj)
+    c.record_result(result(False, None), 0, 10, 20, obj)  # failed after 20 tokens
+    c.add_window_tokens(0, 400)  # 100 tok/s; 160 of the 200 measured tokens conform
+    info = StageInfo(0, 8, window_s=4.0, users=8, search=True)
+    row = stage_row(info, c.stages[0], GuardRecord(), CLIENT, client_bound=False, objectives=obj)
+    assert row["search"] is True and row["flags"] == ["slo_search", "slo_fail"]  # 8/10 < 0.9
+    assert row["slo"] == {"attainment": 0.8, "attainment_by": {"ttft_s": 0.8}, "goodput_requests_per_s": 4.0,
+                          "goodput_output_tokens_per_s": 80.0, "met_requests": 8, "pass": False}
+    assert row["slo_attainment"] == 0.8 and row["goodput_output_tokens_per_s"] == 80.0
+    plain = stage_row(StageInfo(1, 8, window_s=4.0, users=8), c.stages[0], GuardRecord(), CLIENT, False)
+    assert "slo" not in plain and plain["search"] is False and plain["flags"] == []
+
+
+def test_summary_slo_answer_and_kv_ceiling():
+    from loadgen.config import build_scenario
+    from loadgen.results import kv_ceiling, summary_slo
+    from loadgen.server_probe import Capacity
+
+    def row(c, passed, search=False, attainment=1.0):
+        return {"concurrency": c, "search": search, "slo": {"pass": passed, "attainment": attainment}}
+
+    sc = build_scenario({"slo": {"tpot_s": 0.045, "search": True}})
+    rows = [row(16, True), row(32, True), row(64, False), row(48, False, True), row(40, True, True),
+            row(128, False, attainment=None)]  # a stage that measured nothing says nothing
+    answer = summary_slo(rows, sc.slo)
+    assert answer["max_concurrency"] == 40 and answer["bracket"] == [40, 48]
+    assert answer["search"]["stages"] == [48, 40] and answer["search"]["converged"] is False
+    assert summary_slo(rows, build_scenario({}).slo) is None
+    assert kv_ceiling(Capacity(1_570_000, "scenario", None, None, ""), build_scenario({})) == 785
+    assert kv_ceiling(None, sc) is None and kv_ceiling(Capacity(None, None, None, None, ""), sc) is None
+
+
 def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
     from loadgen.stats import Collector
 
@@ -56,3 +105,17 @@ def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
     assert row["planned_rate_per_s"] == 8.0 and "worker_lost" in row["flags"]
     assert row["concurrency"] is None and row["concurrency_mean"] == 2.0 and row["concurrency_max"] == 3
     assert row["scheduled_rate_per_s"] == 1 / 20 and "users_short" not in row["flags"]
+
+
+def test_open_loop_slo_answer_is_in_offered_requests_per_s():
+    from loadgen.config import build_scenario
+    from loadgen.results import summary_slo
+    from loadgen.slo import answer_line
+
+    sc = build_scenario({"slo": {"ttft_s": 2}, "rate": {"list": [1, 2, 4]}})
+    rows = [{"concurrency": None, "offered_rate_per_s": r, "slo": {"pass": r < 4, "attainment": 1.0}}
+            for r in (1.0, 2.0, 4.0)]
+    answer = summary_slo(rows, sc.slo, "offered_rate_per_s")
+    assert answer["load"] == "rate_per_s" and answer["bracket"] == [2.0, 4.0]
+    assert answer_line(answer) == ("SLO: max rate 2 req/s (99% of requests met ttft_s <= 2; "
+                                   "4 req/s did not)")

@@ -78,17 +78,22 @@ def test_stage_attainment_counts_failures_against_it():
     for r in [good] * 7 + [slow] * 2:
         c.add(r, OBJ)
     c.add(failed(), OBJ)
-    row = stage_slo(c, requests=10, window_s=5.0, objectives=OBJ)
+    # the stage streamed 18 tok/s; its 9 ok requests (10 tokens each) made 90 tokens, 70 conforming
+    row = stage_slo(c, requests=10, objectives=OBJ, tokens_per_s=18.0, measured_output_tokens=90)
     assert row["attainment"] == pytest.approx(0.7)
     assert row["attainment_by"] == {"ttft_s": 0.7, "tpot_s": 0.9, "e2e_s": 0.9, "itl_max_s": 0.9}
-    assert row["goodput_requests_per_s"] == pytest.approx(7 / 5)
-    assert row["goodput_output_tokens_per_s"] == pytest.approx(70 / 5)
+    assert row["goodput_output_tokens_per_s"] == pytest.approx(18.0 * 70 / 90)  # 14 tok/s
+    assert row["goodput_requests_per_s"] == pytest.approx(18.0 * 7 / 90)  # 14 tok/s / 10 tokens each
     assert row["pass"] is False
-    assert stage_slo(c, 10, 5.0, Objectives(ttft_s=0.5, attainment=0.7))["pass"] is True
+    assert stage_slo(c, 10, Objectives(ttft_s=0.5, attainment=0.7), 18.0, 90)["pass"] is True
+    everyone = SloCounts()
+    for r in [good] * 5:
+        everyone.add(r, OBJ)
+    assert stage_slo(everyone, 5, OBJ, 18.0, 50)["goodput_output_tokens_per_s"] == 18.0  # = output tok/s
 
 
 def test_empty_stage():
-    row = stage_slo(SloCounts(), requests=0, window_s=None, objectives=OBJ)
+    row = stage_slo(SloCounts(), requests=0, objectives=OBJ, tokens_per_s=None, measured_output_tokens=0)
     assert row["attainment"] is None and row["pass"] is False and row["goodput_requests_per_s"] is None
 
 

@@ -11,7 +11,10 @@ import pytest
 
 from loadgen.errors import OVERLOAD_429, READ_TIMEOUT, STREAM_ERROR
 from loadgen.records import RequestRecord, RequestResult
+from loadgen.slo import Objectives, stage_slo
 from loadgen.stats import COUNTERS, HISTOGRAMS, Collector, StageStats
+
+OBJ = Objectives(ttft_s=0.4, tpot_s=0.02)  # ok_result: TTFT ~ lognormal(-1, 0.5), so some miss
 
 
 def ok_result(rng, *, prompt=100, completion=None, estimated=False, chunks=None):
@@ -83,8 +86,11 @@ def test_row_fields_and_window_rate():
         "itl_p95_s", "itl_p99_s",
         "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch", "achieved_rate_per_s",
         "lateness_p99_s", "failures", "input_len_p50_tokens", "input_len_p99_tokens", "output_len_p50_tokens",
-        "output_len_p99_tokens", "length_hist",
+        "output_len_p99_tokens", "length_hist", "slo_attainment", "goodput_requests_per_s",
+        "goodput_output_tokens_per_s",
     }  # fmt: skip
+    # no objective set: no SLO figure (None, not a misleading 0)
+    assert row["slo_attainment"] is None and row["goodput_requests_per_s"] is None
     hist = row["length_hist"]
     assert hist["edges"][:3] == [1.0, 1.258925, 1.584893] and hist["edges"][-1] >= 100
     assert sum(hist["input"]) == sum(hist["output"]) == 20
@@ -131,7 +137,7 @@ def feed(collector, rng, n):
         if kind == "result":
             collector.request_started(stage)
             collector.request_finished(stage)
-            collector.record_result(x, stage, 100, 64)
+            collector.record_result(x, stage, 100, 64, OBJ)
         else:
             collector.add_window_tokens(stage, x)
     return events
@@ -156,7 +162,7 @@ def test_merged_worker_deltas_equal_one_collector_that_saw_everything(codec):
         for w in workers:
             for kind, x, stage in feed(w, rng, int(rng.integers(0, 30))):
                 if kind == "result":
-                    reference.record_result(x, stage, 100, 64)
+                    reference.record_result(x, stage, 100, 64, OBJ)
                 else:
                     reference.add_window_tokens(stage, x)
             delta = w.take_delta()
@@ -171,6 +177,9 @@ def test_merged_worker_deltas_equal_one_collector_that_saw_everything(codec):
     assert_same(master, reference)
     assert master.totals.requests_ok > 0 and len(master.stages) == 3
     assert master.stages[1].row(10.0) == reference.stages[1].row(10.0)
+    slo = master.totals.slo  # SLO counts merge exactly too, and some requests missed
+    assert slo == reference.totals.slo and 0 < slo.met < slo.judged
+    assert slo.judged == master.totals.requests_ok + master.totals.error_count
 
 
 def test_take_delta_resets_and_second_delta_is_empty():
@@ -238,6 +247,34 @@ def test_one_token_per_chunk_shares_binning_and_totals_match_stage():
     alone = StageStats()
     alone.add_result(result, 5, 100)
     assert alone == stage
+
+
+def test_slo_verdict_counted_once_in_totals_and_stage_and_the_metric_table_agrees():
+    rng = np.random.default_rng(6)
+    c = Collector()
+    results = [ok_result(rng, completion=40) for _ in range(40)] + [failed_result(READ_TIMEOUT)]
+    for r in results:
+        c.record_result(r, 2, 100, 40, OBJ)
+    c.record_result(ok_result(rng, completion=40), None, 100, 40, OBJ)  # unmeasured: totals only
+    c.add_window_tokens(2, 1600)  # 200 tok/s over the 8 s window
+    st = c.stages[2]
+    met = sum(r.ok and r.ttft_s <= 0.4 and r.tpot_s <= 0.02 for r in results)
+    assert 0 < met < len(results) - 1
+    assert (st.slo.met, st.slo.judged, st.slo.met_output_tokens) == (met, 41, 40 * met)
+    assert c.totals.slo.judged == 42
+    row = st.row(8.0)
+    measured = st.output_tokens + st.failed_output_tokens
+    assert measured == 40 * 40 + 3
+    answer = stage_slo(st.slo, st.requests_ok + st.error_count, OBJ, row["output_tokens_per_s"], measured)
+    assert row["slo_attainment"] == answer["attainment"] == met / 41
+    assert row["goodput_requests_per_s"] == answer["goodput_requests_per_s"] == pytest.approx(200 * met / measured)
+    assert row["goodput_output_tokens_per_s"] == answer["goodput_output_tokens_per_s"] \
+        == pytest.approx(200 * 40 * met / measured)
+    back = StageStats.from_wire(json.loads(json.dumps(st.to_wire())))
+    assert back == st and back.slo == st.slo
+    plain = Collector()  # objectives without a threshold: no accounting at all
+    plain.record_result(results[0], 0, 100, 40, Objectives())
+    assert plain.stages[0].slo.judged == 0 and "s" not in plain.stages[0].to_wire()
 
 
 def test_open_loop_counters_merge_and_peak_merges_by_max():

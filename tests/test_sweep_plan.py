@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loadgen.guard import decide
 from loadgen.phases import Phase
+from loadgen.slo import Objectives
 from shapes.sweep_plan import (
     GuardDecided,
     Observation,
@@ -22,7 +23,7 @@ class FakeRun:
     """Users appear instantly; each stage's requests finish `straggle_s` after its window closes."""
 
     def __init__(self, capacity=None, action="abort", margin=0.0, straggle_s=3.0, finished_per_s=5,
-                 stop_at=None):
+                 stop_at=None, slo_limit=None):
         self.capacity, self.action, self.margin = capacity, action, margin
         self.straggle_s, self.finished_per_s = straggle_s, finished_per_s
         self.stop_at = stop_at or {}  # {stage: reason}: the adapter's answer to WindowClosed
@@ -30,6 +31,13 @@ class FakeRun:
         self.opened_at: dict[int, float] = {}
         self.users = 0
         self.now = 0.0
+        self.slo_limit = slo_limit  # stages with C <= slo_limit pass the SLO
+        self.concurrency: dict[int, int] = {}
+        self.final: list[int] = []
+
+    def slo_outcomes(self):
+        """Like the session: (concurrency, passed) of every stage whose StageFinal was handled."""
+        return [(self.concurrency[k], self.concurrency[k] <= self.slo_limit) for k in self.final]
 
     def decide(self, c):
         return decide(c, self.capacity, 1000, 1000, self.margin, self.action)
@@ -43,8 +51,13 @@ class FakeRun:
 
     def step(self, plan: SweepPlan, events: list):
         """One plan tick, acting on its events like the shape does."""
-        tick = plan.tick(Observation(self.now, self.users, self.finished, self.stage_done))
+        tick = plan.tick(Observation(self.now, self.users, self.finished, self.stage_done,
+                                     slo_outcomes=self.slo_outcomes))
         for ev in tick.events:
+            if isinstance(ev, PhaseStarted) and ev.phase is Phase.RAMP:
+                self.concurrency[ev.stage] = ev.concurrency
+            if isinstance(ev, StageFinal):
+                self.final.append(ev.stage)
             if isinstance(ev, WindowOpened):
                 self.opened_at[ev.stage] = ev.t
             if isinstance(ev, WindowClosed):
@@ -238,3 +251,101 @@ def test_a_closed_window_waits_in_closing_for_the_adapters_answer():
     after = fake.step(p, events)  # no stop(): the next stage
     assert [type(ev) for _, ev in events[-2:]] == [GuardDecided, PhaseStarted]
     assert events[-1][1] == PhaseStarted(1, Phase.RAMP, 2) and after.users == 2
+
+
+# --- the SLO search -------------------------------------------------------------------------------
+
+SEARCH = Objectives(tpot_s=0.045, search=True, resolution=0.1, max_search_stages=10)
+
+
+def test_search_bisects_after_the_whole_sweep_from_final_stages_only():
+    """C <= 35 passes: the sweep runs to 64 (the failures at 48+ do not stop it), then 48, 40, 36, 34."""
+    fake = FakeRun(slo_limit=35, straggle_s=7)
+    events = fake.run(plan(fake, [1, 2, 4, 8, 16, 32, 64], slo=SEARCH))
+    assert ramps_of(events) == [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 34]
+    ramps = [(t, ev) for t, ev in events if isinstance(ev, PhaseStarted) and ev.phase is Phase.RAMP]
+    assert [ev.search for _, ev in ramps] == [False] * 7 + [True] * 4
+    finals = {ev.stage: t for t, ev in events if isinstance(ev, StageFinal)}
+    closes = {ev.stage: t for t, ev in events if isinstance(ev, WindowClosed)}
+    for t, ev in ramps[1:]:
+        # with objectives set every stage, search or not, starts once the one before it is final
+        # (7 s after its window closed), so no measured request runs under the next stage's load
+        assert finals[ev.stage - 1] <= t and t - closes[ev.stage - 1] >= 7
+    # every search stage has the guard's decision and the same ramp/warmup/window rules
+    assert [ev.concurrency for ev in kinds(events, GuardDecided)][7:] == [48, 40, 36, 34]
+    opens = {ev.stage: t for t, ev in events if isinstance(ev, WindowOpened)}
+    assert all(closes[k] - opens[k] == 10 for k in range(11))
+    assert kinds(events, SweepDone)[0].reason == "completed"
+    assert sorted(fake.final) == list(range(11))
+
+
+def test_while_the_search_waits_the_last_stage_keeps_its_users_and_nothing_is_measured():
+    fake, events = FakeRun(slo_limit=3, straggle_s=20), []
+    p = plan(fake, [2, 4], slo=SEARCH)
+    while len(kinds(events, WindowClosed)) < 2:
+        fake.users = fake.step(p, events).users
+        fake.now += 1
+    waiting = []
+    for _ in range(15):  # stage 1's requests finish 20 s after its window closed
+        tick = fake.step(p, events)
+        waiting.append((p.kind, tick.users))
+        fake.users = tick.users
+        fake.now += 1
+    assert set(waiting) == {(Phase.CLOSING, 4)}
+    events += fake.run(p)
+    assert ramps_of(events) == [2, 4, 3]
+    assert [ev.search for ev in kinds(events, PhaseStarted) if ev.phase is Phase.RAMP] == [False, False, True]
+
+
+def test_a_search_ramp_that_lowers_users_ends_once_at_most_c_run():
+    """Locust stops users over a few ticks: the ramp to 48 waits until no more than 48 run."""
+    fake, events = FakeRun(slo_limit=40, straggle_s=0), []
+    p = plan(fake, [32, 64], slo=Objectives(tpot_s=1, search=True, max_search_stages=1))
+    while not [ev for _, ev in events if isinstance(ev, PhaseStarted) and ev.search]:
+        fake.users = fake.step(p, events).users
+        fake.now += 1
+    assert p.kind is Phase.RAMP and p.target == 48
+    for users in (64, 60, 52):
+        fake.users = users
+        fake.step(p, events)
+        fake.now += 1
+        assert p.kind is Phase.RAMP
+    fake.users = 48
+    fake.step(p, events)
+    assert p.kind is Phase.WARMUP
+
+
+def test_search_below_a_guard_stop_still_runs_and_the_sweep_reports_guard_abort():
+    fake = FakeRun(capacity=1_570_000, slo_limit=300)
+    events = fake.run(plan(fake, SEEDS, slo=Objectives(tpot_s=1, search=True, max_search_stages=2)))
+    ramps = ramps_of(events)
+    assert ramps == SEEDS[:10] + [384, 320]  # bracket [256, 512] -> 384 fails -> 320 passes
+    assert kinds(events, SweepDone)[0].reason == "guard_abort"
+    assert [ev.concurrency for ev in kinds(events, GuardDecided) if not ev.decision.allowed] == [1024]
+
+
+def test_no_search_when_nothing_passed_everything_passed_or_search_is_off():
+    for limit in (0, 10_000):
+        fake = FakeRun(slo_limit=limit)
+        assert ramps_of(fake.run(plan(fake, [1, 2, 4], slo=SEARCH))) == [1, 2, 4]
+    fake = FakeRun(slo_limit=3)
+    off = Objectives(tpot_s=0.045, search=False)
+    assert ramps_of(fake.run(plan(fake, [1, 2, 4], slo=off))) == [1, 2, 4]
+
+
+def test_the_wait_for_a_final_stage_is_bounded_by_drain_s():
+    fake = FakeRun(slo_limit=3, straggle_s=10_000)
+    events = fake.run(plan(fake, [2, 4], slo=SEARCH, drain_s=20))
+    assert ramps_of(events) == [2, 4]  # stage 0 never became final: no outcome, no search
+    ramp_t = [t for t, ev in events if isinstance(ev, PhaseStarted) and ev.phase is Phase.RAMP]
+    close_t = [t for t, ev in events if isinstance(ev, WindowClosed)]
+    assert ramp_t[1] - close_t[0] == 20
+    assert [ev.forced for ev in kinds(events, StageFinal)] == [True, True]
+
+
+def test_without_objectives_the_next_stage_does_not_wait():
+    fake = FakeRun(straggle_s=30)
+    events = fake.run(plan(fake, [2, 4]))
+    ramp_t = [t for t, ev in events if isinstance(ev, PhaseStarted) and ev.phase is Phase.RAMP]
+    close_t = [t for t, ev in events if isinstance(ev, WindowClosed)]
+    assert ramp_t[1] == close_t[0]

@@ -63,7 +63,7 @@ def run_request(rt, stage, sent, ttft, tokens, window_stage):
         if not last:
             t += GAP
     rec.on_payload(b"[DONE]", t)
-    rt.collector.record_result(rec.finish(t, eof=True), stage, PROMPT, tokens)
+    rt.collector.record_result(rec.finish(t, eof=True), stage, PROMPT, tokens, rt.scenario.slo)
 
 
 def fail_request(rt, stage, sent, chunks):
@@ -72,7 +72,8 @@ def fail_request(rt, stage, sent, chunks):
     for i in range(chunks):
         rec.on_payload(json.dumps({"choices": [{"text": "x", "finish_reason": None}]}).encode(), sent + i)
         rt.collector.add_window_tokens(stage, 1)
-    rt.collector.record_result(rec.fail(RequestError(READ_TIMEOUT, "test"), sent + 5), stage, PROMPT, 10)
+    rt.collector.record_result(rec.fail(RequestError(READ_TIMEOUT, "test"), sent + 5), stage, PROMPT, 10,
+                               rt.scenario.slo)
 
 
 @pytest.fixture
@@ -195,6 +196,42 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     assert rows[1]["output_tokens_per_s"] == num(10 / 5.0)
     assert rt.environment.llm_run.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee (C)"] == "1"
     assert items["Guard stopped before C"] == "4"
+
+
+def test_slo_figures_search_stage_and_answer_in_the_tabs(ui, tmp_path):
+    """Objective TTFT <= 0.4 s: stage 0's 4 ok requests (TTFT 0.25 s) meet it, its timeout does
+    not (4 of 5); stage 1, a search stage, sends TTFT 0.5 s requests (0 of 2 so far)."""
+    _, rt, now, client = ui
+    rt.scenario = load_scenario(ROOT / "config" / "smoke.yaml", {
+        "results_dir": str(tmp_path), "slo.ttft_s": 0.4, "slo.attainment": 0.8, "slo.search": True})
+    s = rt.environment.llm_run
+    phase(s, 0, Phase.RAMP, 1)
+    phase(s, 0, Phase.MEASURE, 1)
+    s.on_event(WindowOpened(0, 10.0), 10.0)
+    for i in range(4):
+        run_request(rt, 0, 10.0 + i, TTFT_0, 10, window_stage=0)
+    fail_request(rt, 0, 15.0, chunks=2)
+    phase(s, 0, Phase.CLOSING, 1)
+    s.on_event(WindowClosed(0, 20.0, 1), 20.0)
+    s.on_event(StageFinal(0), 21.0)
+    s.on_event(PhaseStarted(1, Phase.RAMP, 2, search=True), 22.0)
+    s.on_event(PhaseStarted(1, Phase.MEASURE, 2, search=True), 24.0)
+    s.on_event(WindowOpened(1, 25.0), 25.0)
+    for i in range(2):
+        run_request(rt, 1, 25.0 + i, TTFT_1, 5, window_stage=1)
+    now[0] = 29.0
+    view = client.get(STATS_ROUTE).get_json()
+    done, live = view["stages"]
+    assert done["slo_attainment"] == 0.8 and done["slo"]["pass"] and done["search"] is False
+    assert done["goodput_output_tokens_per_s"] == pytest.approx(4.2 * 40 / 42)  # 40 of 42 tokens conform
+    assert live["slo_attainment"] == 0.0 and live["search"] is True and live["flags"] == ["slo_search"]
+    assert view["slo"]["max_concurrency"] == 1 and view["slo"]["bracket"] == [1, None]
+    ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
+    rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
+    assert rows[0]["slo_attainment"] == "80.0" and rows[1]["flags"] == "slo_search"
+    assert items["SLO max concurrency (C)"] == "1" and items["SLO bracket"] == "[1, open above]"
+    assert items["SLO objectives"] == "ttft_s <= 0.4 for 80% of requests"
+    assert items["KV ceiling (C)"] == str(300 // (64 + 32))
 
 
 def test_stages_csv_download(ui):

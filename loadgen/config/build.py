@@ -40,6 +40,7 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
+from loadgen.slo import OBJECTIVES
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
 MAX_SWEEP_STAGES = 200
@@ -113,6 +114,17 @@ SPEC: dict[str, Check] = {
     "guard.over_capacity_queue_share": number("a share of the window's polls, e.g. 0.5", gt=0, le=1),
     "guard.over_capacity_kv_usage": number("a KV cache use 0-1, e.g. 0.98", gt=0, le=1),
     "knee.threshold": number("e.g. 0.1: doubling concurrency adds < 10% throughput", gt=0, lt=1),
+    "slo.ttft_s": number("seconds, e.g. 2 (1 ms at least), or null for no TTFT objective", ge=0.001,
+                         nullable=True),
+    "slo.tpot_s": number("seconds per output token, e.g. 0.05, or null", gt=0, nullable=True),
+    "slo.e2e_s": number("seconds, e.g. 60, or null", gt=0, nullable=True),
+    "slo.itl_max_s": number("seconds of the worst gap inside a request, e.g. 0.5, or null", gt=0,
+                            nullable=True),
+    "slo.attainment": number("the share of requests that must meet every objective, e.g. 0.99", gt=0,
+                             le=1),
+    "slo.search": boolean(),
+    "slo.resolution": number("a share of the last passing concurrency, e.g. 0.1", gt=0, le=1),
+    "slo.max_search_stages": integer("search stages at most, e.g. 4", ge=1, le=20),
     "exporter.port": integer("a TCP port 1-65535, or 0 to turn the exporter off", ge=0, le=65535),
     "exporter.host": text("an address to bind, e.g. 127.0.0.1 (0.0.0.0 for all interfaces)"),
     "client_check.cpu_percent_max": number("percent of one core, e.g. 90", gt=0, le=100),
@@ -245,6 +257,13 @@ def _check_relations(v: dict[str, Any]) -> None:
             "use 2 to double concurrency each stage, or set stages.list",
         )
     _check_rates(v)
+    if v["slo.search"] and not any(v[f"slo.{k}"] is not None for k in OBJECTIVES):
+        raise ConfigError("slo.search", True, "needs at least one objective",
+                          "set slo.ttft_s, slo.tpot_s, slo.e2e_s or slo.itl_max_s, e.g. --slo tpot_s=0.05")
+    if v["slo.search"] and (v["rate.list"] is not None or v["rate.start"] is not None):
+        raise ConfigError("slo.search", True, "bisects concurrency; an open-loop rate sweep has no search",
+                          "drop --slo-search (each rate stage still reports its attainment), or sweep "
+                          "concurrency (stages.*)")
     if v["workload.turns"] > 1 and (v["rate.list"] is not None or v["rate.start"] is not None):
         raise ConfigError("workload.turns", v["workload.turns"], "needs the concurrency sweep (a turn waits for "
                           "the previous answer; open-loop arrivals do not)", "drop --turns or the rate stages")

@@ -52,6 +52,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--guard-margin", "guard.margin", float, "projected tokens *= (1 + margin)"),
     ("--guard-action", "guard.action", GUARD_ACTIONS, "what to do with a stage over KV capacity"),
     ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
+    ("--slo", "slo", "pairs", "SLO objectives, e.g. ttft_s=2,tpot_s=0.05 (any slo.* key)"),
+    ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
 )
@@ -115,6 +117,8 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
             return kind(raw.strip())
         except ValueError:
             return raw
+    if kind == "pairs":
+        return _pairs(flag, dotted, raw)
     if kind == "rates":
         try:
             return [float(part.strip()) for part in raw.split(",")]
@@ -137,6 +141,22 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
     return raw
 
 
+def _pairs(flag: str, dotted: str, raw: str) -> dict[str, Any]:
+    """``"ttft_s=2,tpot_s=0.05"`` -> {"slo.ttft_s": 2, "slo.tpot_s": 0.05} (values are YAML)."""
+    out = {}
+    for part in raw.split(","):
+        name, eq, text = part.partition("=")
+        if not eq or not name.strip() or not text.strip():
+            raise ConfigError(f"{dotted} (from {flag})", raw, f"must be NAME=VALUE pairs; {part.strip()!r} is not one",
+                              f"e.g. {flag} ttft_s=2,tpot_s=0.05")
+        try:
+            out[f"{dotted}.{name.strip()}"] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"{dotted}.{name.strip()} (from {flag})", text, "is not a valid value",
+                              f"e.g. {flag} ttft_s=2") from None
+    return out
+
+
 def scenario_from_options(parsed_options: Any) -> Scenario:
     """The scenario file named by --scenario (default config/default.yaml) with every given option
     laid over it: --set first, then the named options. A ConfigError about a value that came from
@@ -151,8 +171,10 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         raw = getattr(parsed_options, _dest(flag), None)
         if raw is None or raw is False:
             continue
-        overrides[dotted] = _convert(flag, dotted, kind, raw)
-        origin[dotted] = flag
+        value = _convert(flag, dotted, kind, raw)
+        for key, v in (value.items() if kind == "pairs" and isinstance(value, dict) else [(dotted, value)]):
+            overrides[key] = v
+            origin[key] = flag
     try:
         return load_scenario(getattr(parsed_options, "scenario", None), overrides)
     except ConfigError as e:

@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from loadgen.slo import Objectives
+
 ENDPOINTS = ("completions", "chat")
 ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
@@ -82,6 +84,16 @@ DEFAULTS: dict[str, Any] = {
         "over_capacity_kv_usage": 0.98,
     },
     "knee": {"threshold": 0.10},
+    "slo": {
+        "ttft_s": None,
+        "tpot_s": None,
+        "e2e_s": None,
+        "itl_max_s": None,
+        "attainment": 0.99,
+        "search": False,
+        "resolution": 0.1,
+        "max_search_stages": 4,
+    },
     "exporter": {"port": 0, "host": "127.0.0.1"},
     "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "results_dir": "results",
@@ -271,6 +283,7 @@ class Scenario:
     rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
+    slo: Objectives  # loadgen.slo: per-request objectives; none set = no SLO accounting
     exporter: ExporterConfig
     client_check: ClientCheckConfig
     results_dir: str
@@ -324,6 +337,7 @@ SECTIONS: dict[str, type] = {
     "rate": RateConfig,
     "guard": GuardConfig,
     "knee": KneeConfig,
+    "slo": Objectives,
     "exporter": ExporterConfig,
     "client_check": ClientCheckConfig,
 }

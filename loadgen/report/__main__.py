@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
 def build(results_dir: Path) -> int:
     summary = load_summary(results_dir)
     threshold = (summary.get("knee") or {}).get("threshold", 0.1)
-    print(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold))
+    print(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold,
+                             slo=summary.get("slo")))
     written = write_derived(results_dir, summary)
     missing = [name for name in ("throughput", "latency", "tradeoff", "html") if name not in written]
     for path in written.values():

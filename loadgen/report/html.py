@@ -10,7 +10,8 @@ import json
 from html import escape
 
 from loadgen.report.knee import knee_of
-from loadgen.report.table import COLUMNS, errors_compact, mismatch_compact, num, stage_flags
+from loadgen.report.table import columns, errors_compact, mismatch_compact, num, stage_flags
+from loadgen.slo import answer_line
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -66,6 +67,11 @@ def key_findings(summary: dict, knee: int | None) -> str:
         )
     elif rated:
         lines.append("Saturation knee: none found, throughput still rising at the last stage")
+    if summary.get("slo"):
+        lines.append(_e(answer_line(summary["slo"])))
+    ceiling = (summary.get("guard") or {}).get("max_concurrency")
+    if ceiling is not None:
+        lines.append(f"KV ceiling: C={ceiling:,} (the largest concurrency whose projected KV use fits)")
     if rated:
         peak = max(rated, key=lambda s: s["output_tokens_per_s"])
         lines.append(
@@ -86,14 +92,15 @@ def key_findings(summary: dict, knee: int | None) -> str:
 
 
 def stage_table_html(stages: list[dict], knee: int | None) -> str:
+    cols = columns(any("slo" in s for s in stages))
     heads = [
         escape(name) + (f"<br><span class=muted>{escape(unit)}</span>" if unit else "")
-        for name, unit, _, _ in COLUMNS
+        for name, unit, _, _ in cols
     ]
     head = "".join(f"<th>{h}</th>" for h in heads + ["errors", "token mismatch", "flags"])
     rows = []
     for s in stages:
-        cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in COLUMNS)
+        cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in cols)
         cells += f"<td>{_e(errors_compact(s))}</td><td>{_e(mismatch_compact(s))}</td>"
         cells += f"<td>{_e(', '.join(stage_flags(s, knee)))}</td>"
         cls = ' class="knee"' if knee is not None and s.get("concurrency") == knee else ""

@@ -27,13 +27,16 @@ def gain_per_doubling(c_a: float, tput_a: float, c_b: float, tput_b: float) -> f
 def _curve(stages: list[dict]) -> list[tuple[float, float]]:
     """(concurrency, throughput) points usable for the knee, sorted by concurrency.
 
-    Skipped: stages without a positive concurrency or a throughput value, and stages that measured
-    nothing (zero throughput with no requests and no errors: an empty window says nothing about
+    Skipped: SLO search stages (``search: true``: they refine the SLO answer between the sweep's
+    stages; the knee is the sweep's, the same with or without a search), stages without a positive
+    concurrency or a throughput value, and stages that measured nothing (zero throughput with no requests and no errors: an empty window says nothing about
     the server). A stage with zero throughput *and* errors is kept at 0: the server broke there,
     which is the strongest possible "no gain". Repeated concurrencies keep the last stage.
     """
     points: dict[float, float] = {}
     for stage in stages:
+        if stage.get("search"):
+            continue
         c = stage.get("concurrency")
         tput = stage.get("output_tokens_per_s")
         if not c or c <= 0 or tput is None or tput < 0:

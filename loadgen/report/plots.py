@@ -6,7 +6,8 @@ read the plotted series (``line.get_label()``, ``get_xdata()``, ``get_ydata()``)
 renders one to bytes.
 
 Figures of one run (names are also the PNG file names):
-- ``throughput``: aggregate output tok/s vs concurrency (log2 x), knee and guard stop marked;
+- ``throughput``: aggregate output tok/s vs concurrency (log2 x), knee and guard stop marked; with
+  SLO objectives also goodput tok/s, the SLO maximum, the SLO search stages and the KV ceiling;
 - ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
 """
@@ -93,20 +94,49 @@ def _capacity_text(guard: dict) -> str:
     return f"KV capacity {cap / 1e6:.2f}M tokens" if cap >= 1e6 else f"KV capacity {cap:,} tokens"
 
 
+def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, guard: dict,
+               key: str = "concurrency") -> None:
+    """Goodput tok/s (``goodput tok/s``), the search stages (``SLO search stages``), the SLO maximum
+    (``SLO max C=..``, a vertical line) and the KV ceiling (``KV ceiling C=..``, drawn when it is
+    within 4x the largest stage, else named in a note; a concurrency, so not on a rate axis)."""
+    gx, gy = series(stages, key, "goodput_output_tokens_per_s")
+    if gx:
+        ax.plot(gx, gy, marker=".", color="tab:green", label="goodput tok/s (met the SLO)")
+    search = [s["concurrency"] for s in stages if s.get("search")]
+    if search:
+        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x in search]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=9, linestyle="none",
+                markerfacecolor="none", color="tab:purple", label="SLO search stages")
+    best = (slo or {}).get("max_concurrency")
+    if best is not None:
+        ax.axvline(best, color="tab:green", linestyle="-.",
+                   label=f"SLO max C={best}" if key == "concurrency" else f"SLO max {best:g}/s")
+    ceiling = guard.get("max_concurrency") if key == "concurrency" else None
+    if ceiling is not None and xs and ceiling <= 4 * max(xs):
+        ax.axvline(ceiling, color="tab:red", linestyle=":", label=f"KV ceiling C={ceiling}")
+    elif ceiling is not None and xs:
+        ax.text(0.99, 0.02, f"KV ceiling C={ceiling:,} (off the chart)", transform=ax.transAxes,
+                ha="right", va="bottom", color="tab:red", fontsize=8)
+
+
 def throughput_figure(
-    stages: list[dict], knee: int | None = None, guard: dict | None = None, title: str = ""
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, title: str = "",
+    slo: dict | None = None,
 ) -> Figure:
     """Aggregate output tok/s vs concurrency. Lines: ``output tok/s``; ``knee C=..`` (one point);
-    ``guard stop C=..`` (a vertical line at ``guard.stopped_before``)."""
+    ``guard stop C=..`` (a vertical line at ``guard.stopped_before``); and ``_slo_marks``' (goodput,
+    SLO maximum from summary.json ``slo``, search stages, KV ceiling ``guard.max_concurrency``)."""
     fig = new_figure()
     ax = fig.axes[0]
     key = load_key(stages)
     xs, ys = series(stages, key, "output_tokens_per_s")
-    ticks = list(xs)
+    # ticks at the sweep's stages and the SLO maximum (search stages crowd around it)
+    ticks = [s.get(key) for s in stages if not s.get("search")] + [(slo or {}).get("max_concurrency")]
     if xs:
         ax.plot(xs, ys, marker="o", color="tab:blue", label="output tok/s")
     else:
         _no_data(ax)
+    _slo_marks(ax, stages, xs, ys, slo, guard or {}, key)
     if knee is not None and knee in xs:
         ax.plot(
             [knee],
@@ -234,7 +264,7 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
     knee = knee_of(summary)
     guard = summary.get("guard") or {}
     figures = {
-        "throughput": throughput_figure(stages, knee, guard),
+        "throughput": throughput_figure(stages, knee, guard, slo=summary.get("slo")),
         "latency": latency_figure(stages),
         "tradeoff": tradeoff_figure(stages, knee),
     }

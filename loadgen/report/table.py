@@ -15,6 +15,7 @@ from pathlib import Path
 from loadgen.errors import FAILURE_KINDS, short_kind
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.atomic import atomic_write_text
+from loadgen.slo import answer_line
 
 
 def ms(seconds: float | None) -> str:
@@ -84,29 +85,38 @@ COLUMNS: list[Column] = [
     if m.console is not None
 ]
 TAIL_COLUMNS = ("errors", "tok mismatch", "flags")  # variable width, left-aligned
+_SLO_TITLES = {m.console.title for m in STAGE_METRICS if m.console is not None and m.console.slo}
 
 
-def format_stage_header(open_loop: bool = False) -> str:
+def columns(slo: bool) -> list[Column]:
+    """``COLUMNS``, without the SLO ones unless the run sets objectives (a stage row has ``slo``)."""
+    return [c for c in COLUMNS if slo or c[0] not in _SLO_TITLES]
+
+
+def format_stage_header(open_loop: bool = False, slo: bool = False) -> str:
     """Two header lines (names, units) matching :func:`format_stage_row` (open loop: the first
-    column is the offered rate)."""
+    column is the offered rate; ``slo``: with the SLO columns)."""
+    cols = columns(slo)
     names = "".join(f"{'rate' if open_loop and i == 0 else name:>{width}}"
-                    for i, (name, _, width, _) in enumerate(COLUMNS))
-    units = "".join(f"{unit:>{width}}" for _, unit, width, _ in COLUMNS)
+                    for i, (name, _, width, _) in enumerate(cols))
+    units = "".join(f"{unit:>{width}}" for _, unit, width, _ in cols)
     tail = f"  {TAIL_COLUMNS[0]:<24}{TAIL_COLUMNS[1]:<14}{TAIL_COLUMNS[2]}"
     return names + tail + "\n" + units
 
 
 def format_stage_row(stage: dict, knee: int | None = None) -> str:
     """One stage as a fixed-width line, for printing live when the stage ends."""
-    cells = "".join(f"{cell(stage):>{width}}" for _, _, width, cell in COLUMNS)
+    cells = "".join(f"{cell(stage):>{width}}" for _, _, width, cell in columns("slo" in stage))
     flags = ",".join(stage_flags(stage, knee)) or "-"
     return f"{cells}  {errors_compact(stage):<23} {mismatch_compact(stage):<13} {flags}"
 
 
 def format_notes(
-    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1,
+    slo: dict | None = None,
 ) -> list[str]:
-    """Lines under the table: the knee, and where the guard stopped the sweep."""
+    """Lines under the table: the knee, the SLO maximum (summary.json ``slo``) and the KV ceiling
+    together, then where the guard stopped the sweep."""
     notes = []
     if any(s.get("offered_rate_per_s") is not None for s in stages):
         if knee is not None:
@@ -120,7 +130,12 @@ def format_notes(
         )
     elif len(stages) >= 2:
         notes.append("knee: none found (throughput still rising at the last stage)")
+    if slo is not None:
+        notes.append(answer_line(slo))
     guard = guard or {}
+    if guard.get("max_concurrency") is not None:
+        notes.append(f"KV ceiling: C={guard['max_concurrency']} (the largest concurrency whose projected KV use "
+                     f"fits {guard['capacity_tokens']:,} tokens)")
     if guard.get("stopped_before") is not None:
         cap = guard.get("capacity_tokens")
         cap_text = f"{cap:,} tokens ({guard.get('capacity_source') or 'unknown source'})" if cap else "?"
@@ -133,19 +148,21 @@ def format_notes(
 
 
 def format_stage_table(
-    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1
+    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1,
+    slo: dict | None = None,
 ) -> str:
-    """The whole table: header, one row per stage, then notes on the knee and the guard stop
-    (``guard`` is summary.json's guard dict; ``threshold`` the knee's, for the note)."""
-    lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages))]
+    """The whole table: header, one row per stage, then notes on the knee, the SLO maximum, the KV
+    ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's)."""
+    lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages),
+                                 slo=any("slo" in s for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]
-    lines += format_notes(stages, knee, guard, threshold)
+    lines += format_notes(stages, knee, guard, threshold, slo)
     return "\n".join(lines)
 
 
 # --- stages.csv -----------------------------------------------------------------------------------
 
-NESTED = ("errors", "token_mismatch", "server", "client")
+NESTED = ("errors", "token_mismatch", "server", "client", "slo")
 # The summary.json stage fields in contract order; these columns are always present, in this order.
 BASE_COLUMNS = [
     "index",
@@ -173,7 +190,10 @@ def flatten_stage(stage: dict) -> dict:
     for key, value in stage.items():
         if key in NESTED and isinstance(value, dict):
             for sub, v in value.items():
-                row[f"{key}.{sub}"] = v
+                if isinstance(v, dict):  # slo.attainment_by.ttft_s
+                    row.update({f"{key}.{sub}.{k}": x for k, x in v.items()})
+                else:
+                    row[f"{key}.{sub}"] = v
         elif key == "flags":
             row[key] = ";".join(value or [])
         elif isinstance(value, dict | list):

@@ -73,6 +73,9 @@ def test_table_has_every_stage_knee_flags_and_guard_note(seeds):
     stages = seeds["stages"]
     text = format_stage_table(stages, knee=256, guard=seeds["guard"])
     lines = text.split("\n")
+    legend = [line for line in lines if line.startswith("flag ")]  # one per flag the table shows
+    assert [line.split(":")[0] for line in legend] == ["flag knee", "flag server_over_capacity"]
+    lines = lines[: len(lines) - len(legend)]
     assert len(lines) == 2 + len(stages) + 2
     rows = {int(line.split()[0]): line for line in lines[2 : 2 + len(stages)]}
     assert sorted(rows) == [s["concurrency"] for s in stages]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadgen.errors import FAILURE_KINDS, short_kind
+from loadgen.flags import flags_in, legend_lines
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.atomic import atomic_write_text
 
@@ -116,11 +117,13 @@ def format_notes(
 def format_stage_table(
     stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1
 ) -> str:
-    """The whole table: header, one row per stage, then notes on the knee and the guard stop
-    (``guard`` is summary.json's guard dict; ``threshold`` the knee's, for the note)."""
+    """The whole table: header, one row per stage, notes on the knee and the guard stop (``guard``
+    is summary.json's guard dict; ``threshold`` the knee's, for the note), then one legend line
+    for each flag the table shows (``loadgen.flags``)."""
     lines = [format_stage_header()]
     lines += [format_stage_row(s, knee) for s in stages]
     lines += format_notes(stages, knee, guard, threshold)
+    lines += legend_lines(flags_in({"flags": stage_flags(s, knee)} for s in stages))
     return "\n".join(lines)
 
 

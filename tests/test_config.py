@@ -84,7 +84,7 @@ def test_load_none_reads_repo_default_and_falls_back_to_builtin(monkeypatch):
 def test_default_scenario_is_the_seeds_sweep():
     s = load_scenario(None)
     assert (s.name, s.endpoint, s.model, s.api_key_env) == (
-        "seeds-1000-1000",
+        "default",
         "completions",
         None,
         "OPENAI_API_KEY",

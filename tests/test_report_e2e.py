@@ -27,7 +27,7 @@ def two_runs(tmp_path_factory):
         with running_sim("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", itl) as sim:
             run = run_locust(sim.url, tmp / name, *RUN)
         assert run.code == 0, run.stderr[-2000:]
-        dirs.append(tmp / name)
+        dirs.append(run.run_dir)
     return dirs
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from loadgen import errors
 from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, locust_cmd, run_locust
+from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
 from tests.test_faults import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -37,7 +37,7 @@ def sim():
 
 
 def summary(results: Path) -> dict:
-    return json.loads((results / "summary.json").read_text())
+    return json.loads((run_dir(results) / "summary.json").read_text())
 
 
 def llm_lines(stderr: str) -> list[str]:
@@ -52,7 +52,7 @@ def test_normal_end_writes_every_stage_and_exit_0(sim, tmp_path):
     assert s["run"]["ended_at"] is not None
     assert [st["concurrency"] for st in s["stages"]] == [1, 2]
     assert all(st["requests"] > 0 and "drain_timeout" not in st["flags"] for st in s["stages"])
-    assert (tmp_path / "res" / "stages.csv").is_file()
+    assert (run.run_dir / "stages.csv").is_file()
 
 
 def test_guard_abort_writes_completed_stages_and_exit_3(sim, tmp_path):

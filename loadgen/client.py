@@ -11,6 +11,7 @@ Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` return
 from __future__ import annotations
 
 import errno
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -83,17 +84,42 @@ def _discard(resp) -> None:
             sock.close()
 
 
+BODY_EXCERPT_CHARS = 120  # of a non-JSON error body, in a message meant to be one line
+# A path or method the server does not have, answered without a JSON error: no OpenAI API there
+# (a static file server, a web page, a wrong base URL). A JSON 404 ("model does not exist") is not this.
+NOT_OPENAI_STATUSES = frozenset({404, 405, 501})
+_HTML_SKIP = re.compile(rb"<(head|script|style)\b.*?</\1\s*>", re.S | re.I)
+_HTML_TAG = re.compile(rb"<[^>]*>")
+
+
+def body_excerpt(body: bytes, limit: int = BODY_EXCERPT_CHARS) -> str:
+    """A non-JSON error body as one line of at most ``limit`` characters: an HTML page's visible
+    text (head, scripts and styles dropped, tags removed), whitespace collapsed, '…' when cut."""
+    text = body[:ERROR_BODY_BYTES]
+    if text.lstrip()[:1] == b"<":
+        text = _HTML_TAG.sub(b" ", _HTML_SKIP.sub(b" ", text))
+    line = " ".join(text.decode("utf-8", "replace").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _http_failure(status: int, body: bytes) -> RequestError:
-    """Map an HTTP status before the stream to a failure category, with the server's message."""
+    """Map an HTTP status before the stream to a failure category, with the server's message.
+
+    404/405/501 without a JSON body is NOT_OPENAI (``NOT_OPENAI_STATUSES``); the status is kept."""
     message = f"HTTP {status}"
     try:
-        err = orjson.loads(body).get("error")
-        detail = err.get("message") if isinstance(err, dict) else err
+        doc = orjson.loads(body)
+        err = doc.get("error")
+        detail = err.get("message") if isinstance(err, dict) else err or doc.get("message")
         if detail:
             message += f": {str(detail)[:200]}"
     except (orjson.JSONDecodeError, AttributeError, TypeError):
+        if status in NOT_OPENAI_STATUSES:
+            text = body_excerpt(body)
+            return RequestError(errors.NOT_OPENAI, f"{message}, not JSON" + (f" ({text})" if text else ""),
+                                status=status)
         if body:
-            message += f": {body[:200].decode('utf-8', 'replace')}"
+            message += f": {body_excerpt(body, 200)}"
     if status == 429:
         kind = errors.OVERLOAD_429
     elif status == 503:

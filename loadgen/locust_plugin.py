@@ -7,6 +7,7 @@ Imported by ``locustfile.py`` for its side effects (listeners on Locust's global
 from __future__ import annotations
 
 import signal
+import sys
 
 import gevent
 from locust import events
@@ -14,6 +15,7 @@ from locust import events
 from loadgen.client import check_host
 from loadgen.config import ConfigError, exit_on_config_error, register_options
 from loadgen.distributed import install_fleet
+from loadgen.locust_defaults import drop_runner_noise, exposure_warnings, quiet_console, set_loopback_defaults
 from loadgen.runtime import install
 from loadgen.session import Session
 from loadgen.webui import install_webui
@@ -24,6 +26,7 @@ __all__: list[str] = []
 @events.init_command_line_parser.add_listener
 def _options(parser, **_):
     register_options(parser)
+    set_loopback_defaults(parser)
 
 
 @events.init.add_listener
@@ -33,7 +36,11 @@ def _init(environment, **_):
     except ConfigError as err:
         exit_on_config_error(err)
     fleet = install_fleet(rt)
+    drop_runner_noise(environment.parsed_options)
+    quiet_console(environment.parsed_options)
     if not rt.is_worker:
+        for line in exposure_warnings(environment.parsed_options, environment.web_ui is not None, rt.is_master):
+            print(line, file=sys.stderr, flush=True)
         if environment.parsed_options is not None and environment.parsed_options.headless:
             try:  # the web UI may still get a host; a headless run must have a usable one now
                 check_host(environment.host)
@@ -51,6 +58,11 @@ def _init(environment, **_):
         @environment.events.quit.add_listener
         def _quit(**_):
             session.on_quit()
+
+        if environment.web_ui:
+            @environment.events.test_stop.add_listener
+            def _stopped(**_):  # the run ends; the web UI stays up (a greenlet: a master waits)
+                gevent.spawn(session.on_runner_stopped)
 
 
 def _interrupt_on_signals(environment) -> None:

@@ -20,18 +20,22 @@ import gevent
 from loadgen import errors
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
+from loadgen.flags import cut_flag
 from loadgen.guard import OverCapacityRule, decide
 from loadgen.health import is_client_bound
 from loadgen.phases import Phase
 from loadgen.preflight import StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee
+from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
+WORKER_REPORT_WAIT_S = 3.5  # Locust workers report every 3 s
+PROGRESS_EVERY_S = 30.0  # a headless run's progress line, at most this often
 
 
 def say(line: str) -> None:
@@ -60,6 +64,11 @@ class Session:
         self.finished_run = False
         self.started = False
         self.exporter = None
+        self.run_dir = None  # the run's own folder under results_dir, created when the run starts
+        self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
+        self._held: list[str] = []  # notices waiting for the rows of earlier stages (_notice)
+        self._phase_t = 0.0  # shape clock: the current phase began
+        self._progress_t = 0.0  # shape clock: the last progress line
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -69,6 +78,13 @@ class Session:
         self.started = True
         rt, sc = self.rt, self.rt.scenario
         host = rt.environment.host
+        self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
+        try:
+            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, run_name(sc))
+        except OSError as exc:
+            self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
+                       f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
+            return False
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
         except StartRefused as exc:
@@ -103,12 +119,13 @@ class Session:
         match ev:
             case PhaseStarted(stage=k, phase=phase, concurrency=c):
                 rt.set_phase(k, phase)
+                self._phase_t = now
                 if phase is Phase.RAMP:
                     self.stage_info[k] = StageInfo(k, c)
-                    say(f"llm-loadgen: stage {k} C={c}: ramp")
+                    self._notice(f"llm-loadgen: stage {k} C={c}: ramp")
             case GuardDecided(decision=d):
                 if d.breach:
-                    say(f"llm-loadgen: guard: {d.message}")
+                    self._notice(f"llm-loadgen: guard: {d.message}")
                 self.guard.record(d)
             case WindowOpened(stage=k, t=t):
                 info = self.stage_info[k]
@@ -124,6 +141,7 @@ class Session:
                 if reason in ("guard_abort", "server_over_capacity"):
                     self.exit_code = errors.EXIT_GUARD_ABORT
                 self.finished_run = True
+                rt.set_phase(rt.stage, Phase.DONE)
         return None
 
     def _close_window(self, ev: WindowClosed) -> str | None:
@@ -158,7 +176,48 @@ class Session:
         say(format_stage_row(row))
         for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
             say(line)
+        if not self._rows_pending():
+            self._flush_notices()
         self.write()
+
+    # -- console ------------------------------------------------------------------------------------
+    def _rows_pending(self) -> bool:
+        """A stage's window closed and its row is not printed yet (its last requests still run)."""
+        written = {r["index"] for r in self.rows}
+        return any(info.closed and k not in written for k, info in self.stage_info.items())
+
+    def _notice(self, line: str) -> None:
+        """A line about what comes next (a stage's ramp, a guard refusal): held until the rows of
+        earlier stages are printed, so the console reads in stage order."""
+        if self._rows_pending():
+            self._held.append(line)
+        else:
+            say(line)
+
+    def _flush_notices(self) -> None:
+        for line in self._held:
+            say(line)
+        self._held.clear()
+
+    def progress(self, now: float) -> None:
+        """Headless: one compact line at most every PROGRESS_EVERY_S while a stage runs (none
+        while a row is pending, so rows stay in order): stage, phase, time in it, and in the
+        window so far its requests, errors and output tok/s."""
+        rt, opts = self.rt, self.rt.environment.parsed_options
+        if opts is None or not opts.headless or now - self._progress_t < PROGRESS_EVERY_S:
+            return
+        if rt.stage is None or rt.kind in (Phase.IDLE, Phase.DONE) or self._rows_pending():
+            return
+        self._progress_t = now
+        info = self.stage_info.get(rt.stage)
+        line = f"llm-loadgen: stage {rt.stage} C={info.concurrency if info else '?'}: {rt.kind} " \
+               f"{now - self._phase_t:.0f} s"
+        stats = rt.collector.stages.get(rt.stage)
+        if rt.kind is Phase.MEASURE and info is not None and info.open_t is not None and stats is not None:
+            window_s = max(now - info.open_t, 1e-9)
+            line += (f", {stats.requests_ok:,} requests, {stats.error_count:,} errors, "
+                     f"{stats.window_output_tokens / window_s:,.0f} out tok/s so far")
+        say(line)
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self) -> None:
@@ -194,6 +253,37 @@ class Session:
         self.write(final=True)
 
     def on_quitting(self) -> None:
+        if self.finished_wall is not None:  # a web UI run finished earlier; the process quits now
+            self.rt.environment.process_exit_code = self.exit_code
+            if self.exporter is not None:
+                self.exporter.stop()
+            return
+        self._conclude()
+        if self.exporter is not None:
+            self.exporter.stop()
+        self.write(final=False)
+        self._print_end()
+
+    def on_runner_stopped(self) -> None:
+        """Web UI: the runner stopped (the sweep ended, or the Stop button). The run is over while
+        the UI stays up: final results with plots, ``ended_at``, the exit code, the final table;
+        the LLM tabs say "finished". A master waits one worker-report interval first, so the
+        workers' last reports are in."""
+        if not self.started or self.finished_wall is not None:
+            return
+        if self.rt.is_master:
+            gevent.sleep(WORKER_REPORT_WAIT_S)
+        self._conclude()
+        self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
+        self.finished_wall = time.time()
+        self.rt.set_phase(self.rt.stage, Phase.DONE)
+        self.fleet.broadcast_phase()
+        self.write(final=True)
+        self._print_end()
+
+    def _conclude(self) -> None:
+        """The stop reason and exit code (Locust's rule when nothing else decided it), the server
+        watch stopped, and every stage whose window closed written (flagged when cut short)."""
         env = self.rt.environment
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
@@ -207,20 +297,23 @@ class Session:
             self.exit_code = env.parsed_options.exit_code_on_error if failed else errors.EXIT_OK
         if self.watch:
             self.watch.stop()
-        if self.exporter is not None:
-            self.exporter.stop()
         # A stage whose window closed but whose last requests were still running when the run was
         # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
         written = {r["index"] for r in self.rows}
         for k, info in sorted(self.stage_info.items()):
             if info.closed and k not in written:
-                self._finalize(k, forced=True, flag=self.stop_reason)
-        self.write(final=False)
+                self._finalize(k, forced=True, flag=cut_flag(self.stop_reason))
+        self._flush_notices()
+
+    def _print_end(self) -> None:
+        """The final table (with the legend of the flags it shows) and where the results are."""
         if self.rows:
             summary = self.summary(final=True)
             say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
                                    threshold=self.rt.scenario.knee.threshold))
-        say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
+        if self.run_dir is not None:
+            code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
+            say(f"llm-loadgen: {self.stop_reason}{code}; results in {self.run_dir}/")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> int | None:
@@ -229,15 +322,19 @@ class Session:
     def summary(self, final: bool = False) -> dict:
         rt = self.rt
         exit_code = self.exit_code if self.exit_code is not None else (0 if final else None)
-        run = RunFacts(self.started_wall, time.time() if final else None, rt.environment.host, rt.model_name,
-                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses)
+        ended = (self.finished_wall or time.time()) if final else None
+        run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
+                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
+                       run_name(rt.scenario))
         return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
                              rt.collector.totals)
 
     def write(self, final: bool = False) -> None:
+        if self.run_dir is None:  # the run never started (a web UI closed before its first run)
+            return
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
-            write_results(self.rt.scenario.results_dir, self.summary(final), plots=final)
+            write_results(self.run_dir, self.summary(final), plots=final)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)
 

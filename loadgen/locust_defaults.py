@@ -11,8 +11,9 @@
   back (Locust's ``--only-summary`` is what we set otherwise).
 - **No spawn-rate warning.** The sweep shape chooses every spawn rate (C / stages.ramp_s); Locust's
   "spawn rate is very high (>100)" warning would blame the user for a rate they never chose. Nor,
-  below ``--loglevel DEBUG``, Locust's three INFO lines per stage ("Shape test updating to",
-  "Ramping to", "All users spawned"): the stage's own ramp line says it.
+  below ``--loglevel DEBUG``, Locust's INFO lines per stage ("Shape test updating to",
+  "Ramping to", "All users spawned", a master's "Sending spawn jobs"): the stage's own ramp line
+  says it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def quiet_console(options) -> None:
         options.only_summary = True
 
 
-PER_STAGE_INFO = ("Shape test updating to", "Ramping to", "All users spawned")
+PER_STAGE_INFO = ("Shape test updating to", "Ramping to", "All users spawned", "Sending spawn jobs")
 
 
 class _RunnerNoise(logging.Filter):

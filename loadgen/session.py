@@ -200,11 +200,13 @@ class Session:
         self._held.clear()
 
     def progress(self, now: float) -> None:
-        """Headless: one compact line at most every PROGRESS_EVERY_S while a stage runs (none
+        """Headless: one compact line every PROGRESS_EVERY_S of a phase that lasts that long (none
         while a row is pending, so rows stay in order): stage, phase, time in it, and in the
         window so far its requests, errors and output tok/s."""
         rt, opts = self.rt, self.rt.environment.parsed_options
-        if opts is None or not opts.headless or now - self._progress_t < PROGRESS_EVERY_S:
+        if opts is None or not opts.headless:
+            return
+        if now - self._phase_t < PROGRESS_EVERY_S or now - self._progress_t < PROGRESS_EVERY_S:
             return
         if rt.stage is None or rt.kind in (Phase.IDLE, Phase.DONE) or self._rows_pending():
             return

@@ -179,7 +179,7 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
             label,
             run.get("model"),
             run.get("host"),
-            (s.get("scenario") or {}).get("name"),
+            run.get("name") or (s.get("scenario") or {}).get("name"),
             _c(knee_of(s)),
             _c((s.get("guard") or {}).get("stopped_before")),
         ]

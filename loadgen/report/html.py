@@ -25,7 +25,7 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}
 pre{background:#f6f6f6;padding:10px;font-size:12px;overflow-x:auto}
 """
 
-SECTIONS_META = ("host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
+SECTIONS_META = ("name", "host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
 
 
 def _e(value) -> str:
@@ -83,6 +83,7 @@ def key_findings(summary: dict, knee: int | None) -> str:
     else:
         lines.append("Errors: none")
     lines += [_e(f"Guard: {line}") for line in guard_lines(summary.get("guard") or {})]
+    lines += [f'<span class="warn">{_e(f"Note: {note}")}</span>' for note in summary.get("notes") or []]
     return '<div class="key">' + "".join(f"<div>{line}</div>" for line in lines) + "</div>"
 
 
@@ -148,6 +149,8 @@ def render_report_html(
     stages = summary.get("stages") or []
     knee = knee_of(summary)
     title = f"llm-loadgen: {run.get('model') or 'unknown model'} @ {run.get('host') or '?'}"
+    if run.get("name"):
+        title += f" ({run['name']})"
     meta = {k: run.get(k) for k in SECTIONS_META}
     if run.get("worker_losses"):
         meta["worker_losses"] = run["worker_losses"]

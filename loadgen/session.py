@@ -18,6 +18,7 @@ import time
 import gevent
 
 from loadgen import errors
+from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.flags import cut_flag
@@ -35,7 +36,6 @@ from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone,
 
 log = logging.getLogger("llm_loadgen")
 WORKER_REPORT_WAIT_S = 3.5  # Locust workers report every 3 s
-PROGRESS_EVERY_S = 30.0  # a headless run's progress line, at most this often
 
 
 def say(line: str) -> None:
@@ -66,9 +66,7 @@ class Session:
         self.exporter = None
         self.run_dir = None  # the run's own folder under results_dir, created when the run starts
         self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
-        self._held: list[str] = []  # notices waiting for the rows of earlier stages (_notice)
-        self._phase_t = 0.0  # shape clock: the current phase began
-        self._progress_t = 0.0  # shape clock: the last progress line
+        self.console = StageConsole(say)
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -119,13 +117,13 @@ class Session:
         match ev:
             case PhaseStarted(stage=k, phase=phase, concurrency=c):
                 rt.set_phase(k, phase)
-                self._phase_t = now
+                self.console.phase_started(now)
                 if phase is Phase.RAMP:
                     self.stage_info[k] = StageInfo(k, c)
-                    self._notice(f"llm-loadgen: stage {k} C={c}: ramp")
+                    self.console.notice(f"llm-loadgen: stage {k} C={c}: ramp", self._rows_pending())
             case GuardDecided(decision=d):
                 if d.breach:
-                    self._notice(f"llm-loadgen: guard: {d.message}")
+                    self.console.notice(f"llm-loadgen: guard: {d.message}", self._rows_pending())
                 self.guard.record(d)
             case WindowOpened(stage=k, t=t):
                 info = self.stage_info[k]
@@ -177,7 +175,7 @@ class Session:
         for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
             say(line)
         if not self._rows_pending():
-            self._flush_notices()
+            self.console.flush()
         self.write()
 
     # -- console ------------------------------------------------------------------------------------
@@ -186,40 +184,15 @@ class Session:
         written = {r["index"] for r in self.rows}
         return any(info.closed and k not in written for k, info in self.stage_info.items())
 
-    def _notice(self, line: str) -> None:
-        """A line about what comes next (a stage's ramp, a guard refusal): held until the rows of
-        earlier stages are printed, so the console reads in stage order."""
-        if self._rows_pending():
-            self._held.append(line)
-        else:
-            say(line)
-
-    def _flush_notices(self) -> None:
-        for line in self._held:
-            say(line)
-        self._held.clear()
-
     def progress(self, now: float) -> None:
-        """Headless: one compact line every PROGRESS_EVERY_S of a phase that lasts that long (none
-        while a row is pending, so rows stay in order): stage, phase, time in it, and in the
-        window so far its requests, errors and output tok/s."""
+        """Headless: the progress line (``loadgen.console``); the web UI has its tabs."""
         rt, opts = self.rt, self.rt.environment.parsed_options
         if opts is None or not opts.headless:
             return
-        if now - self._phase_t < PROGRESS_EVERY_S or now - self._progress_t < PROGRESS_EVERY_S:
-            return
-        if rt.stage is None or rt.kind in (Phase.IDLE, Phase.DONE) or self._rows_pending():
-            return
-        self._progress_t = now
-        info = self.stage_info.get(rt.stage)
-        line = f"llm-loadgen: stage {rt.stage} C={info.concurrency if info else '?'}: {rt.kind} " \
-               f"{now - self._phase_t:.0f} s"
-        stats = rt.collector.stages.get(rt.stage)
-        if rt.kind is Phase.MEASURE and info is not None and info.open_t is not None and stats is not None:
-            window_s = max(now - info.open_t, 1e-9)
-            line += (f", {stats.requests_ok:,} requests, {stats.error_count:,} errors, "
-                     f"{stats.window_output_tokens / window_s:,.0f} out tok/s so far")
-        say(line)
+        info = self.stage_info.get(rt.stage) if rt.stage is not None else None
+        self.console.progress(now, rt.stage, rt.kind, info.concurrency if info else None,
+                              rt.collector.stages.get(rt.stage), info.open_t if info else None,
+                              self._rows_pending())
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self) -> None:
@@ -305,7 +278,7 @@ class Session:
         for k, info in sorted(self.stage_info.items()):
             if info.closed and k not in written:
                 self._finalize(k, forced=True, flag=cut_flag(self.stop_reason))
-        self._flush_notices()
+        self.console.flush()
 
     def _print_end(self) -> None:
         """The final table (with the legend of the flags it shows) and where the results are."""

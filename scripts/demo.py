@@ -1,4 +1,4 @@
-"""`make demo`: the default sweep against a simulated large server, in about three minutes.
+"""`make demo`: the default sweep against a simulated large server, in two to three minutes.
 
 Starts the simulator with the Qwen3.5-397B / 8-GPU preset (1,570,000 KV tokens, SGLang flavor)
 sped up by a time scale, runs `locust --headless -f locustfile.py` with config/demo.yaml
@@ -55,9 +55,10 @@ def print_simulated_time(summary_path: Path, scale: float) -> None:
               f"  {'-' if itl is None else f'{itl * scale * 1000:>7.1f} ms'}")
     knee = summary["knee"]["concurrency"]
     stop = summary["guard"]["stopped_before"]
-    print(f"demo: knee at C={knee}" if knee else "demo: no knee (throughput still rising)",
-          f"; guard stopped before C={stop} (capacity {summary['guard']['capacity_tokens']:,} tokens)"
-          if stop else "")
+    line = f"demo: knee at C={knee}" if knee else "demo: no knee (throughput still rising)"
+    if stop:
+        line += f"; guard stopped before C={stop} (capacity {summary['guard']['capacity_tokens']:,} tokens)"
+    print(line)
 
 
 def main() -> int:

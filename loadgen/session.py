@@ -288,7 +288,7 @@ class Session:
                                    threshold=self.rt.scenario.knee.threshold))
         if self.run_dir is not None:
             code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
-            say(f"llm-loadgen: {self.stop_reason}{code}; results in {self.run_dir}/")
+            say(f"llm-loadgen: {self.stop_reason}; results in {self.run_dir}/{code}")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> int | None:

@@ -95,7 +95,7 @@ def test_compare_says_what_differs_between_runs(tmp_path):
 
 
 def test_report_build_and_compare_take_the_parent_and_survive_a_closed_pipe(tmp_path):
-    _run(tmp_path / "r1", "20251201-094000_x")
+    _run(tmp_path / "r1", "20251201-094000_x", "vllm_sweep")
     newest = _run(tmp_path / "r1", "20251201-095000_x")
     other = _run(tmp_path / "r2", "20251201-094500_y", "vllm_sweep")
     done = subprocess.run([sys.executable, "-m", "loadgen.report", "build", str(tmp_path / "r1")],
@@ -107,10 +107,12 @@ def test_report_build_and_compare_take_the_parent_and_survive_a_closed_pipe(tmp_
     proc = subprocess.Popen([sys.executable, "-m", "loadgen.report", "compare", str(tmp_path / "r1"),
                              str(tmp_path / "r2"), "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    head = [proc.stdout.readline() for _ in range(3)]
+    head = [proc.stdout.readline().rstrip("\n") for _ in range(3)]
     proc.stdout.close()
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
-    assert head[0].startswith("warning: the runs differ in server")
-    assert f"#1 = {newest.name}" in "".join(head) and f"#2 = {other.name}" in "".join(head)
+    # each parent stands for its newest run (r1's is the SGLang one), labelled by the name given
+    assert head[0] == ("warning: the runs differ in server: #1 http://10.0.0.12:30000 (sglang), "
+                       "#2 http://10.0.0.13:8000 (vllm)")
+    assert head[1:] == ["#1 = r1", "#2 = r2"] and other.is_dir()
     assert (out / "compare.html").is_file()  # written after the table whose reader had gone

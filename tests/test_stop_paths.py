@@ -13,8 +13,11 @@ SIGTERM to the Ctrl-C path.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -88,12 +91,41 @@ def _interrupt(sim, results: Path, sig: int, after: str, *args: str) -> tuple[in
             proc.wait()
 
 
+def _interrupt_at_stage(sim, results: Path, sig: int, stage: int, *args: str) -> tuple[int, str]:
+    """Start a run with the exporter on; send ``sig`` as soon as its ``llm_loadgen_stage`` gauge
+    reads ``stage`` (the console says nothing then: the next stage's ramp line waits for the
+    earlier row). Returns (exit code, stderr)."""
+    port = free_port()
+    proc = subprocess.Popen(locust_cmd(sim.url, "--results-dir", str(results), "--exporter-port", str(port),
+                                       *args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            if re.search(rf"^llm_loadgen_stage{{[^}}]*}} {stage}\.0$", text, flags=re.M):
+                proc.send_signal(sig)
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"never saw stage {stage}: {proc.stderr.read()[-3000:] if proc.poll() is not None else ''}")
+        return proc.wait(timeout=60), proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_ctrl_c_right_after_a_window_closed_keeps_that_stage(sim, tmp_path):
     """Stage 0's window has closed but its ~2 s request is still running: it is written anyway."""
     results = tmp_path / "res"
-    code, err = _interrupt(sim, results, signal.SIGINT, "stage 1 C=2: ramp",
-                           *RUN, "--stages", "1,2,4", "--output-tokens", "400",
-                           "--set", "stages.duration_s=0.5")
+    code, err = _interrupt_at_stage(sim, results, signal.SIGINT, 1,
+                                    *RUN, "--stages", "1,2,4", "--output-tokens", "400",
+                                    "--set", "stages.duration_s=0.5")
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
     s = summary(results)
     assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED

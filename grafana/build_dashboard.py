@@ -144,6 +144,27 @@ def loadgen_rows(lay: Layout) -> None:
     lay.panel("stat", "KV guard breaches", "Times the guard saw projected KV tokens exceed capacity.",
               [(f"sum(llm_loadgen_guard_breaches_total{L})", "")])
 
+    lay.row("Load generator: open loop (rate stages)")
+    lay.panel("timeseries", "Offered vs achieved request rate",
+              "Open loop: the stage's offered rate, arrivals that came due (sent + dropped), requests "
+              "completed ok, and arrivals dropped because --max-inflight were in flight. Achieved "
+              "below offered: the server no longer keeps up.",
+              [(f"max(llm_loadgen_offered_rate_requests_per_second{L})", "offered"),
+               (rate("llm_loadgen_scheduled_requests_total"), "scheduled"),
+               (f'sum(rate(llm_loadgen_requests_total{{job=~"$loadgen_job", model=~"$model", '
+                f'outcome="ok"}}{RI}))', "achieved"),
+               (rate("llm_loadgen_dropped_by_client_total"), "dropped by client")], "reqps")
+    lay.panel("timeseries", "Send lateness (client)",
+              "Open loop: t(actual send) - t(scheduled send). TTFT and E2E are timed from the "
+              "scheduled send, so this is included in them; p99 >= 5 ms flags the stage client_bound.",
+              quantiles("llm_loadgen_schedule_lateness_seconds"), "s")
+    lay.panel("timeseries", "In flight vs Little's law",
+              "Requests in flight, against offered rate x mean E2E (Little's law L = lambda x W).",
+              [(f"sum(llm_loadgen_inflight_requests{L})", "in flight"),
+               (f"max(llm_loadgen_offered_rate_requests_per_second{L}) * "
+                f"sum(rate(llm_loadgen_e2e_seconds_sum{L}{RI})) / sum(rate(llm_loadgen_e2e_seconds_count{L}{RI}))",
+                "offered x E2E mean")])
+
 
 # The server rows: the same panels for each engine, with that engine's own metric names.
 SERVERS = (

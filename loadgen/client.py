@@ -11,7 +11,6 @@ Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` return
 from __future__ import annotations
 
 import errno
-import re
 import socket
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from geventhttpclient.response import HTTPConnectionClosed
 from loadgen import errors
 from loadgen.config import Shown
 from loadgen.errors import ConfigError, RequestError
+from loadgen.failures import excerpt, server_reason
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
@@ -88,38 +88,27 @@ BODY_EXCERPT_CHARS = 120  # of a non-JSON error body, in a message meant to be o
 # A path or method the server does not have, answered without a JSON error: no OpenAI API there
 # (a static file server, a web page, a wrong base URL). A JSON 404 ("model does not exist") is not this.
 NOT_OPENAI_STATUSES = frozenset({404, 405, 501})
-_HTML_SKIP = re.compile(rb"<(head|script|style)\b.*?</\1\s*>", re.S | re.I)
-_HTML_TAG = re.compile(rb"<[^>]*>")
 
 
-def body_excerpt(body: bytes, limit: int = BODY_EXCERPT_CHARS) -> str:
-    """A non-JSON error body as one line of at most ``limit`` characters: an HTML page's visible
-    text (head, scripts and styles dropped, tags removed), whitespace collapsed, '…' when cut."""
-    text = body[:ERROR_BODY_BYTES]
-    if text.lstrip()[:1] == b"<":
-        text = _HTML_TAG.sub(b" ", _HTML_SKIP.sub(b" ", text))
-    line = " ".join(text.decode("utf-8", "replace").split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def _is_json(body: bytes) -> bool:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _http_failure(status: int, body: bytes) -> RequestError:
     """Map an HTTP status before the stream to a failure category, with the server's message.
 
-    404/405/501 without a JSON body is NOT_OPENAI (``NOT_OPENAI_STATUSES``); the status is kept."""
-    message = f"HTTP {status}"
-    try:
-        doc = orjson.loads(body)
-        err = doc.get("error")
-        detail = err.get("message") if isinstance(err, dict) else err or doc.get("message")
-        if detail:
-            message += f": {str(detail)[:200]}"
-    except (orjson.JSONDecodeError, AttributeError, TypeError):
-        if status in NOT_OPENAI_STATUSES:
-            text = body_excerpt(body)
-            return RequestError(errors.NOT_OPENAI, f"{message}, not JSON" + (f" ({text})" if text else ""),
-                                status=status)
-        if body:
-            message += f": {body_excerpt(body, 200)}"
+    404/405/501 without a JSON body is NOT_OPENAI (``NOT_OPENAI_STATUSES``), with the status and at
+    most BODY_EXCERPT_CHARS of the server's words (an HTML page: its title or text)."""
+    reason = server_reason(body)
+    if status in NOT_OPENAI_STATUSES and not _is_json(body):
+        text = excerpt(reason, BODY_EXCERPT_CHARS)
+        return RequestError(errors.NOT_OPENAI, f"HTTP {status}, not JSON" + (f" ({text})" if text else ""),
+                            status=status)
+    message = f"HTTP {status}: {excerpt(reason)}" if reason else f"HTTP {status}"
     if status == 429:
         kind = errors.OVERLOAD_429
     elif status == 503:

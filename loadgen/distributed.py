@@ -6,8 +6,11 @@ many requests are in flight, how healthy was the worst client during a stage, wh
 lost. On a worker, the ``Fleet`` instead ships reports and writes the worker's ledger.
 
 Wire (Locust custom messages and report hooks; msgpack-safe dicts):
-- master -> workers ``llm_phase`` ``{"stage", "kind", "seq"}``, re-sent every tick so late joiners
-  catch up; a worker drops a seq it already passed.
+- master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts"}``, re-sent every tick
+  so late joiners catch up; a worker drops a seq it already passed. Open loop: ``rate`` is the
+  stage's offered requests/s and ``parts`` the client ids sharing it (fixed at the stage's ramp); a
+  worker sends part ``parts.index(its id)`` of ``len(parts)``, one not listed sends nothing. Closed
+  loop: ``rate`` None, ``parts`` [].
 - worker -> master report (``report_to_master`` every 3 s and once at quit) under ``data["llm"]``:
   ``{"delta": Collector.take_delta(), "health": HealthMonitor.take_delta(), "inflight": {stage: n}
   (absolute), "phase_seq": int, "health_now": [cpu %, loop lag s]}``. Deltas are additive and never
@@ -26,6 +29,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.compat import Compat
 from loadgen.health import StageHealth, worst_of
 from loadgen.stats import StageStats
 
@@ -60,6 +64,7 @@ class Fleet:
         self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
         self.workers_seen: set[str] = set()
         self.ledger = StageStats()  # worker: every total shipped to the master
+        self.parts: list[str] = []  # master, open loop: the client ids sharing this stage's rate
 
     @property
     def master(self) -> bool:
@@ -113,7 +118,17 @@ class Fleet:
         """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
         rt, runner = self.rt, self.rt.environment.runner
         if self.master and runner.clients:
-            runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq})
+            runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq,
+                                                 "compat": rt.compat.to_dict() if rt.compat else None,
+                                                 "rate": rt.rate_per_s, "parts": self.parts})
+
+    def assign_parts(self) -> int:
+        """Open loop, at a stage's ramp: the processes that share its rate (master: the live
+        workers, in a fixed order; local: this process). Returns how many."""
+        if not self.master:
+            return 1
+        self.parts = sorted(self.live_workers())
+        return max(len(self.parts), 1)
 
     def live_workers(self) -> list[str]:
         """Master: ids of workers that are connected (not missing)."""
@@ -219,6 +234,12 @@ def install_fleet(rt) -> Fleet:
 
     def _on_phase(environment, msg, **_):
         d = msg.data
+        if d.get("compat") and rt.compat is None:  # what the master's start check found the server accepts
+            rt.compat = Compat.from_dict(d["compat"])
+        if d["seq"] > rt.phase_seq:
+            parts = list(d.get("parts") or [])
+            me = runner.client_id
+            rt.set_arrivals(d.get("rate"), parts.index(me) if me in parts else None, len(parts))
         rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
 
     def _on_fatal(environment, msg, **_):

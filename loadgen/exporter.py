@@ -65,6 +65,7 @@ class ExporterSnapshot:
     users: int = 0
     stage_index: int | None = None
     target_concurrency: int | None = None
+    offered_rate_per_s: float | None = None  # open loop: the current stage's offered rate
     phase: str = "idle"  # one of PHASES
     kv_projected_tokens: float | None = None
     kv_capacity_tokens: float | None = None
@@ -133,6 +134,8 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
         ("users", "Locust users running (the concurrency actually applied).", snap.users),
         ("stage", "Index of the current stage (0-based).", snap.stage_index),
         ("target_concurrency", "Concurrency the current stage asks for.", snap.target_concurrency),
+        ("offered_rate_requests_per_second", "Open loop: the request rate the current stage offers "
+         "(arrivals scheduled per second, all processes).", snap.offered_rate_per_s),
         ("kv_projected_tokens", "KV tokens the guard projects for the current concurrency: "
          "concurrency * (input + output tokens per request) * (1 + margin).", snap.kv_projected_tokens),
         ("kv_capacity_tokens", "KV cache capacity of the server in tokens, as discovered.",

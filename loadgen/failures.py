@@ -18,10 +18,14 @@ answer) stop the run after
 
 from __future__ import annotations
 
+import html
+import re
 from dataclasses import dataclass, field
 
+import orjson
+
 EXCERPT_CHARS = 200
-PER_KIND = 3
+PER_KIND = 5
 NOT_CLIENT_ERRORS = frozenset({408, 429})  # a timeout and a rate limit: overload, not a refusal
 
 
@@ -29,6 +33,48 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
     """One line of at most ``limit`` characters (whitespace runs collapsed, '…' when cut)."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+_TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S | re.I)
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.S | re.I)
+
+
+def server_reason(body: bytes) -> str:
+    """The server's own words from an error body, as one line (not yet cut to length).
+
+    JSON: OpenAI ``{"error": {"message"}}`` or ``{"error": "..."}``, FastAPI/pydantic
+    ``{"detail": "..."}`` or ``{"detail": [{"loc": [...], "msg": "..."}]}``, or a top-level
+    ``message``. HTML: the page's title, else its text without tags. Anything else: the text.
+    """
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return " ".join(str(err["message"]).split())
+        if isinstance(err, str) and err:
+            return " ".join(err.split())
+        detail = obj.get("detail")
+        if isinstance(detail, str) and detail:
+            return " ".join(detail.split())
+        if isinstance(detail, list) and detail:
+            parts = []
+            for d in detail[:3]:
+                if isinstance(d, dict):
+                    loc = ".".join(str(x) for x in d.get("loc", []) if x != "body")
+                    parts.append(f"{loc}: {d.get('msg', '')}".strip(": "))
+            if parts:
+                return "; ".join(parts)
+        if isinstance(obj.get("message"), str):
+            return " ".join(obj["message"].split())
+    text = body.decode("utf-8", "replace")
+    if "<" in text and ">" in text:
+        title = _TITLE.search(text)
+        text = title.group(1) if title else _TAGS.sub(" ", text)
+        text = html.unescape(text)
+    return " ".join(text.split())
 
 
 @dataclass
@@ -118,3 +164,17 @@ class FailFast:
             self.tripped = True
             return True
         return False
+
+
+class LocustFailure(Exception):
+    """A failed request as Locust's own statistics name it (``locust_name``): Locust keys its
+    failures table by ``repr`` of the exception, so ``repr`` is that name."""
+
+    def __repr__(self) -> str:
+        return str(self.args[0])
+
+
+def locust_name(kind: str, status: int | None) -> str:
+    """``http_400``, ``http_503`` for failures answered with an HTTP status, else the kind. Never
+    the message: messages vary per request and Locust's table has no bound."""
+    return f"http_{status}" if status is not None else kind

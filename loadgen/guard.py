@@ -46,11 +46,13 @@ def max_fitting_concurrency(capacity: int, input_tokens: int, output_tokens: int
 
 @dataclass(frozen=True)
 class GuardDecision:
-    """What to do with one stage. ``run_concurrency`` is None when the stage must not run."""
+    """What to do with one stage. ``run_concurrency`` is None when the stage must not run.
+    ``concurrency`` / ``run_concurrency`` are the stage's load: users, or requests/s in open-loop
+    mode (``decide_rate``), where ``projected_tokens`` comes from Little's law."""
 
-    concurrency: int
+    concurrency: float
     allowed: bool
-    run_concurrency: int | None
+    run_concurrency: float | None
     projected_tokens: float
     capacity_tokens: int | None
     action: str
@@ -108,6 +110,49 @@ def decide(
         return GuardDecision(concurrency, True, fit, projected, capacity, action, True, msg)
     msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
     return GuardDecision(concurrency, True, concurrency, projected, capacity, action, True, msg)
+
+
+def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int | None,
+                input_tokens: int, output_tokens: int, margin: float, action: str) -> GuardDecision:
+    """Decide one open-loop stage by Little's law: the stage holds L = rate x W requests in flight
+    (W = the expected request duration, E2E mean), each up to input + output tokens of KV cache:
+
+        projected = rate x W x (input + output) x (1 + margin)
+
+    Breach = projected > capacity; the same actions as ``decide``: abort refuses it, clamp runs
+    the largest rate that fits, capacity / (W x (in + out) x (1 + margin)) (``max_fitting_rate``,
+    rounded down to 3 significant digits), warn runs it flagged. Capacity or W unknown: unguarded.
+    """
+    from loadgen.arrivals import max_fitting_rate
+
+    _check(margin, action)
+    if capacity is None or mean_duration_s is None:
+        why = "server KV capacity unknown" if capacity is None else "no request duration known yet"
+        msg = f"KV guard off for rate {rate_per_s:g}/s: {why}"
+        return GuardDecision(rate_per_s, True, rate_per_s, 0.0, capacity, action, False, msg)
+    per_request = (input_tokens + output_tokens) * (1 + margin)
+    projected = rate_per_s * mean_duration_s * per_request
+    need = (f"{rate_per_s:g}/s x {mean_duration_s:.3g} s x ({input_tokens}+{output_tokens}) x {1 + margin:g}"
+            f" = {projected:,.0f}")
+    if projected <= capacity * (1 + 1e-12):
+        msg = f"rate {rate_per_s:g}/s: projected KV tokens {need} fit capacity {capacity:,}"
+        return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, False, msg)
+    fit = _round_down(max_fitting_rate(capacity, input_tokens + output_tokens, mean_duration_s, margin))
+    head = f"rate {rate_per_s:g}/s: projected KV tokens {need} exceed capacity {capacity:,}"
+    if action == "abort":
+        msg = f"{head}; refusing it (use --guard-action clamp, or rates up to {fit:g}/s)"
+        return GuardDecision(rate_per_s, False, None, projected, capacity, action, True, msg)
+    if action == "clamp":
+        msg = f"{head}; clamped to {fit:g}/s"
+        return GuardDecision(rate_per_s, True, fit, projected, capacity, action, True, msg)
+    msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
+    return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, True, msg)
+
+
+def _round_down(x: float, digits: int = 3) -> float:
+    """x rounded down to ``digits`` significant digits (a clamped rate people can read)."""
+    scale = 10 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.floor(x * scale * (1 + 1e-12)) / scale
 
 
 def _max(a: float | None, b: float | None) -> float | None:

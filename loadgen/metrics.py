@@ -69,11 +69,13 @@ class Histogram:
 
 @dataclass(frozen=True)
 class Counter:
-    """A StageStats integer counter; ``exporter``: Prometheus counter name ("" = not exported)."""
+    """A StageStats integer counter; ``exporter``: Prometheus counter name ("" = not exported).
+    ``peak``: a maximum, not a count: merged by max instead of sum, never exported as a counter."""
 
     attr: str
     formula: str
     exporter: str = ""
+    peak: bool = False
 
 
 TTFT = Histogram("ttft_s", "s", "Time to first token: t(first content chunk) - t(sent), one sample "
@@ -88,7 +90,12 @@ TPOT = Histogram("tpot_s", "s", "Time per output token per request: (E2E - TTFT)
 E2E = Histogram("e2e_s", "s", "End-to-end latency: t(last content chunk) - t(sent).", "e2e_seconds",
                 E2E_EDGES)
 DECODE_TPS = Histogram("decode_tps", "tok/s", "Per-request decode rate: (N - 1) / (E2E - TTFT).")
-HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS)
+# Open-loop (rate) mode: one sample per request sent, ok or not (loadgen.open_loop).
+LATENESS_EDGES = merge_edges(log_grid(0.0001, 10))
+LATENESS = Histogram("schedule_lateness_s", "s", "Client lateness of an open-loop request: t(actual send) "
+                     "- t(scheduled send), one sample per request sent.", "schedule_lateness_seconds",
+                     LATENESS_EDGES)
+HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS, LATENESS)
 
 WINDOW_OUTPUT_TOKENS = Counter(
     "window_output_tokens",
@@ -109,6 +116,21 @@ COUNTERS = (
     Counter("mismatch_output", "Ok requests with usage whose completion_tokens != the expected output."),
     Counter("tokens_estimated", "Ok requests without usage (tokens counted from chunks)."),
 )
+# Counted by time, not by the request's stage: like window_output_tokens, these belong to the stage
+# whose window was open when the event happened (loadgen.inflight, loadgen.open_loop).
+WINDOW_REQUESTS = Counter("window_requests", "Ok requests that finished inside the window (whichever "
+                          "stage sent them): the achieved rate is window_requests / window_s.")
+COUNTERS += (
+    WINDOW_REQUESTS,
+    Counter("scheduled_requests", "Open-loop arrivals that came due (sent + dropped_by_client).",
+            "scheduled_requests"),
+    Counter("dropped_by_client", "Open-loop arrivals not sent because --max-inflight requests were "
+            "already in flight (never delayed).", "dropped_by_client"),
+    Counter("inflight_us", "Time integral of requests in flight over the window, request-microseconds: "
+            "sum of n(t) dt; mean concurrency = inflight_us / 1e6 / window_s."),
+    Counter("inflight_peak", "Most requests in flight at once in one process during the window.",
+            peak=True),
+)
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ class Shown:
 MS = Shown("ms", 1000.0)
 SECONDS = Shown("s")
 TOK_S = Shown("tok/s")
+REQ_S = Shown("req/s")
 
 
 @dataclass(frozen=True)
@@ -181,6 +204,8 @@ STAGE_METRICS = (
     StageMetric("tpot_p50_s", TPOT, 0.5, "s", MS, "TPOT p50 (ms)", Console("TPOT p50", 9)),
     StageMetric("e2e_p50_s", E2E, 0.5, "s", SECONDS, "E2E p50 (s)", Console("E2E p50", 8)),
     StageMetric("e2e_p99_s", E2E, 0.99, "s", SECONDS, "E2E p99 (s)", Console("p99", 6)),
+    StageMetric("achieved_rate_per_s", WINDOW_REQUESTS, None, "req/s", REQ_S, "Achieved req/s"),
+    StageMetric("lateness_p99_s", LATENESS, 0.99, "s", MS, "Send lateness p99 (ms)"),
 )
 
 

@@ -15,12 +15,19 @@ authentication failure is recognised by ``RequestError.status`` (401/403), not b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import orjson
 
 from loadgen import errors
 from loadgen.client import StreamClient, check_host
+from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
 from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
+from loadgen.failures import is_client_refusal
+from loadgen.prompts import TokenIdPrompts
+from loadgen.records import RequestRecord
 from loadgen.server_probe import (
     METRICS_PATH,
     Capacity,
@@ -36,6 +43,10 @@ from loadgen.server_probe import (
 )
 
 MODELS_PATH = "/v1/models"
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+PROBE_OUTPUT_TOKENS = 2
+MAX_PROBES = 4  # the refusals we can adapt to, one at a time, and the try that works
+PROBE_SEED = 0x9B0BE
 PROBE_TIMEOUT_S = 5.0  # each capacity source; a missing one must not hold the start for long
 AUTH_STATUSES = frozenset({401, 403})
 
@@ -43,8 +54,9 @@ AUTH_STATUSES = frozenset({401, 403})
 class StartRefused(LoadgenError):
     """The run must not start: ``exit_code`` and the one line (``str(self)``) that says why."""
 
-    def __init__(self, exit_code: int, message: str):
+    def __init__(self, exit_code: int, message: str, probes: tuple = ()):
         self.exit_code = exit_code
+        self.probes = probes  # probe requests sent before the refusal (counted in the run's totals)
         super().__init__(message)
 
 
@@ -56,6 +68,8 @@ class ServerInfo:
     model: str | None
     models: ModelsInfo | None
     capacity: Capacity
+    compat: Compat = Compat()  # what the server accepts, as the probe request found
+    probes: tuple = ()  # the probe requests' records.RequestResult (counted in the run's totals)
 
     @property
     def max_model_len(self) -> int | None:
@@ -113,7 +127,8 @@ def discover_capacity(client: StreamClient, models: ModelsReply) -> Capacity:
     """
     tried: list[str] = []
     info = models.info or ModelsInfo(None)
-    max_model_len, flavor = info.max_model_len, info.flavor
+    # vLLM/SGLang max_model_len; llama.cpp meta.n_ctx, which is per slot (-c / -np): what one request gets
+    max_model_len, flavor = info.max_model_len or info.n_ctx, info.flavor
     if models.error is not None:
         if models.error.kind == errors.CONNECT_FAILED:
             return Capacity(None, None, None, None,
@@ -239,4 +254,62 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
                                "KV capacity; set --kv-capacity-tokens to the server's KV tokens")
     else:
         say(f"llm-loadgen: KV capacity {capacity.tokens:,} tokens (source: {capacity.source})")
-    return ServerInfo(model, models.info, capacity)
+    info = models.info or ModelsInfo(None)
+    compat = initial(req.compat, info.owned_by, capacity.flavor, info.n_vocab, tuple(scenario.prompt.token_id_range))
+    for note in compat.adaptations:
+        say(f"llm-loadgen: adapting to the server: {note}")
+    probe_client = StreamClient(host, api_key=api_key, connect_timeout_s=req.connect_timeout_s,
+                                read_timeout_s=req.read_timeout_s)
+    try:
+        compat, probes = probe_request(probe_client, host, scenario, model, compat, say)
+    finally:
+        probe_client.close()
+    say(f"llm-loadgen: {compat.describe()}")
+    return ServerInfo(model, models.info, capacity, compat, probes)
+
+
+def _probe_prompt(scenario, compat: Compat):
+    """A prompt of the run's kind: token IDs of the run's length, or a short text."""
+    if scenario.endpoint == "chat":
+        return [{"role": "user", "content": "Say something."}]
+    if compat.prompt_kind == "text":
+        return "Say something."
+    id_range = compat.token_id_range or tuple(scenario.prompt.token_id_range)
+    return TokenIdPrompts(scenario.input_tokens, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
+
+
+def probe_request(client: StreamClient, host: str, scenario, model: str | None, compat: Compat,
+                  say: Callable[[str], None]) -> tuple[Compat, tuple]:
+    """Send the run's request (its body, ``PROBE_OUTPUT_TOKENS`` output tokens) until the server
+    takes it. A refusal (4xx other than 408/429, or not an SSE completion) is adapted to when
+    ``request.compat`` is auto and ``loadgen.compat.adapt`` knows how, else it stops the run here
+    with the server's reason quoted. Anything else (5xx, overload, a stall) is the run's business.
+    A refusal nothing can adapt to is tried once more (a server that fails one request in many must
+    not stop the run). Returns the Compat that worked and every probe's result."""
+    path = PATHS[scenario.endpoint]
+    probe_sc = replace(scenario, output_tokens=PROBE_OUTPUT_TOKENS)
+    results, refused_before = [], None
+    while len(results) < MAX_PROBES:
+        body = build_body(probe_sc, model or "", _probe_prompt(scenario, compat), compat)
+        record = RequestRecord(time.perf_counter(), PROBE_OUTPUT_TOKENS, scenario.endpoint)
+        result, _ = client.stream(path, body, record)
+        results.append(result)
+        if result.ok or not is_client_refusal(result.error_kind or "", result.error_status):
+            return compat, tuple(results)
+        status, message = result.error_status, result.error_message
+        nxt = adapt(compat, status, message, orjson.loads(body)) if scenario.request.compat == "auto" else None
+        if nxt is None and refused_before != (result.error_kind, status):
+            refused_before = (result.error_kind, status)
+            continue
+        if nxt is None:
+            if result.error_kind == errors.NOT_OPENAI:
+                raise StartRefused(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, f"POST {path}: {message}"),
+                                   tuple(results))
+            reason = message.removeprefix(f"HTTP {status}: ") if status is not None else message
+            answer = f"HTTP {status}: {reason}" if status is not None else reason
+            raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request (POST {path}: "
+                               f"{answer}); {likely_fix(status, reason, path, model)}", tuple(results))
+        say(f"llm-loadgen: adapting to the server: {nxt.adaptations[-1]}")
+        compat, refused_before = nxt, None
+    raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request {MAX_PROBES} times "
+                       f"(last: {results[-1].error_message}); see request.compat", tuple(results))

@@ -88,6 +88,13 @@ class ChatPrompts:
         return [{"role": "user", "content": self.text()}]
 
 
+class TextPrompts(ChatPrompts):
+    """The same calibrated text as a completions ``prompt`` string (a server that refuses token IDs)."""
+
+    def next(self) -> str:  # type: ignore[override]
+        return self.text()
+
+
 def hashed_prefix_prompt(n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int,
                          id_range: tuple[int, int], rng: np.random.Generator, salt: int = 0) -> list[int]:
     """A token-ID prompt of exactly ``n_tokens`` whose block i is a function of ``hash_ids[i]`` alone

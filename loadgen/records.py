@@ -74,6 +74,7 @@ class RequestResult:
     itl_chunk_s: np.ndarray  # per-chunk gaps
     finish_reason: str | None
     chunks: int  # content chunks received
+    error_status: int | None = None  # the HTTP status of a failure answered before the stream
 
 
 class RequestRecord:
@@ -226,6 +227,7 @@ class RequestRecord:
         else EMPTY_STREAM if nothing arrived, else TRUNCATED).
         """
         kind, msg, t_fail = self._failure(t_end, eof, error)
+        status = error.status if error is not None and kind == error.kind else None
         n_chunks = len(self._times)
         times = np.frombuffer(self._times, dtype=np.float64) if n_chunks else _EMPTY_F
         estimated = self._usage_ct is None
@@ -234,7 +236,7 @@ class RequestRecord:
         if kind is not None:
             return RequestResult(
                 False, kind, msg, self._usage_pt, max(n_tokens, 0), estimated, ttft, t_fail - self.sent_s,
-                None, None, _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, n_chunks,
+                None, None, _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, n_chunks, status,
             )  # fmt: skip
         e2e = float(times[-1]) - self.sent_s
         span = e2e - ttft

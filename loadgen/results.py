@@ -36,6 +36,27 @@ class StageInfo:
     server: dict | None = None  # the server watch over the window (ServerWatch.end_stage)
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
+    rate_per_s: float | None = None  # open loop: the offered rate asked for (after a guard clamp)
+    parts: int = 1  # open loop: processes sharing the rate
+    parts_lost_t: list[float] = field(default_factory=list)  # when each of them was lost
+
+    def lose_part(self, t: float) -> None:
+        """Open loop: a process sharing this stage's rate was lost at ``t`` (its share is not sent)."""
+        self.parts_lost_t.append(t)
+        if "worker_lost" not in self.flags:
+            self.flags.append("worker_lost")
+
+    def offered_rate_per_s(self) -> float | None:
+        """The rate the fleet really offered during the window: each lost process's share
+        (rate / parts) missing from its loss to the window's close,
+
+            offered = rate x (1 - sum over lost parts of overlap(loss..close, window) / window_s / parts)
+        """
+        if self.rate_per_s is None or not self.parts_lost_t or not self.window_s or self.open_t is None:
+            return self.rate_per_s
+        close = self.open_t + self.window_s
+        missed = sum(close - min(max(t, self.open_t), close) for t in self.parts_lost_t)
+        return self.rate_per_s * (1 - missed / self.window_s / self.parts)
 
     @property
     def closed(self) -> bool:
@@ -74,7 +95,10 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
               client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout") -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
     ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``."""
-    row = {"index": info.index, "concurrency": info.concurrency, **(stats or StageStats()).row(info.window_s)}
+    stats = stats or StageStats()
+    row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
+    if info.rate_per_s is not None:
+        row.update(open_loop_fields(info, stats))
     flags = list(info.flags)
     if guard.clamped_to == info.concurrency:
         flags.append("guard_clamped")
@@ -92,12 +116,35 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         flags.append(cut_by)
     if info.lost_requests:
         row["lost_requests"] = info.lost_requests
-    if info.users is not None and info.users < info.concurrency:
+    if info.users is not None and info.rate_per_s is None and info.users < info.concurrency:
         flags.append("users_short")
     row["users"] = info.users
     row["window_s"] = info.window_s
     row["flags"] = flags
     return row
+
+
+def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
+    """An open-loop stage's figures (the x axis is the offered rate; ``concurrency`` is None):
+
+    - offered_rate_per_s: the rate asked for, lowered for a lost process (``StageInfo``);
+      planned_rate_per_s when it was lowered
+    - scheduled_rate_per_s: arrivals that came due in the window / window_s (sent + dropped)
+    - achieved_rate_per_s (a STAGE_METRICS field): ok requests finished in the window / window_s
+    - concurrency_mean: time-weighted requests in flight = inflight_us / 1e6 / window_s
+    - concurrency_max: the most in flight at once (in one process: the busiest's peak when
+      distributed, a lower bound of the fleet's)
+    - dropped_by_client: arrivals not sent because --max-inflight were in flight
+    """
+    w = info.window_s
+    out = {"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()}
+    if out["offered_rate_per_s"] != info.rate_per_s:
+        out["planned_rate_per_s"] = info.rate_per_s
+    out["scheduled_rate_per_s"] = stats.scheduled_requests / w if w else None
+    out["concurrency_mean"] = stats.inflight_us / 1e6 / w if w else None
+    out["concurrency_max"] = stats.inflight_peak
+    out["dropped_by_client"] = stats.dropped_by_client
+    return out
 
 
 def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str]:
@@ -116,6 +163,11 @@ def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str
         evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
         out.append(f"llm-loadgen: stage {k} C={row['concurrency']}: the server was over capacity ({evidence}): "
                    "its figures measure queueing and recomputation, not steady serving")
+    if row.get("offered_rate_per_s") is not None:
+        out.append(f"llm-loadgen: stage {k}: offered {_n(row['offered_rate_per_s'])} req/s, achieved "
+                   f"{_n(row.get('achieved_rate_per_s'))} req/s; in flight mean {_n(row['concurrency_mean'])}"
+                   f" max {row['concurrency_max']}; send lateness p99 {_n(row.get('lateness_p99_s'), 1000)} ms; "
+                   f"dropped_by_client {row['dropped_by_client']}")
     if "client_bound" in row["flags"]:
         client = row["client"]
         cpu, lag = client.get("cpu_percent"), client.get("loop_lag_p99_s")
@@ -123,6 +175,10 @@ def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str
                    f"loop lag p99 {'-' if lag is None else f'{lag * 1000:.1f}'} ms): its TTFT/ITL include "
                    "client delays; add workers (--processes N or more --worker processes)")
     return out
+
+
+def _n(value: float | None, scale: float = 1.0) -> str:
+    return "-" if value is None else f"{value * scale:.3g}"
 
 
 def totals_of(t: StageStats) -> dict:
@@ -135,6 +191,7 @@ def totals_of(t: StageStats) -> dict:
         "failed_output_tokens": t.failed_output_tokens,
         "received_output_tokens": t.window_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
+        "failures": t.failures.to_summary(),
     }
 
 
@@ -155,9 +212,13 @@ class RunFacts:
 
 
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
-                  knee: int | None, totals: StageStats) -> dict:
-    """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag."""
+                  knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None)) -> dict:
+    """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
+    ``knee``: a concurrency, or in open-loop mode an offered rate (``knee.rate_per_s``).
+    ``compat``: loadgen.compat.Compat of the start check; ``probes``: (outcome of each probe request,
+    their StageStats): ``preflight``, a part of ``totals`` that no worker sent."""
     sc, cap = scenario, capacity
+    load_key = "offered_rate_per_s" if sc.open_loop else "concurrency"
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),
@@ -178,7 +239,9 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "flavor": cap.flavor if cap else None,
             "max_model_len": cap.max_model_len if cap else None,
             "capacity_detail": cap.detail if cap else None,
+            "compat": compat.to_dict() if compat else None,
         },
+        "preflight": {"probes": list(probes[0]), **totals_of(probes[1] or StageStats())},
         "guard": {
             "capacity_tokens": cap.tokens if cap else None,
             "capacity_source": cap.source if cap else None,
@@ -188,7 +251,9 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "clamped_to": guard.clamped_to,
             "breaches": guard.breaches,
         },
-        "knee": {"concurrency": knee, "threshold": sc.knee.threshold},
+        "knee": {"concurrency": None if sc.open_loop else knee, "threshold": sc.knee.threshold,
+                 **({"rate_per_s": knee} if sc.open_loop else {})},
         "totals": totals_of(totals),
-        "stages": [dict(r, flags=r["flags"] + (["knee"] if r["concurrency"] == knee else [])) for r in rows],
+        "stages": [dict(r, flags=r["flags"] + (["knee"] if knee is not None and r.get(load_key) == knee else []))
+                   for r in rows],
     }

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 
 from gevent.lock import Semaphore
 
 from loadgen import preflight
+from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
+from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor
+from loadgen.inflight import InflightMeter
 from loadgen.phases import Phase
 from loadgen.stats import Collector
 
@@ -40,12 +44,21 @@ class Runtime:
         self.phase_seq = 0
         self.measuring: int | None = None  # == stage while kind is MEASURE, else None
         self.health = HealthMonitor(lambda: self.measuring)
+        self.inflight = InflightMeter(self.collector)
+        # open loop (loadgen.open_loop): this stage's total rate and this process's share of it
+        self.rate_per_s: float | None = None
+        self.part: int | None = None  # None: no share this stage (joined late, or closed loop)
+        self.parts = 1
         self._model: str | None = scenario.model
         self._model_lock = Semaphore()
         self.api_key = api_key(scenario)
         self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
         self.fatal_sent = False
         self.cancelled: dict[int | None, int] = {}  # requests killed mid-flight by stage (this process)
+        # What the server accepts (loadgen.compat): set by the start check, or on a worker by the
+        # master's phase message; users send nothing before it is known.
+        self.compat: Compat | None = None
+        self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
         # The target is unusable (one line); the process that owns the run installs its stop here,
         # a worker tells the master (loadgen.distributed).
         self.on_fatal: Callable[[str], None] = lambda message: log.error("llm-loadgen: %s", self.redact(message))
@@ -74,6 +87,23 @@ class Runtime:
             self.phase_seq = seq
         self.stage, self.kind = stage, Phase(kind)
         self.measuring = stage if self.kind is Phase.MEASURE else None
+        self.inflight.measure(self.measuring, time.perf_counter())
+
+    def set_arrivals(self, rate_per_s: float | None, part: int | None, parts: int) -> None:
+        """Open loop: the stage's offered rate and this process's part of ``parts`` (or None)."""
+        self.rate_per_s, self.part, self.parts = rate_per_s, part, max(parts, 1)
+
+    def request_started(self, stage: int | None) -> None:
+        """A request of ``stage`` (None: not measured) was sent by this process."""
+        self.collector.request_started(stage)
+        self.inflight.change(+1, time.perf_counter())
+
+    def request_finished(self, stage: int | None, ok: bool) -> None:
+        """It finished (``ok``: completed); an ok one counts toward the window open now."""
+        self.collector.request_finished(stage)
+        self.inflight.change(-1, time.perf_counter())
+        if ok:
+            self.collector.add_window_request(self.measuring)
 
     def on_tokens(self, n: int) -> None:
         """Live token arrival: counts toward the window of the stage being measured."""

@@ -21,17 +21,19 @@ from loadgen import errors
 from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
+from loadgen.failures import LocustFailure, locust_name
 from loadgen.flags import cut_flag
-from loadgen.guard import OverCapacityRule, decide
+from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
 from loadgen.phases import Phase
-from loadgen.preflight import StartRefused, preflight
+from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
-from loadgen.report.knee import find_knee
+from loadgen.report.knee import find_knee, find_rate_knee
 from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
+from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
@@ -67,6 +69,12 @@ class Session:
         self.run_dir = None  # the run's own folder under results_dir, created when the run starts
         self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
         self.console = StageConsole(say)
+        self._failures_said: set[tuple] = set()
+        self.probe_stats = StageStats()  # the start check's probe requests (also in the run's totals)
+        self.probe_outcomes: list[str] = []
+        self._locust_pending: list[tuple] = []  # probe results not yet in Locust's statistics
+        # open loop, for the KV guard: E2E mean of the last finished stage (or the start probe)
+        self.expected_duration_s: float | None = None
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -86,9 +94,12 @@ class Session:
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
         except StartRefused as exc:
+            self._count_probes(exc.probes)
             self.fatal(exc.exit_code, str(exc))
             return False
+        self._count_probes(self.server.probes)
         rt.use_model(self.server.model)
+        rt.compat = self.server.compat
         self.capacity = cap = self.server.capacity
         if sc.guard.watch and cap.flavor:
             g = sc.guard
@@ -102,12 +113,70 @@ class Session:
             self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
         if self.exporter is not None:
             say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
+        if self.exit_code is None and sc.open_loop and cap.tokens and sc.rate.probe_requests:
+            self._probe()
         return self.exit_code is None
 
-    def decide(self, concurrency: int):
+    def _count_probes(self, probes: tuple, expected_out: int = PROBE_OUTPUT_TOKENS) -> None:
+        """The start check's probe requests are real requests: the run's totals count them, and so
+        do Locust's own statistics (``flush_locust_events``), so both agree with the server's."""
+        rt = self.rt
+        for result in probes:
+            if not result.ok:
+                result.error_message = rt.redact(result.error_message)
+            rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
+            self.probe_stats.add_result(result, rt.scenario.input_tokens, expected_out)
+            self.probe_outcomes.append(result.error_kind or "ok")
+            self._locust_pending.append((result, time.time() - result.e2e_s))
+
+    def flush_locust_events(self) -> None:
+        """Hand the probes to Locust's statistics. Not from the tick that ran the start check: Locust
+        clears its statistics when the first users start, right after that tick."""
+        path = PATHS[self.rt.scenario.endpoint]
+        while self._locust_pending:
+            result, start_wall = self._locust_pending.pop(0)
+            failure = None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status))
+            self.rt.environment.events.request.fire(
+                request_type="POST", name=path, response_time=result.e2e_s * 1000.0, response_length=0,
+                response=None, context={"stage": None, "probe": True}, exception=failure,
+                start_time=start_wall, url=path)
+
+    def say_new_failures(self) -> None:
+        """Each distinct server reason once, when it is first seen (merged from every process)."""
+        for kind, entries in self.rt.collector.totals.failures.samples.items():
+            for status, text, _ in entries:
+                if (kind, status, text) not in self._failures_said:
+                    self._failures_said.add((kind, status, text))
+                    say(self.rt.redact(f"llm-loadgen: failed request ({locust_name(kind, status)}): {text}"))
+
+    def _probe(self) -> None:
+        """Open loop with a known capacity: time a few sequential requests, so the first stage's
+        KV guard has a request duration (later stages use the previous stage's E2E mean)."""
+        from loadgen.open_loop import probe_duration_s
+
         sc = self.rt.scenario
-        return decide(concurrency, self.capacity.tokens if self.capacity else None, sc.input_tokens,
-                      sc.output_tokens, sc.guard.margin, sc.guard.action)
+        try:
+            self.expected_duration_s, results = probe_duration_s(self.rt, sc.rate.probe_requests)
+        except Exception as exc:  # the first stage runs unguarded, and says so
+            say(f"llm-loadgen: warning: the KV guard's probe failed ({self.rt.redact(str(exc))[:200]}); "
+                "the first rate stage runs unguarded")
+            return
+        self._count_probes(tuple(results), sc.output_tokens)
+        if self.expected_duration_s is not None:
+            say(f"llm-loadgen: probe: {sc.rate.probe_requests} sequential requests, E2E mean "
+                f"{self.expected_duration_s:.3g} s (the KV guard's duration for the first rate stage)")
+
+    def decide(self, load: float):
+        sc = self.rt.scenario
+        capacity = self.capacity.tokens if self.capacity else None
+        if sc.open_loop:
+            return decide_rate(load, self.expected_duration_s, capacity, sc.input_tokens, sc.output_tokens,
+                               sc.guard.margin, sc.guard.action)
+        return decide(load, capacity, sc.input_tokens, sc.output_tokens, sc.guard.margin, sc.guard.action)
+
+    def load_processes(self, rate_per_s: float | None = None) -> int:
+        """Open loop: dispatcher users wanted, one per load-generating process (live workers)."""
+        return max(len(self.fleet.live_workers()), 1) if self.fleet.master else 1
 
     # -- sweep events --------------------------------------------------------------------------------
     def on_event(self, ev, now: float) -> str | None:
@@ -116,11 +185,18 @@ class Session:
         rt = self.rt
         match ev:
             case PhaseStarted(stage=k, phase=phase, concurrency=c):
+                pending = self._rows_pending()
+                if phase is Phase.RAMP and rt.scenario.open_loop:
+                    parts = self.fleet.assign_parts()
+                    rt.set_arrivals(c, None if self.fleet.master else 0, parts)
+                    self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
+                    self.console.notice(f"llm-loadgen: stage {k} rate={c:g}/s over {parts} process(es): ramp",
+                                        pending)
+                elif phase is Phase.RAMP:
+                    self.stage_info[k] = StageInfo(k, c)
+                    self.console.notice(f"llm-loadgen: stage {k} C={c}: ramp", pending)
                 rt.set_phase(k, phase)
                 self.console.phase_started(now)
-                if phase is Phase.RAMP:
-                    self.stage_info[k] = StageInfo(k, c)
-                    self.console.notice(f"llm-loadgen: stage {k} C={c}: ramp", self._rows_pending())
             case GuardDecided(decision=d):
                 if d.breach:
                     self.console.notice(f"llm-loadgen: guard: {d.message}", self._rows_pending())
@@ -149,6 +225,11 @@ class Session:
         info.window_s, info.users = ev.t - info.open_t, ev.users
         self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
         self.close_seq[k] = self.rt.phase_seq + 1  # the next phase, sent in the same shape tick
+        stats = self.rt.collector.stages.get(k)
+        if info.rate_per_s is not None and stats is not None and stats.e2e_s.count:
+            # Little's law W for the next stage's KV guard: this stage's E2E mean so far (requests
+            # finished by the close), never below the lower rates' (latency grows with the rate)
+            self.expected_duration_s = max(stats.e2e_s.mean, self.expected_duration_s or 0.0)
         if not self.watch:
             return None
         server = info.server = self.watch.end_stage(k)
@@ -165,12 +246,16 @@ class Session:
         client = self.fleet.stage_health(k)
         bound = client["cpu_percent"] is not None and is_client_bound(
             client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max)
+        stats = rt.collector.stages.get(k)
+        if stats is not None and info.rate_per_s is not None:
+            late = stats.schedule_lateness_s.quantile(0.99) if stats.schedule_lateness_s.count else None
+            bound = bound or (late is not None and late >= sc.client_check.lateness_p99_s_max)
         # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
         unfinished = self.fleet.inflight(k) + rt.cancelled.get(k, 0) if forced else None
         row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag)
         self.rows.append(row)
         if len(self.rows) == 1:
-            say(format_stage_header())
+            say(format_stage_header(info.rate_per_s is not None))
         say(format_stage_row(row))
         for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
             say(line)
@@ -195,11 +280,16 @@ class Session:
                               self._rows_pending())
 
     # -- workers ------------------------------------------------------------------------------------
-    def check_workers(self) -> None:
+    def check_workers(self, now: float | None = None) -> None:
         """Master: a worker that stopped reporting is recorded as lost, with what it had running
-        (its samples reported so far stay counted; see ``Fleet.drop_lost``)."""
+        (its samples reported so far stay counted; see ``Fleet.drop_lost``). Open loop: a lost
+        worker's share of the rate is not sent for the rest of the stage; the stage records it
+        (``StageInfo.lose_part``: a lower offered rate, flagged ``worker_lost``)."""
         rt = self.rt
         for lost in self.fleet.drop_lost():
+            info = self.stage_info.get(rt.stage)
+            if info is not None and info.rate_per_s is not None and lost.client_id in self.fleet.parts:
+                info.lose_part(now if now is not None else info.open_t or 0.0)
             for k, n in lost.running.items():
                 if k is not None and k in self.stage_info:
                     self.stage_info[k].add_lost(n)
@@ -260,6 +350,8 @@ class Session:
         """The stop reason and exit code (Locust's rule when nothing else decided it), the server
         watch stopped, and every stage whose window closed written (flagged when cut short)."""
         env = self.rt.environment
+        self.say_new_failures()
+        self.flush_locust_events()
         if self.stop_reason is None:
             self.stop_reason = "interrupted"
             self.exit_code = errors.EXIT_INTERRUPTED
@@ -291,7 +383,10 @@ class Session:
             say(f"llm-loadgen: {self.stop_reason}; results in {self.run_dir}/{code}")
 
     # -- results -------------------------------------------------------------------------------------
-    def knee(self) -> int | None:
+    def knee(self) -> float | None:
+        """The concurrency knee, or in open-loop mode the highest offered rate sustained."""
+        if self.rt.scenario.open_loop:
+            return find_rate_knee(self.rows, self.rt.scenario.knee.threshold)
         return find_knee(self.rows, self.rt.scenario.knee.threshold)
 
     def summary(self, final: bool = False) -> dict:
@@ -302,7 +397,8 @@ class Session:
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
                        run_name(rt.scenario))
         return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
-                             rt.collector.totals)
+                             rt.collector.totals, self.server.compat if self.server else None,
+                             (self.probe_outcomes, self.probe_stats))
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)
@@ -332,7 +428,8 @@ class ExporterFeed:
             inflight=session.fleet.inflight_total(),
             users=rt.environment.runner.user_count if rt.environment.runner else 0,
             stage_index=rt.stage,
-            target_concurrency=info.concurrency if info else None,
+            target_concurrency=info.concurrency if info and info.rate_per_s is None else None,
+            offered_rate_per_s=info.offered_rate_per_s() if info else None,
             phase=rt.kind,
             kv_projected_tokens=decision.projected_tokens if decision else None,
             kv_capacity_tokens=capacity.tokens if capacity else None,

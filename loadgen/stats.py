@@ -10,27 +10,31 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 from __future__ import annotations
 
 from loadgen import metrics
+from loadgen.failures import FailureSamples
 from loadgen.hist import Binned, LogHistogram, bin_values
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
+PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
 
 
 class StageStats:
     """Statistics of one stage (or of the whole run).
 
     Counters and histograms are those of ``loadgen.metrics.COUNTERS`` / ``HISTOGRAMS`` (what each
-    counts is stated there), plus ``errors`` {failure kind: requests}. Histograms hold ok requests
+    counts is stated there), plus ``errors`` {failure kind: requests} and ``failures`` (the server's
+    reasons: the first distinct HTTP status + message excerpts per kind, loadgen.failures). Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
     one per token, ``itl_chunk_s`` one per chunk gap.
     """
 
-    __slots__ = (*COUNTERS, "errors", *HISTOGRAMS)
+    __slots__ = (*COUNTERS, "errors", "failures", *HISTOGRAMS)
 
     def __init__(self) -> None:
         for name in COUNTERS:
             setattr(self, name, 0)
         self.errors: dict[str, int] = {}
+        self.failures = FailureSamples()
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
 
@@ -42,6 +46,7 @@ class StageStats:
         if not result.ok:
             self.errors[result.error_kind] = self.errors.get(result.error_kind, 0) + 1
             self.failed_output_tokens += result.completion_tokens
+            self.failures.add(result.error_kind, result.error_status, result.error_message)
             return
         self.requests_ok += 1
         pt = result.prompt_tokens
@@ -77,23 +82,29 @@ class StageStats:
     def merge(self, other: StageStats) -> None:
         """Add everything ``other`` counted."""
         for name in COUNTERS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(self, name, max(mine, theirs) if name in PEAKS else mine + theirs)
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
+        self.failures.merge(other.failures)
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
 
     def is_empty(self) -> bool:
-        # every histogram sample comes with requests_ok += 1, so counters and errors tell it all
+        # every histogram sample comes with a counter: requests_ok += 1 (results) or
+        # scheduled_requests += 1 (lateness), so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
     def to_wire(self) -> dict:
         """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms."""
-        return {
+        wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
             "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
         }
+        if not self.failures.is_empty():
+            wire["f"] = self.failures.to_wire()
+        return wire
 
     @classmethod
     def from_wire(cls, d: dict) -> StageStats:
@@ -103,6 +114,8 @@ class StageStats:
                 raise ValueError(f"unknown StageStats counter {name!r} in wire data")
             setattr(s, name, int(v))
         s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
+        if "f" in d:
+            s.failures = FailureSamples.from_wire(d["f"])
         for name, h in d.get("h", {}).items():
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
@@ -128,6 +141,7 @@ class StageStats:
                 "output": self.mismatch_output,
                 "estimated": self.tokens_estimated,
             },
+            "failures": self.failures.to_summary(),
         }
 
     def __eq__(self, other: object) -> bool:
@@ -136,6 +150,7 @@ class StageStats:
         return (
             all(getattr(self, n) == getattr(other, n) for n in COUNTERS)
             and self.errors == other.errors
+            and self.failures == other.failures
             and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
         )
 
@@ -195,6 +210,32 @@ class Collector:
         self.totals.window_output_tokens += n
         if stage is not None:
             self._stage(stage).window_output_tokens += n
+
+    def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
+        """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
+        (``None``: --max-inflight requests were in flight)."""
+        for s in (self.totals, None if stage is None else self._stage(stage)):
+            if s is None:
+                continue
+            s.scheduled_requests += 1
+            if lateness_s is None:
+                s.dropped_by_client += 1
+            else:
+                s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
+
+    def add_window_request(self, stage: int | None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` if it is being measured."""
+        self.totals.window_requests += 1
+        if stage is not None:
+            self._stage(stage).window_requests += 1
+
+    def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
+        """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
+        now (loadgen.inflight.InflightMeter)."""
+        s = self._stage(stage)
+        s.inflight_us += request_us
+        if inflight > s.inflight_peak:
+            s.inflight_peak = inflight
 
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1

@@ -12,22 +12,22 @@ import itertools
 import time
 
 import gevent
-import orjson
 from gevent.lock import Semaphore
 from locust import User, constant, task
 from locust.exception import StopUser
 
 from loadgen.client import StreamClient
+from loadgen.compat import Compat, build_body, refusal_line
 from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError
-from loadgen.preflight import not_openai_message
-from loadgen.prompts import ChatPrompts, TokenIdPrompts, fit_word_count
+from loadgen.failures import LocustFailure, is_client_refusal, locust_name
+from loadgen.preflight import PATHS, not_openai_message
+from loadgen.prompts import ChatPrompts, TextPrompts, TokenIdPrompts, fit_word_count
 from loadgen.records import RequestRecord
 
-PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 CONNECT_BACKOFF_S = (0.05, 1.0)  # first and longest pause after a refused connection
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
-_chat_words: dict[int, int] = {}
+_text_words: dict[tuple[str, int], int] = {}
 
 
 def _process_key(environment) -> int:
@@ -36,45 +36,79 @@ def _process_key(environment) -> int:
     return int(getattr(environment.runner, "worker_index", 0) or 0)
 
 
-def request_body(scenario, model: str, prompt) -> bytes:
-    """The JSON body of one streaming request that forces exactly ``output_tokens`` tokens."""
-    m = scenario.output_tokens
-    body = {
-        "model": model,
-        "max_tokens": m,
-        "min_tokens": m,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if scenario.request.continuous_usage:
-        body["stream_options"]["continuous_usage_stats"] = True
-    if scenario.endpoint == "chat":
-        body["messages"] = prompt
-    else:
-        body["prompt"] = prompt
-    body.update(scenario.request.extra_body)
-    return orjson.dumps(body)
+def request_body(scenario, model: str, prompt, compat: Compat) -> bytes:
+    """The JSON body of one streaming request (``loadgen.compat.build_body``)."""
+    return build_body(scenario, model, prompt, compat)
 
 
-def chat_word_count(client: StreamClient, scenario, model: str) -> int:
-    """Words per chat prompt so the server counts exactly ``input_tokens`` (cached per process)."""
-    target = scenario.input_tokens
+def text_word_count(client: StreamClient, scenario, model: str) -> int:
+    """Words per text prompt so the server counts exactly ``input_tokens`` (cached per process and
+    endpoint): chat messages, or a completions prompt sent as text (a server that refuses token IDs)."""
+    target, endpoint = scenario.input_tokens, scenario.endpoint
     with _calibration_lock:
-        if target not in _chat_words:
+        if (endpoint, target) not in _text_words:
             probe = ChatPrompts(1, (scenario.prompt.seed, 0xCA1))
 
             def measure(words: int) -> int:
-                body = {
-                    "model": model,
-                    "messages": [{"role": "user", "content": probe.text(words)}],
-                    "max_tokens": 1,
-                    "stream": False,
-                }
-                return int(client.post_json(PATHS["chat"], body)["usage"]["prompt_tokens"])
+                body = {"model": model, "max_tokens": 1, "stream": False}
+                if endpoint == "chat":
+                    body["messages"] = [{"role": "user", "content": probe.text(words)}]
+                else:
+                    body["prompt"] = probe.text(words)
+                return int(client.post_json(PATHS[endpoint], body)["usage"]["prompt_tokens"])
 
-            _chat_words[target], _ = fit_word_count(target, measure)
-        return _chat_words[target]
+            _text_words[(endpoint, target)], _ = fit_word_count(target, measure)
+        return _text_words[(endpoint, target)]
+
+
+def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple):
+    """The prompts one user sends: token IDs (completions), calibrated text (completions on a
+    server that refuses token IDs), or calibrated chat messages."""
+    sc, compat = rt.scenario, rt.compat
+    if sc.endpoint == "completions" and compat.prompt_kind == "token_ids":
+        return TokenIdPrompts(sc.input_tokens, compat.token_id_range or tuple(sc.prompt.token_id_range), seed_key,
+                              sc.prompt.shared_prefix_tokens, shared_seed=sc.prompt.seed)
+    words = text_word_count(client, sc, model)
+    return ChatPrompts(words, seed_key) if sc.endpoint == "chat" else TextPrompts(words, seed_key)
+
+
+def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None):
+    """Send one request, account for it (in flight, statistics, Locust's stats) and return its
+    RequestResult. ``record.sent_s`` is when it counts as sent: now (closed loop) or its scheduled
+    time (open loop). Shared by the closed-loop user and the open-loop dispatcher."""
+    rt, path = user.rt, user.path
+    sc = rt.scenario
+    rt.request_started(stage)
+    start_wall = time.time()
+    result = None
+    try:
+        result, nbytes = client.stream(path, body, record, on_tokens=rt.on_tokens)
+    except gevent.GreenletExit:  # stopped mid-request (Ctrl-C, drain timeout)
+        rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
+        raise
+    finally:
+        rt.request_finished(stage, ok=result is not None and result.ok)
+    if not result.ok:
+        result.error_message = rt.redact(result.error_message)  # a server may echo the key back
+    rt.collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=path,
+        response_time=(result.e2e_s or 0.0) * 1000.0,
+        response_length=nbytes,
+        response=None,
+        context={"stage": stage},
+        exception=None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status)),
+        start_time=start_wall,
+        url=path,
+    )
+    if result.ok:
+        rt.any_ok = True
+    elif result.error_kind == NOT_OPENAI and not rt.any_ok:
+        rt.fatal(ServerUnusableError(not_openai_message(user.host, f"POST {path}: {result.error_message}")))
+    if rt.fail_fast.observe(result.ok, result.error_kind, result.error_status, result.error_message):
+        rt.fatal(refusal_line(user.host, path, rt.fail_fast, user.model))
+    return result
 
 
 class LLMUser(User):
@@ -96,24 +130,18 @@ class LLMUser(User):
         self._backoff_s = 0.0
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None
-        if sc.endpoint == "chat":
-            self.prompts = None  # calibrated on first use (needs the model)
-            self._seed_key = key
-        else:
-            self.prompts = TokenIdPrompts(
-                sc.input_tokens, tuple(sc.prompt.token_id_range), key, sc.prompt.shared_prefix_tokens,
-                shared_seed=sc.prompt.seed,
-            )
+        self.prompts = None  # on first use: needs the model and what the server accepts (rt.compat)
+        self._seed_key = key
 
     def on_stop(self) -> None:
         self.client.close()
 
     def _prepare(self) -> None:
-        rt, sc = self.rt, self.rt.scenario
+        rt = self.rt
         try:
             self.model = rt.model(self.client)
             if self.prompts is None:
-                self.prompts = ChatPrompts(chat_word_count(self.client, sc, self.model), self._seed_key)
+                self.prompts = prompt_source(rt, self.client, self.model, self._seed_key)
         except (ServerUnusableError, RequestError) as exc:
             rt.fatal(exc)
             raise StopUser() from None  # the run stops with one clear line, not a traceback per user
@@ -121,43 +149,25 @@ class LLMUser(User):
     @task
     def generate(self) -> None:
         rt = self.rt
-        if not rt.kind.sends_requests or rt.fatal_sent:  # a fatal error: the run is stopping, send no more
+        if not rt.kind.sends_requests or rt.fatal_sent or rt.compat is None:
+            # not sending now, or a fatal error (the run is stopping), or a worker that has not yet
+            # heard from the master what the server accepts
             gevent.sleep(0.2)
             return
         if self.model is None or self.prompts is None:
             self._prepare()
         sc = rt.scenario
-        body = request_body(sc, self.model, self.prompts.next())
+        body = request_body(sc, self.model, self.prompts.next(), rt.compat)
         stage = rt.measuring
-        collector = rt.collector
-        collector.request_started(stage)
-        start_wall = time.time()
         record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-        try:
-            result, nbytes = self.client.stream(self.path, body, record, on_tokens=rt.on_tokens)
-        except gevent.GreenletExit:  # the user was stopped mid-request (Ctrl-C, drain timeout)
-            rt.cancelled[stage] = rt.cancelled.get(stage, 0) + 1
-            raise
-        finally:
-            collector.request_finished(stage)
-        collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
-        self.environment.events.request.fire(
-            request_type="POST",
-            name=self.path,
-            response_time=(result.e2e_s or 0.0) * 1000.0,
-            response_length=nbytes,
-            response=None,
-            context={"stage": stage},
-            exception=None if result.ok else RequestError(result.error_kind),
-            start_time=start_wall,
-            url=self.path,
-        )
+        result = send_request(self, self.client, body, record, stage)
+        self._after(result)
+
+    def _after(self, result) -> None:
+        """Pause after a refusal or a refused connection (never a flood of either)."""
+        rt = self.rt
         if result.ok:
-            rt.any_ok = True
             self._backoff_s = 0.0
-        elif result.error_kind == NOT_OPENAI and not rt.any_ok:
-            rt.fatal(ServerUnusableError(
-                not_openai_message(self.host, f"POST {self.path}: {result.error_message}")))
         elif result.error_kind == CONNECT_FAILED:
             # The server is down (killed, restarting): retry at a growing pause instead of
             # thousands of instant refusals a second, which would only burn the client's CPU.
@@ -165,3 +175,6 @@ class LLMUser(User):
             gevent.sleep(self._backoff_s)
         else:
             self._backoff_s = 0.0
+        if not result.ok and is_client_refusal(result.error_kind, result.error_status) and not rt.fatal_sent:
+            # a server that starts refusing mid-run is not hammered either: each user pauses
+            gevent.sleep(rt.scenario.request.client_error_pause_s)

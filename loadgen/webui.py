@@ -22,6 +22,7 @@ import json
 import logging
 import time
 
+from loadgen.failures import locust_name
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.table import errors_compact, mismatch_compact, stages_csv_text
 from loadgen.stats import StageStats
@@ -109,6 +110,7 @@ def llm_view(session, now_s: float | None) -> dict:
         "guard": summary["guard"],
         "knee": summary["knee"],
         "run": summary["run"],
+        "compat": summary["server"].get("compat"),
     }
 
 
@@ -146,7 +148,12 @@ def run_items(view: dict) -> list[dict]:
         ("Knee threshold (gain per doubling)", knee.get("threshold")),
         ("Stop reason", run.get("stop_reason")),
         ("Exit code", run.get("exit_code")),
+        ("Server", (view.get("compat") or {}).get("server")),
     ]
+    for kind, entries in sorted((view["totals"].get("failures") or {}).items()):
+        if kind != "other_messages":  # the server's reasons, the first distinct ones per kind
+            items += [(f"Server said ({locust_name(kind, e['status'])}, {e['requests']} requests)", e["message"])
+                      for e in entries]
     return [{"item": name, "value": text(value)} for name, value in items]
 
 

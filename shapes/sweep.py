@@ -24,11 +24,15 @@ class SweepShape(LoadTestShape):
     """Geometric (or listed) concurrency stages with warmup, measurement window and KV guard."""
 
     plan: SweepPlan | None = None
+    # The users of each mode, by class name (locustfile.py imports both): a closed-loop user per
+    # stream, or one open-loop dispatcher per load-generating process (loadgen.open_loop).
+    CLOSED_LOOP_USER, OPEN_LOOP_USER = "LLMUser", "RateUser"
 
     def _build_plan(self, rt) -> SweepPlan:
         st = rt.scenario.stages
         return SweepPlan(
-            rt.scenario.concurrencies(),
+            rt.scenario.loads(),
+            users_for=self.session.load_processes if rt.scenario.open_loop else None,
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
@@ -46,6 +50,7 @@ class SweepShape(LoadTestShape):
             finished_total=rt.finished_total(),
             stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
             idle=fleet.all_idle,
+            inflight=fleet.inflight_total(),
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):
@@ -63,12 +68,14 @@ class SweepShape(LoadTestShape):
                             "locust again for another run", session.run_dir)
             return None
         try:
+            session.flush_locust_events()  # the start check's probes, once Locust has started
             if not session.started and not session.start():
                 return None
             if self.plan is None:
                 self.plan = self._build_plan(rt)
-            session.check_workers()
+            session.say_new_failures()
             now = self.get_run_time()
+            session.check_workers(now)
             tick = self._step(rt, now)
             if self.plan.kind is Phase.CLOSING:  # the window was read: go on (or stop) now, not a tick later
                 tick = self._step(rt, now)
@@ -80,4 +87,8 @@ class SweepShape(LoadTestShape):
             return None
         if tick.users is None:
             return None
-        return tick.users, tick.spawn_rate
+        name = self.OPEN_LOOP_USER if rt.scenario.open_loop else self.CLOSED_LOOP_USER
+        user = self.runner.environment.user_classes_by_name.get(name)
+        if user is None:  # a locustfile of its own users (bench/): Locust's choice by weight
+            return tick.users, tick.spawn_rate
+        return tick.users, tick.spawn_rate, [user]

@@ -25,6 +25,16 @@ stage at the largest concurrency that fits, warn runs it flagged.
   request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
   e.g. against a server's own counters), or after ``drain_s``.
 
+Open-loop mode (``users_for`` given): a stage's load is a rate in requests/s, not a concurrency.
+The same rules run it, with two differences. Users are the dispatchers, ``users_for(rate)`` (one per
+load-generating process), so the ramp ends as soon as they run. And the turnover counts against the
+requests *in flight* (``Observation.inflight``) instead of C: the warmup lasts until as many
+requests finished since the ramp as are in flight (at least one), and the window until as many
+finished inside it. By Little's law a stage at rate r with requests lasting W holds r x W in
+flight, so the warmup ends about 2 W after the ramp (the population filled, then turned over once)
+and the window holds at least one request lifetime: the same "every stream turned over" as C
+finished requests in a closed loop, where in flight = C.
+
 ``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on:
 small frozen dataclasses (``PhaseStarted``, ``GuardDecided``, ``WindowOpened``, ``WindowClosed``,
 ``StageFinal``, ``SweepDone``), matched by type.
@@ -47,19 +57,20 @@ class Observation:
     stage_done: Callable[[int], bool]  # no request of stage k still running (everywhere)
     idle: Callable[[], bool] = lambda: True  # no request of any stage still running (everywhere)
     finished_total: int = 0  # every request finished so far in the run (measured or not)
+    inflight: int = 0  # requests running now, everywhere (open-loop turnover)
 
 
 @dataclass(frozen=True)
 class PhaseStarted:
     stage: int  # -1 only for a drain before any stage ran (the guard refused the first)
     phase: Phase
-    concurrency: int  # the stage's users (after a guard clamp)
+    concurrency: float  # the stage's load (after a guard clamp): users, or requests/s (open loop)
 
 
 @dataclass(frozen=True)
 class GuardDecided:
     stage: int  # the index the stage would have
-    concurrency: int  # as planned
+    concurrency: float  # the load as planned (users, or requests/s)
     decision: GuardDecision
 
 
@@ -104,8 +115,10 @@ class SweepPlan:
 
     def __init__(self, concurrencies: list[int], *, ramp_s: float, warmup_s: float, duration_s: float,
                  min_requests: int, max_window_s: float, drain_s: float, decide: Callable,
-                 turnover: bool = False, max_warmup_s: float = float("inf")):
-        self.concurrencies = list(concurrencies)
+                 turnover: bool = False, max_warmup_s: float = float("inf"),
+                 users_for: Callable[[float], int] | None = None):
+        self.concurrencies = list(concurrencies)  # each stage's load (open loop: requests/s)
+        self.users_for = users_for  # open loop: dispatcher users for a rate; None: users = load
         self.ramp_s, self.warmup_s, self.duration_s = ramp_s, warmup_s, duration_s
         self.min_requests, self.max_window_s, self.drain_s = min_requests, max_window_s, drain_s
         self.decide = decide
@@ -114,7 +127,7 @@ class SweepPlan:
         self.index = -1  # stage index (position in the sweep); -1 before the first
         self.kind: Phase | None = None
         self.since = 0.0  # when the current phase began
-        self.target = 0  # users wanted in this stage
+        self.target = 0  # this stage's load: users wanted, or requests/s (open loop)
         self.last_stage = False
         self.finished_total = 0
         self.pending: list[int] = []  # closed, not yet final
@@ -155,9 +168,14 @@ class SweepPlan:
                 self.pending.remove(k)
                 events.append(StageFinal(k, forced=force and not obs.stage_done(k)))
 
-    def _turned_over(self) -> bool:
-        """C requests finished since the mark (the ramp's or the window's start), if asked."""
-        return not self.turnover or self.finished_total - self.finished_mark >= self.target
+    def _users(self) -> int:
+        return self.target if self.users_for is None else self.users_for(self.target)
+
+    def _turned_over(self, obs: Observation) -> bool:
+        """C requests (open loop: as many as are in flight, at least 1) finished since the mark
+        (the ramp's or the window's start), if asked."""
+        need = self.target if self.users_for is None else max(1, obs.inflight)
+        return not self.turnover or self.finished_total - self.finished_mark >= need
 
     # -- the decision ------------------------------------------------------------------------------
     def tick(self, obs: Observation) -> Tick:
@@ -168,15 +186,15 @@ class SweepPlan:
             self._next_stage(now, events)
         elapsed = now - self.since
         if self.kind is Phase.RAMP:
-            if obs.users >= self.target or elapsed >= self.ramp_s * 4 + 10:
+            if obs.users >= self._users() or elapsed >= self.ramp_s * 4 + 10:
                 self._enter(Phase.WARMUP, now, events)
         elif self.kind is Phase.WARMUP:
-            if (elapsed >= self.warmup_s and self._turned_over()) or elapsed >= max(self.max_warmup_s, self.warmup_s):
+            if (elapsed >= self.warmup_s and self._turned_over(obs)) or elapsed >= max(self.max_warmup_s, self.warmup_s):
                 self._enter(Phase.MEASURE, now, events)
                 self.finished_mark = self.finished_total
                 events.append(WindowOpened(self.index, now))
         elif self.kind is Phase.MEASURE:
-            enough = obs.finished(self.index) >= self.min_requests and self._turned_over()
+            enough = obs.finished(self.index) >= self.min_requests and self._turned_over(obs)
             if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
                 self._enter(Phase.CLOSING, now, events)
                 events.append(WindowClosed(self.index, now, obs.users))
@@ -197,6 +215,8 @@ class SweepPlan:
             self._finalize_ready(obs, events)
         if self.kind is Phase.DONE:
             return Tick(None, 0.0, events)
-        # ramp_s == 0: start every user at once
-        spawn_rate = float(self.target) if self.ramp_s <= 0 else max(self.target / self.ramp_s, 1.0)
-        return Tick(self.target, spawn_rate, events)
+        users = self._users()
+        # ramp_s == 0 or open loop (the rate steps at once): start every user at once
+        at_once = self.ramp_s <= 0 or self.users_for is not None
+        spawn_rate = float(users) if at_once else max(users / self.ramp_s, 1.0)
+        return Tick(users, spawn_rate, events)

@@ -124,22 +124,31 @@ class PrometheusProcess:
         return query(self.url, expr)
 
     def targets_health(self) -> dict[str, str]:
-        data = http_get_json(f"{self.url}/api/v1/targets")
-        return {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
+        return targets_health(self.url)
 
     def wait_for(self, expr: str, timeout_s: float = 20.0) -> dict:
-        """Poll ``expr`` until it returns a non-empty result; returns the last response."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            resp = self.query(expr)
-            if not result_problem(resp) or time.monotonic() > deadline:
-                return resp
-            time.sleep(0.5)
+        return wait_for(self.url, expr, timeout_s)
 
 
 def query(prom_url: str, expr: str) -> dict:
     """Instant query at now; returns Prometheus' JSON response (status, data or error)."""
     return http_get_json(f"{prom_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+
+
+def targets_health(prom_url: str) -> dict[str, str]:
+    """scrape URL -> "up" / "down" / "unknown" for every active target."""
+    data = http_get_json(f"{prom_url}/api/v1/targets")
+    return {t["scrapeUrl"]: t["health"] for t in data.get("data", {}).get("activeTargets", [])}
+
+
+def wait_for(prom_url: str, expr: str, timeout_s: float = 20.0) -> dict:
+    """Poll ``expr`` until it returns a non-empty result; returns the last response."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        resp = query(prom_url, expr)
+        if not result_problem(resp) or time.monotonic() > deadline:
+            return resp
+        time.sleep(0.5)
 
 
 def substitute(expr: str, variables: dict[str, str], macros: dict[str, str] | None = None) -> str:

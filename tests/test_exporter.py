@@ -141,6 +141,7 @@ def test_buckets_are_cumulative_and_end_at_count():
         n = int(rng.integers(2, 30))
         run_request(c, float(i), float(rng.lognormal(-1, 1)), list(rng.lognormal(-4, 1, n - 1)),
                     [int(x) for x in rng.integers(1, 4, n)])
+        c.request_scheduled(None, float(rng.lognormal(-6, 1)))  # open-loop send lateness
     s = scrape(make_registry(Source(c)))
     for h in exporter.HISTOGRAMS:
         name, edges = h.exporter, h.edges

@@ -6,7 +6,7 @@ import json
 
 import msgpack
 
-from loadgen.failures import EXCERPT_CHARS, FailFast, FailureSamples, excerpt, is_client_refusal
+from loadgen.failures import EXCERPT_CHARS, PER_KIND, FailFast, FailureSamples, excerpt, is_client_refusal
 
 
 def test_excerpt_is_one_short_line():
@@ -33,7 +33,7 @@ def test_distinct_messages_are_bounded_and_counts_exact():
 
 def test_merge_over_the_wire_keeps_every_count():
     a, b, whole = FailureSamples(), FailureSamples(), FailureSamples()
-    events = [("http_4xx", 400, f"m{i % 5}") for i in range(50)] + [("http_5xx", 500, "boom")] * 3
+    events = [("http_4xx", 400, f"m{i % 7}") for i in range(50)] + [("http_5xx", 500, "boom")] * 3
     for i, (k, st, m) in enumerate(events):
         (a if i % 2 else b).add(k, st, m)
         whole.add(k, st, m)
@@ -45,7 +45,7 @@ def test_merge_over_the_wire_keeps_every_count():
         return sum(e[2] for e in s.samples.get(kind, [])) + s.other.get(kind, 0)
 
     assert total(merged, "http_4xx") == 50 == total(whole, "http_4xx")
-    assert total(merged, "http_5xx") == 3 and len(merged.samples["http_4xx"]) == 3
+    assert total(merged, "http_5xx") == 3 and len(merged.samples["http_4xx"]) == PER_KIND
 
 
 def test_client_refusals():
@@ -74,3 +74,20 @@ def test_fail_fast_stays_off_after_a_success_or_a_mixed_start():
     assert not any(mixed.observe(False, "http_4xx", 400, "x") for _ in range(10))
     overload = FailFast(threshold=2)
     assert not any(overload.observe(False, "overload_429", 429, "slow down") for _ in range(10))
+
+
+def test_server_reason_reads_the_shapes_real_servers_answer():
+    from loadgen.failures import server_reason
+
+    assert server_reason(b'{"error":{"code":400,"message":"Prompt contains invalid tokens","type":"x"}}') == \
+        "Prompt contains invalid tokens"
+    assert server_reason(b'{"detail":"Unexpected fields in the request: {\'ignore_eos\', \'min_tokens\'}"}') == \
+        "Unexpected fields in the request: {'ignore_eos', 'min_tokens'}"
+    pyd = b'{"detail":[{"type":"string_type","loc":["body","prompt"],"msg":"Input should be a valid string"}]}'
+    assert server_reason(pyd) == "prompt: Input should be a valid string"
+    assert server_reason(b'{"error": "model not found"}') == "model not found"
+    page = (b"<!DOCTYPE HTML><html><head><title>Error response</title><style>p{}</style></head>"
+            b"<body><h1>Error response</h1><p>Error code: 501</p></body></html>")
+    assert server_reason(page) == "Error response"
+    assert server_reason(b"<html><body><h1>Not &amp; found</h1>\n<p>x</p></body></html>") == "Not & found x"
+    assert server_reason(b"plain\ntext") == "plain text" and server_reason(b"") == ""

@@ -28,6 +28,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import errors
+from loadgen.failures import locust_name
 from loadgen.sim.launch import SimProcess, running_sim
 from loadgen.sim.probe import request
 from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
@@ -74,9 +75,24 @@ def by_label(samples: dict, name: str, label: str, **match: str) -> dict[str, fl
     return out
 
 
+def locust_names(summary: dict) -> dict:
+    """What Locust's error report must hold: our failures by kind and HTTP status (http_500 ...)."""
+    failures = dict(summary["totals"]["failures"])
+    other = failures.pop("other_messages", {})
+    out: Counter = Counter()
+    for kind, entries in failures.items():
+        for e in entries:
+            out[locust_name(kind, e["status"])] += e["requests"]
+    for kind, n in other.items():  # messages beyond the bound (they vary: "after N chunks"): no status
+        assert not kind.startswith(("http_", "overload_")), other
+        out[kind] += n
+    return dict(out)
+
+
 def locust_final_report(output: str) -> tuple[int, int, Counter]:
     """Locust's own final stats, as it prints them at shutdown: (requests, failures, failures by
-    our category) from the last "Aggregated" line and the "Error report". (Its --csv files are
+    Locust's error name: ``loadgen.failures.locust_name``) from the last "Aggregated" line and the
+    "Error report". (Its --csv files are
     rewritten only once a second while it runs, so they can miss the last second.)"""
     lines = output.splitlines()
     # the stats table's row ("Aggregated  571  244(42.73%) | ..."), not the percentiles' one
@@ -84,7 +100,7 @@ def locust_final_report(output: str) -> tuple[int, int, Counter]:
     starts = [i for i, ln in enumerate(lines) if ln.startswith("Error report")]  # none: no failure
     counts: Counter = Counter()
     for ln in lines[starts[-1] + 3:] if starts else []:
-        row = re.fullmatch(r"\s*(\d+)\s+POST \S+: RequestError\('(\w+)'\)\s*", ln)
+        row = re.fullmatch(r"\s*(\d+)\s+POST \S+: (\w+)\s*", ln)
         if row is None:
             break
         counts[row.group(2)] += int(row.group(1))
@@ -150,7 +166,8 @@ def test_every_simulator_fault_is_its_category_counted_exactly(sim_run):
     expected = {SIM_KIND[k]: int(n) for k, n in injected.items() if SIM_KIND[k]}
     assert all(n > 0 for n in injected.values()), injected  # every kind really happened
     assert ours == expected  # nothing else (no spurious failure kind), nothing missing
-    assert dict(locust_final_report(run.stderr)[2]) == expected  # Locust's own stats agree
+    assert dict(locust_final_report(run.stderr)[2]) == locust_names(run.summary)  # Locust's own stats agree
+    assert locust_names(run.summary)["http_500"] == expected["http_5xx"]
 
 
 def test_finish_reason_without_done_is_complete_and_totals_add_up(sim_run):
@@ -316,7 +333,7 @@ def test_scripted_faults_each_in_their_category_with_exact_counts_and_tokens(tmp
     assert min(server.served.values()) >= 2 and set(server.served) == set(SCRIPT)  # every case ran
     t = run.summary["totals"]
     assert t["errors"] == failures
-    assert dict(locust_final_report(run.stderr)[2]) == failures
+    assert dict(locust_final_report(run.stderr)[2]) == locust_names(run.summary)
     assert t["requests"] == ok and t["output_tokens"] == 5 * ok
     assert t["failed_output_tokens"] == failed_tokens
     assert run.summary["run"]["stop_reason"] == "completed"

@@ -547,3 +547,26 @@ def test_watch_cooperates_with_gevent_when_sockets_are_patched():
     # it near zero); the server answered from the same hub, which also proves the GET yields
     assert int(polls) >= 2 and int(ticks) > 10 * int(polls)
     assert over == "True" and float(waiting) == 2
+
+
+# -- open loop: Little's law --------------------------------------------------------------------------
+from loadgen.guard import decide_rate  # noqa: E402
+
+
+def test_rate_guard_projects_littles_law_and_acts():
+    # 2 req/s x 100 s = 200 in flight x 2000 tokens = 400,000 <= 400,000: fits exactly
+    ok = decide_rate(2.0, 100.0, 400_000, 1000, 1000, 0.0, "abort")
+    assert ok.allowed and not ok.breach and ok.projected_tokens == pytest.approx(400_000)
+    over = decide_rate(4.0, 100.0, 400_000, 1000, 1000, 0.0, "abort")
+    assert not over.allowed and over.breach and "2/s" in over.message
+    clamp = decide_rate(4.0, 120.0, 400_000, 1000, 1000, 0.1, "clamp")
+    assert clamp.allowed and clamp.run_concurrency == 1.51  # 400000 / (120 x 2000 x 1.1) = 1.515..
+    assert clamp.run_concurrency * 120 * 2000 * 1.1 <= 400_000
+    warn = decide_rate(4.0, 100.0, 400_000, 1000, 1000, 0.0, "warn")
+    assert warn.allowed and warn.breach and warn.run_concurrency == 4.0
+
+
+def test_rate_guard_off_without_capacity_or_duration():
+    assert decide_rate(8.0, None, 400_000, 1000, 1000, 0.0, "abort").allowed
+    d = decide_rate(8.0, 10.0, None, 1000, 1000, 0.0, "abort")
+    assert d.allowed and not d.breach and "capacity unknown" in d.message

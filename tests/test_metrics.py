@@ -44,7 +44,7 @@ def test_row_is_the_fixed_fields_then_every_metric_in_table_order():
         s.itl_token_s.add(float(v) / 10)
     s.window_output_tokens = 600
     row = s.row(60.0)
-    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch"]
+    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch", "failures"]
     for m in STAGE_METRICS:
         if m.source is metrics.TTFT:
             assert row[m.key] == pytest.approx(0.1 + 0.2 * m.q, rel=0.025), m.key
@@ -67,7 +67,8 @@ def test_views_derive_from_the_table():
     html = metrics_table_html(runs)
     assert all(m.title.replace("&", "&amp;") in html for m in STAGE_METRICS)
     exported = {h.exporter for h in exporter.HISTOGRAMS}
-    assert exported == {"ttft_seconds", "itl_seconds", "itl_chunk_seconds", "tpot_seconds", "e2e_seconds"}
+    assert exported == {"ttft_seconds", "itl_seconds", "itl_chunk_seconds", "tpot_seconds", "e2e_seconds",
+                        "schedule_lateness_seconds"}
 
 
 def test_cells_are_in_the_shown_unit():

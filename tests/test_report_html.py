@@ -134,3 +134,15 @@ def test_empty_summary_renders():
     doc = parse(html)
     assert "unknown model" in " ".join(doc.text)
     assert [r for r in doc.rows.get("stages", []) if r] == []
+
+
+def test_failures_section_quotes_the_server():
+    from loadgen.report.html import render_report_html
+
+    summary = {"run": {}, "stages": [], "totals": {"failures": {
+        "http_4xx": [{"status": 400, "message": "Prompt contains <invalid> tokens", "requests": 12}],
+        "other_messages": {"http_4xx": 3}}}}
+    page = render_report_html(summary)
+    assert '<table id="failures">' in page and "Prompt contains &lt;invalid&gt; tokens" in page
+    assert "<td class=\"n\">400</td>" in page and "http_4xx 3" in page
+    assert 'id="failures"' not in render_report_html({"run": {}, "stages": [], "totals": {"failures": {}}})

@@ -110,3 +110,36 @@ def test_seeds_fixture_knee_matches_recorded_value_and_rule():
     assert all(gain_per_doubling(knee, by_c[knee], c, by_c[c]) < 0.10 for c in later)
     before = max(c for c in by_c if c < knee)
     assert gain_per_doubling(before, by_c[before], knee, by_c[knee]) >= 0.10
+
+
+# -- open loop: offered vs achieved ---------------------------------------------------------------
+from loadgen.report.knee import find_rate_knee, rate_sustained  # noqa: E402
+
+
+def rate_stage(offered, achieved, ttft=0.2):
+    return {"offered_rate_per_s": offered, "achieved_rate_per_s": achieved, "ttft_p50_s": ttft}
+
+
+def test_rate_knee_where_achieved_stops_following_offered():
+    stages = [rate_stage(1, 1.0), rate_stage(2, 1.98), rate_stage(4, 3.9), rate_stage(8, 5.1),
+              rate_stage(16, 5.0)]
+    assert find_rate_knee(stages) == 4
+    assert find_rate_knee(list(reversed(stages))) == 4  # order of the rows does not matter
+
+
+def test_rate_knee_where_latency_grows_without_bound_while_throughput_follows():
+    stages = [rate_stage(1, 1, 0.2), rate_stage(2, 2, 0.3), rate_stage(4, 3.95, 1.2), rate_stage(8, 7.9, 30)]
+    assert find_rate_knee(stages) == 2  # 1.2 s > 5 x 0.2 s
+    assert find_rate_knee(stages, latency_growth=200) is None
+
+
+def test_rate_knee_none_when_sustained_throughout_or_saturated_from_the_start():
+    assert find_rate_knee([rate_stage(1, 1), rate_stage(2, 1.99), rate_stage(4, 3.97)]) is None
+    assert find_rate_knee([rate_stage(1, 0.5), rate_stage(2, 0.5)]) is None
+    assert find_rate_knee([{"concurrency": 4, "output_tokens_per_s": 10}]) is None
+
+
+def test_rate_sustained_threshold_is_relative():
+    assert rate_sustained(rate_stage(10, 9.0), 0.2, threshold=0.1)
+    assert not rate_sustained(rate_stage(10, 8.99), 0.2, threshold=0.1)
+    assert rate_sustained({"offered_rate_per_s": 10}, None)  # nothing measured: not judged

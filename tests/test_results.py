@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadgen.guard import decide
 from loadgen.results import GuardRecord, StageInfo, stage_row, stage_warnings
 
@@ -39,3 +41,19 @@ def test_a_plain_stage_has_no_flags():
     row = stage_row(StageInfo(0, 1, window_s=5.0, users=1), None, GuardRecord(), CLIENT, client_bound=False)
     assert row["flags"] == [] and "unfinished_requests" not in row and "lost_requests" not in row
     assert stage_warnings(row, 64, 32) == []
+
+
+def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
+    from loadgen.stats import Collector
+
+    info = StageInfo(0, 8.0, open_t=100.0, window_s=20.0, users=4, rate_per_s=8.0, parts=4)
+    info.lose_part(110.0)  # one of 4 shares (2/s) missing for the last half of the window
+    info.lose_part(90.0)  # lost before the window opened: missing for all of it
+    c = Collector()
+    c.request_scheduled(0, 0.001)
+    c.add_inflight(0, 40_000_000, 3)
+    row = stage_row(info, c.stages[0], GuardRecord(), {"cpu_percent": 1.0}, False)
+    assert row["offered_rate_per_s"] == pytest.approx(8.0 * (1 - (10 + 20) / 20 / 4))  # 5.0
+    assert row["planned_rate_per_s"] == 8.0 and "worker_lost" in row["flags"]
+    assert row["concurrency"] is None and row["concurrency_mean"] == 2.0 and row["concurrency_max"] == 3
+    assert row["scheduled_rate_per_s"] == 1 / 20 and "users_short" not in row["flags"]

@@ -29,6 +29,8 @@ def test_run_name_is_the_effective_scenario_after_overrides():
     assert run_name(over) == "default_completions-200-200_c4-64"
     chat = load_scenario(ROOT / "config" / "chat.yaml", {"stages.max": 8})
     assert run_name(chat) == "chat_chat-1000-1000_c1-8"
+    rates = load_scenario(None, {"rate.list": [0.5, 2, 8]})
+    assert run_name(rates) == "default_completions-1000-1000_r0.5-8"
 
 
 def test_folder_name_is_the_utc_start_and_a_safe_name():

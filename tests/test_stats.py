@@ -81,9 +81,11 @@ def test_row_fields_and_window_rate():
         "requests", "errors", "error_count", "input_tokens", "output_tokens", "output_tokens_per_s",
         "decode_tps_p50", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",
         "itl_p95_s", "itl_p99_s",
-        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch",
+        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch", "achieved_rate_per_s",
+        "lateness_p99_s", "failures",
     }  # fmt: skip
     assert row["requests"] == 20 and row["errors"] == {READ_TIMEOUT: 1} and row["error_count"] == 1
+    assert row["failures"] == {READ_TIMEOUT: [{"status": None, "message": "x", "requests": 1}]}
     assert row["output_tokens"] == 20 * 64 and row["output_tokens_per_s"] == 50.0
     assert row["ttft_p50_s"] <= row["ttft_p90_s"] <= row["ttft_p95_s"] <= row["ttft_p99_s"]
     assert row["itl_p90_s"] <= row["itl_p95_s"] <= row["itl_p99_s"]
@@ -230,3 +232,25 @@ def test_one_token_per_chunk_shares_binning_and_totals_match_stage():
     alone = StageStats()
     alone.add_result(result, 5, 100)
     assert alone == stage
+
+
+def test_open_loop_counters_merge_and_peak_merges_by_max():
+    """Lateness and drops count per arrival; the in-flight peak merges by max (a maximum over
+    time of one process), everything else adds; a stage with only arrivals still ships."""
+    a, b = Collector(), Collector()
+    a.request_scheduled(0, 0.002)
+    a.request_scheduled(0, None)
+    a.add_window_request(0)
+    a.stages[0].inflight_peak, a.stages[0].inflight_us = 7, 1_000_000
+    b.request_scheduled(0, 0.004)
+    b.stages[0].inflight_peak, b.stages[0].inflight_us = 3, 500_000
+    master = Collector()
+    for c in (a, b):
+        master.merge_delta(c.take_delta())
+    s = master.stages[0]
+    assert (s.scheduled_requests, s.dropped_by_client, s.window_requests) == (3, 1, 1)
+    assert s.schedule_lateness_s.count == 2 and s.inflight_us == 1_500_000 and s.inflight_peak == 7
+    assert master.totals.scheduled_requests == 3
+    row = s.row(2.0)
+    assert row["achieved_rate_per_s"] == 0.5
+    assert row["lateness_p99_s"] == pytest.approx(0.004, rel=0.03)

@@ -23,11 +23,20 @@ from loadgen.config.fields import (
     env_var_name,
     integer,
     number,
+    rate_list,
     stage_list,
     text,
     token_id_range,
 )
-from loadgen.config.schema import ENDPOINTS, GUARD_ACTIONS, SECTIONS, Scenario, default_document
+from loadgen.config.schema import (
+    ARRIVALS,
+    COMPAT_SETTINGS,
+    ENDPOINTS,
+    GUARD_ACTIONS,
+    SECTIONS,
+    Scenario,
+    default_document,
+)
 from loadgen.errors import ConfigError
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
@@ -48,6 +57,8 @@ SPEC: dict[str, Check] = {
     "request.connect_timeout_s": number("seconds, e.g. 10", gt=0),
     "request.read_timeout_s": number("seconds without a byte before a request fails, e.g. 120", gt=0),
     "request.extra_body": body_mapping,
+    "request.compat": choice(COMPAT_SETTINGS, "auto probes the server; openai-strict sends standard fields only"),
+    "request.client_error_pause_s": number("seconds, e.g. 1; 0 for no pause", ge=0),
     "stages.list": stage_list,
     "stages.start": integer("the first stage's concurrency, e.g. 1", ge=1),
     "stages.factor": number("use 2 to double concurrency each stage", gt=1),
@@ -60,6 +71,17 @@ SPEC: dict[str, Check] = {
     "stages.min_requests": integer("requests per window, e.g. 100; 0 turns it off", ge=0),
     "stages.max_window_s": number("seconds, e.g. 900", gt=0),
     "stages.drain_s": number("seconds to wait for in-flight requests, e.g. 300; 0 to not wait", ge=0),
+    "rate.list": rate_list,
+    "rate.start": number("the first stage's rate in requests/s, e.g. 1; null for rate.list or "
+                         "the concurrency sweep", gt=0, nullable=True),
+    "rate.factor": number("use 2 to double the rate each stage", gt=1),
+    "rate.max": number("the last stage's rate in requests/s, e.g. 64", gt=0, nullable=True),
+    "rate.arrival": choice(ARRIVALS, "poisson (default), constant, or gamma with rate.burstiness"),
+    "rate.burstiness": number("the gamma shape: 1 = Poisson, < 1 burstier, e.g. 0.5", gt=0),
+    "rate.seed": integer("any whole number >= 0, e.g. 0", ge=0),
+    "rate.max_inflight": integer("requests in flight per load process, e.g. 1024", ge=1),
+    "rate.probe_requests": integer("sequential requests timed before the first rate stage for the "
+                                   "KV guard, e.g. 2; 0 for none", ge=0),
     "guard.kv_capacity_tokens": integer(
         "the KV cache size in tokens, or null to discover it from the server", ge=1, nullable=True
     ),
@@ -79,6 +101,7 @@ SPEC: dict[str, Check] = {
     "exporter.host": text("an address to bind, e.g. 127.0.0.1 (0.0.0.0 for all interfaces)"),
     "client_check.cpu_percent_max": number("percent of one core, e.g. 90", gt=0, le=100),
     "client_check.loop_lag_p99_s_max": number("seconds, e.g. 0.05", gt=0),
+    "client_check.lateness_p99_s_max": number("seconds an open-loop send may be late, e.g. 0.005", gt=0),
     "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
 }
 
@@ -189,6 +212,7 @@ def _check_relations(v: dict[str, Any]) -> None:
             f"is so close to 1 that {start}..{top} takes {math.ceil(steps)} stages",
             "use 2 to double concurrency each stage, or set stages.list",
         )
+    _check_rates(v)
     window, cap = v["stages.duration_s"], v["stages.max_window_s"]
     if v["stages.min_requests"] > 0 and cap < window:
         raise ConfigError(
@@ -197,6 +221,26 @@ def _check_relations(v: dict[str, Any]) -> None:
             f"must be >= stages.duration_s ({window:g}) when stages.min_requests is on",
             f"raise it to at least {window:g}",
         )
+
+
+def _check_rates(v: dict[str, Any]) -> None:
+    """rate.start and rate.max come together (and not with rate.list); max >= start; few stages."""
+    listed, start, top, factor = v["rate.list"], v["rate.start"], v["rate.max"], v["rate.factor"]
+    if listed is not None and start is not None:
+        raise ConfigError("rate.start", start, "cannot be combined with rate.list",
+                          "set one of them (--rates 1,2,4 or --rate-start/--rate-max)")
+    if (start is None) != (top is None):
+        key, value = ("rate.max", top) if start is None else ("rate.start", start)
+        raise ConfigError(key, value, "needs both rate.start and rate.max",
+                          "e.g. --rate-start 1 --rate-max 64 (and --rate-factor 2)")
+    if start is None:
+        return
+    if top < start:
+        raise ConfigError("rate.max", top, f"must be >= rate.start ({start:g})",
+                          f"raise rate.max to at least {start:g}")
+    if math.log(top / start) / math.log(factor) > MAX_SWEEP_STAGES:
+        raise ConfigError("rate.factor", factor, f"is so close to 1 that {start:g}..{top:g} takes more "
+                          f"than {MAX_SWEEP_STAGES} stages", "use 2 to double the rate each stage")
 
 
 def build_scenario(doc: Any, overrides: Mapping[str, Any] | None = None) -> Scenario:

@@ -210,6 +210,23 @@ def stage_list(key: str, value: Any) -> tuple[int, ...] | None:
     return tuple(out)
 
 
+def rate_list(key: str, value: Any) -> tuple[float, ...] | None:
+    """null, or strictly increasing rates > 0 in requests/s (a sweep goes up; a repeat is a typo)."""
+    fix = "e.g. [1, 2, 4, 8] requests/s, or null"
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(key, value, "must be a non-empty list of rates in requests/s", fix)
+    out = [float(_as_number(f"{key}[{i}]", v, False, fix)) for i, v in enumerate(value)]
+    for i, r in enumerate(out):
+        if not (r > 0 and math.isfinite(r)):
+            raise ConfigError(f"{key}[{i}]", r, "must be > 0 requests/s", fix)
+    if any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise ConfigError(key, list(value), "must be strictly increasing (no repeats)",
+                          f"write {sorted(set(out))}")
+    return tuple(out)
+
+
 def body_mapping(key: str, value: Any) -> FrozenDict:
     """Extra request body fields: a mapping with text keys, none of them owned by the client."""
     if value is None:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from loadgen.config.files import load_scenario
-from loadgen.config.schema import ENDPOINTS, GUARD_ACTIONS, Scenario
+from loadgen.config.schema import ARRIVALS, ENDPOINTS, GUARD_ACTIONS, Scenario
 from loadgen.errors import ConfigError
 
 # (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag.
@@ -26,6 +26,14 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--warmup", "stages.warmup_s", float, "seconds per stage excluded from statistics"),
     ("--ramp", "stages.ramp_s", float, "seconds to start each stage's users"),
     ("--min-requests", "stages.min_requests", int, "extend each window until this many requests finished"),
+    ("--rates", "rate.list", "rates", "open loop: requests/s per stage, e.g. 1,2,4,8 (strictly increasing)"),
+    ("--rate-start", "rate.start", float, "open loop, geometric: the first stage's requests/s"),
+    ("--rate-factor", "rate.factor", float, "open loop, geometric: rate x this each stage"),
+    ("--rate-max", "rate.max", float, "open loop, geometric: the last stage's requests/s"),
+    ("--arrival", "rate.arrival", ARRIVALS, "open loop: arrival process"),
+    ("--burstiness", "rate.burstiness", float, "open loop, gamma arrivals: shape (1 = Poisson, < 1 burstier)"),
+    ("--arrival-seed", "rate.seed", int, "open loop: seed of the arrival schedule"),
+    ("--max-inflight", "rate.max_inflight", int, "open loop: requests in flight per process; more are dropped"),
     ("--shared-prefix-tokens", "prompt.shared_prefix_tokens", int, "leading tokens shared by all prompts"),
     (
         "--kv-capacity-tokens",
@@ -99,6 +107,12 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
             return kind(raw.strip())
         except ValueError:
             return raw
+    if kind == "rates":
+        try:
+            return [float(part.strip()) for part in raw.split(",")]
+        except ValueError:
+            raise ConfigError(f"{dotted} (from {flag})", raw, "must be comma-separated numbers (requests/s)",
+                              "e.g. --rates 0.5,1,2,4") from None
     if kind == "stages":
         values = []
         for part in raw.split(","):

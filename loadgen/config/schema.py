@@ -12,7 +12,9 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 ENDPOINTS = ("completions", "chat")
+ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
+COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.compat
 
 # The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
 # so an installed package works without the repository checkout.
@@ -33,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
         "connect_timeout_s": 10,
         "read_timeout_s": 120,
         "extra_body": {},
+        "compat": "auto",
+        "client_error_pause_s": 1.0,
     },
     "stages": {
         "list": None,
@@ -48,6 +52,17 @@ DEFAULTS: dict[str, Any] = {
         "max_window_s": 900,
         "drain_s": 300,
     },
+    "rate": {
+        "list": None,
+        "start": None,
+        "factor": 2,
+        "max": None,
+        "arrival": "poisson",
+        "burstiness": 1.0,
+        "seed": 0,
+        "max_inflight": 1024,
+        "probe_requests": 2,
+    },
     "guard": {
         "kv_capacity_tokens": None,
         "margin": 0.0,
@@ -62,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "knee": {"threshold": 0.10},
     "exporter": {"port": 0, "host": "127.0.0.1"},
-    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02},
+    "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "results_dir": "results",
 }
 
@@ -100,6 +115,8 @@ class RequestConfig:
     connect_timeout_s: float
     read_timeout_s: float  # no bytes for this long -> read_timeout failure
     extra_body: FrozenDict  # merged into every request body; read-only
+    compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.compat)
+    client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
 
 
 @dataclass(frozen=True)
@@ -144,6 +161,38 @@ class StagesConfig:
 
 
 @dataclass(frozen=True)
+class RateConfig:
+    """Open-loop (rate) mode: on when ``list`` or ``start`` is set (loadgen.open_loop)."""
+
+    list: tuple[float, ...] | None  # requests/s per stage
+    start: float | None  # geometric form: start, start x factor, ... up to max
+    factor: float
+    max: float | None
+    arrival: str  # one of ARRIVALS
+    burstiness: float  # gamma shape: 1 = Poisson, < 1 burstier
+    seed: int
+    max_inflight: int  # per load-generating process; a due request beyond it is dropped_by_client
+    probe_requests: int  # sequential requests before the first stage, for the KV guard's E2E
+
+    def rates(self) -> tuple[float, ...] | None:
+        """Offered rate of each stage (requests/s), or None in the concurrency sweep.
+
+        ``list`` as given; else start x factor^k for k = 0, 1, ... while <= max (``max`` appended
+        if the series skipped it, as for concurrencies)."""
+        if self.list is not None:
+            return tuple(self.list)
+        if self.start is None:
+            return None
+        out, k = [], 0
+        while (r := round(self.start * self.factor**k, 9)) <= self.max * (1 + 1e-9):
+            out.append(r)
+            k += 1
+        if out[-1] < self.max * (1 - 1e-9):
+            out.append(float(self.max))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class GuardConfig:
     kv_capacity_tokens: int | None  # None: discover from the server
     margin: float  # projected tokens *= (1 + margin)
@@ -172,6 +221,7 @@ class ExporterConfig:
 class ClientCheckConfig:
     cpu_percent_max: float
     loop_lag_p99_s_max: float
+    lateness_p99_s_max: float  # open loop: send lateness p99 at or above this -> client_bound
 
 
 @dataclass(frozen=True)
@@ -187,6 +237,7 @@ class Scenario:
     prompt: PromptConfig
     request: RequestConfig
     stages: StagesConfig
+    rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
     exporter: ExporterConfig
@@ -196,6 +247,16 @@ class Scenario:
     def concurrencies(self) -> list[int]:
         """Concurrency of each stage; see ``StagesConfig.concurrencies`` for the rule."""
         return list(self.stages.concurrencies())
+
+    @property
+    def open_loop(self) -> bool:
+        """Rate stages (requests arrive on a schedule) instead of concurrency stages."""
+        return self.rate.rates() is not None
+
+    def loads(self) -> list[float]:
+        """Each stage's load: requests/s in open-loop mode, else the concurrency."""
+        rates = self.rate.rates()
+        return list(rates) if rates is not None else self.concurrencies()
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON-safe data, with the same keys as the YAML file, so
@@ -218,6 +279,7 @@ SECTIONS: dict[str, type] = {
     "prompt": PromptConfig,
     "request": RequestConfig,
     "stages": StagesConfig,
+    "rate": RateConfig,
     "guard": GuardConfig,
     "knee": KneeConfig,
     "exporter": ExporterConfig,

@@ -131,6 +131,23 @@ def errors_table_html(stages: list[dict]) -> str:
     return f'<table id="errors"><tr>{head}</tr>{rows}</table>'
 
 
+def failures_html(totals: dict) -> str:
+    """The server's reasons (summary.json ``totals.failures``): kind, HTTP status, message, count."""
+    failures = {k: v for k, v in (totals.get("failures") or {}).items() if k != "other_messages"}
+    if not failures:
+        return ""
+    rows = "".join(
+        f'<tr><td>{_e(kind)}</td><td class="n">{_e(e["status"] if e["status"] is not None else "-")}</td>'
+        f'<td>{_e(e["message"])}</td><td class="n">{_e(e["requests"])}</td></tr>'
+        for kind, entries in sorted(failures.items()) for e in entries
+    )
+    other = (totals.get("failures") or {}).get("other_messages") or {}
+    more = (f'<p class="muted">Other messages (not kept): {_e(", ".join(f"{k} {n}" for k, n in other.items()))}</p>'
+            if other else "")
+    return ("<h3>What the server said</h3><table id=\"failures\"><tr><th>kind</th><th>HTTP</th><th>message</th>"
+            f"<th>requests</th></tr>{rows}</table>{more}")
+
+
 def images_html(images: dict[str, bytes], plots_pending: bool) -> str:
     if not images:
         why = "drawn at the end of the run" if plots_pending else "not available (see the run log)"
@@ -167,6 +184,7 @@ def render_report_html(
         flags_legend_html(set(all_flags)),
         "<h2>Errors by kind</h2>",
         errors_table_html(stages),
+        failures_html(summary.get("totals") or {}),
         "<h2>Run</h2>",
         kv_table(meta),
         "<h2>KV guard</h2>",

@@ -74,6 +74,46 @@ def find_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD) -> int |
     return None
 
 
+LATENCY_GROWTH = 5.0  # open loop: TTFT p50 this many times the lowest rate's -> no longer sustained
+
+
+def rate_sustained(stage: dict, base_ttft_s: float | None, threshold: float = DEFAULT_THRESHOLD,
+                   latency_growth: float = LATENCY_GROWTH) -> bool:
+    """An open-loop stage is sustained when the server keeps up with the offered rate:
+
+        achieved_rate_per_s >= (1 - threshold) x offered_rate_per_s
+        and ttft_p50_s (from the scheduled send) <= latency_growth x base_ttft_s
+
+    (base: the lowest rate's TTFT p50). The first fails when completions fall behind arrivals
+    (the queue grows through the window); the second when requests still finish at the offered
+    rate but wait longer and longer for their first token (a queue in front of a server that is
+    not yet slower per request). A stage without an achieved rate is not judged (True).
+    """
+    offered, achieved = stage.get("offered_rate_per_s"), stage.get("achieved_rate_per_s")
+    if not offered or achieved is None:
+        return True
+    if achieved < (1 - threshold) * offered:
+        return False
+    ttft = stage.get("ttft_p50_s")
+    return not (base_ttft_s and ttft is not None and ttft > latency_growth * base_ttft_s)
+
+
+def find_rate_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
+                   latency_growth: float = LATENCY_GROWTH) -> float | None:
+    """Offered rate of the last stage the server sustains before the first it does not
+    (``rate_sustained``, stages by offered rate): the highest rate it holds. None when every stage
+    is sustained (not saturated within the sweep) or the first one is not (saturated from the start).
+    """
+    rated = sorted((s for s in stages if s.get("offered_rate_per_s")), key=lambda s: s["offered_rate_per_s"])
+    if not rated:
+        return None
+    base = next((s["ttft_p50_s"] for s in rated if s.get("ttft_p50_s")), None)
+    for i, stage in enumerate(rated):
+        if not rate_sustained(stage, base, threshold, latency_growth):
+            return rated[i - 1]["offered_rate_per_s"] if i > 0 else None
+    return None
+
+
 def knee_of(summary: dict) -> int | None:
     """The knee recorded in the summary; computed from the stages when the summary has none."""
     knee = summary.get("knee")

@@ -48,16 +48,24 @@ def series(stages: list[dict], x_key: str, y_key: str, scale: float = 1.0) -> tu
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def concurrency_axis(ax, concurrencies: list[int]) -> None:
-    """Log2 x axis ticked at exactly the concurrencies that were run (1, 4, 16, 32, ...)."""
+def load_key(stages: list[dict]) -> str:
+    """The x axis of a sweep: ``concurrency``, or ``offered_rate_per_s`` for an open-loop run."""
+    return "offered_rate_per_s" if any(s.get("offered_rate_per_s") is not None for s in stages) else "concurrency"
+
+
+def concurrency_axis(ax, concurrencies: list, label: str = "concurrency (requests in flight)") -> None:
+    """Log2 x axis ticked at exactly the loads that were run (1, 4, 16, 32, ... or rates)."""
     ax.set_xscale("log", base=2)
     ticks = sorted({c for c in concurrencies if c and c > 0})
     if ticks:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.set_xticklabels([str(c) for c in ticks])
+        ax.set_xticklabels([f"{c:g}" for c in ticks])
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_xlabel(label)
     ax.grid(True, alpha=0.3)
+
+
+RATE_AXIS = "offered rate (requests/s)"
 
 
 class PlainLogFormatter(LogFormatter):
@@ -92,7 +100,8 @@ def throughput_figure(
     ``guard stop C=..`` (a vertical line at ``guard.stopped_before``)."""
     fig = new_figure()
     ax = fig.axes[0]
-    xs, ys = series(stages, "concurrency", "output_tokens_per_s")
+    key = load_key(stages)
+    xs, ys = series(stages, key, "output_tokens_per_s")
     ticks = list(xs)
     if xs:
         ax.plot(xs, ys, marker="o", color="tab:blue", label="output tok/s")
@@ -106,7 +115,7 @@ def throughput_figure(
             markersize=16,
             linestyle="none",
             color="tab:orange",
-            label=f"knee C={knee}",
+            label=f"knee C={knee}" if key == "concurrency" else f"knee {knee:g}/s",
         )
     stop = (guard or {}).get("stopped_before")
     if stop:
@@ -123,10 +132,13 @@ def throughput_figure(
             xytext=(-4, 0),
             textcoords="offset points",
         )
-    concurrency_axis(ax, ticks)
+    if key == "concurrency":
+        concurrency_axis(ax, ticks)
+    else:
+        concurrency_axis(ax, ticks, RATE_AXIS)
     ax.set_ylabel("output tokens/s (all requests)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or "Throughput vs concurrency")
+    ax.set_title(title or ("Throughput vs concurrency" if key == "concurrency" else "Throughput vs offered rate"))
     if xs:
         ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -136,15 +148,19 @@ def latency_figure(stages: list[dict], title: str = "") -> Figure:
     """Left axes: TTFT p50/p99 in ms; right axes: per-token ITL p50/p99 in ms; both vs concurrency
     (log y). Line labels: ``TTFT p50``, ``TTFT p99``, ``ITL p50``, ``ITL p99``."""
     fig = new_figure(ncols=2, size=(10.0, 4.2))
-    concurrencies = [s.get("concurrency") for s in stages]
+    key = load_key(stages)
+    concurrencies = [s.get(key) for s in stages]
     for ax, metric, name in ((fig.axes[0], "ttft", "TTFT"), (fig.axes[1], "itl", "ITL")):
         plotted = False
         for q, style in (("p50", "-"), ("p99", "--")):
-            xs, ys = series(stages, "concurrency", f"{metric}_{q}_s", scale=1000.0)
+            xs, ys = series(stages, key, f"{metric}_{q}_s", scale=1000.0)
             if xs:
                 ax.plot(xs, ys, marker="o", linestyle=style, label=f"{name} {q}")
                 plotted = True
-        concurrency_axis(ax, concurrencies)
+        if key == "concurrency":
+            concurrency_axis(ax, concurrencies)
+        else:
+            concurrency_axis(ax, concurrencies, RATE_AXIS)
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"{name} {'(per token)' if metric == 'itl' else ''}".strip())
         if plotted:

@@ -8,7 +8,8 @@ Nothing of an earlier run is ever replaced: a second run in the same second gets
 ``latest`` when it points at a run, else the last run folder by name, which sorts by start time).
 
 The run name is the effective scenario after every override: ``<scenario name>_<endpoint>-<input
-tokens>-<output tokens>_c<first C>-<last C>``, e.g. ``default_completions-200-200_c1-1024``.
+tokens>-<output tokens>_c<first C>-<last C>``, e.g. ``default_completions-200-200_c1-1024`` (open loop:
+``_r<first rate>-<last rate>``, requests/s).
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def run_name(scenario) -> str:
-    """The effective scenario in a few characters (module docstring); from a Scenario."""
+    """The effective scenario in a few characters (module docstring); from a Scenario. An
+    open-loop run names its first and last offered rate instead: ``_r0.5-8`` (requests/s)."""
+    head = f"{scenario.name}_{scenario.endpoint}-{scenario.input_tokens}-{scenario.output_tokens}"
+    rates = scenario.rate.rates() if getattr(scenario, "open_loop", False) else None
+    if rates:
+        return f"{head}_r{rates[0]:g}-{rates[-1]:g}"
     cs = scenario.concurrencies()
-    return (f"{scenario.name}_{scenario.endpoint}-{scenario.input_tokens}-{scenario.output_tokens}"
-            f"_c{cs[0]}-{cs[-1]}")
+    return f"{head}_c{cs[0]}-{cs[-1]}"
 
 
 def folder_name(started_wall: float, name: str) -> str:

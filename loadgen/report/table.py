@@ -57,7 +57,9 @@ def mismatch_compact(stage: dict) -> str:
 def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
     """The stage's own flags (set by the run: guard, over capacity, client-bound...) plus ``knee``."""
     flags = list(stage.get("flags") or [])
-    if knee is not None and stage.get("concurrency") == knee and "knee" not in flags:
+    load = stage.get("concurrency")
+    load = stage.get("offered_rate_per_s") if load is None else load
+    if knee is not None and load == knee and "knee" not in flags:
         flags.append("knee")
     return flags
 
@@ -65,8 +67,17 @@ def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
 # (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows:
 # the stage and its request count, then every metric of loadgen.metrics that has a console column.
 Column = tuple[str, str, int, Callable[[dict], str]]
+
+
+def load_cell(stage: dict) -> str:
+    """The stage's load: its concurrency, or in open-loop mode its offered rate (``8/s``)."""
+    if stage.get("concurrency") is None and stage.get("offered_rate_per_s") is not None:
+        return f"{num(stage['offered_rate_per_s'])}/s"
+    return str(stage.get("concurrency", "-"))
+
+
 COLUMNS: list[Column] = [
-    ("C", "", 6, lambda s: str(s.get("concurrency", "-"))),
+    ("C", "", 6, load_cell),
     ("reqs", "", 6, lambda s: str(s.get("requests", "-"))),
 ] + [
     (m.console.title, m.console.subtitle or m.shown.unit, m.console.width, m.cell)
@@ -76,9 +87,11 @@ COLUMNS: list[Column] = [
 TAIL_COLUMNS = ("errors", "tok mismatch", "flags")  # variable width, left-aligned
 
 
-def format_stage_header() -> str:
-    """Two header lines (names, units) matching :func:`format_stage_row`."""
-    names = "".join(f"{name:>{width}}" for name, _, width, _ in COLUMNS)
+def format_stage_header(open_loop: bool = False) -> str:
+    """Two header lines (names, units) matching :func:`format_stage_row` (open loop: the first
+    column is the offered rate)."""
+    names = "".join(f"{'rate' if open_loop and i == 0 else name:>{width}}"
+                    for i, (name, _, width, _) in enumerate(COLUMNS))
     units = "".join(f"{unit:>{width}}" for _, unit, width, _ in COLUMNS)
     tail = f"  {TAIL_COLUMNS[0]:<24}{TAIL_COLUMNS[1]:<14}{TAIL_COLUMNS[2]}"
     return names + tail + "\n" + units
@@ -96,7 +109,13 @@ def format_notes(
 ) -> list[str]:
     """Lines under the table: the knee, and where the guard stopped the sweep."""
     notes = []
-    if knee is not None:
+    if any(s.get("offered_rate_per_s") is not None for s in stages):
+        if knee is not None:
+            notes.append(f"knee: {num(knee)} req/s (the highest offered rate the server sustained: beyond it, "
+                         f"achieved < {1 - threshold:.0%} of offered or TTFT grew without bound)")
+        elif len(stages) >= 2:
+            notes.append("knee: none found (every rate sustained, or none)")
+    elif knee is not None:
         notes.append(
             f"knee: C={knee} (beyond it, output tok/s gains <{threshold:.0%} per doubling of concurrency)"
         )
@@ -120,7 +139,7 @@ def format_stage_table(
     """The whole table: header, one row per stage, notes on the knee and the guard stop (``guard``
     is summary.json's guard dict; ``threshold`` the knee's, for the note), then one legend line
     for each flag the table shows (``loadgen.flags``)."""
-    lines = [format_stage_header()]
+    lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]
     lines += format_notes(stages, knee, guard, threshold)
     lines += legend_lines(flags_in({"flags": stage_flags(s, knee)} for s in stages))

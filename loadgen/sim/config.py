@@ -56,6 +56,11 @@ class SimConfig:
     admit_output_reserve: float = 0.0
     prefix_cache_tokens: int = 0  # automatic prefix caching (engine model): cache size; 0 = off
     prefix_block_tokens: int = 16  # tokens per cached block
+    # a stricter server than vLLM/SGLang (loadgen.sim.strict)
+    reject_fields: str = ""  # comma-separated field names answered 422 "Unexpected fields"
+    prompt_token_ids: str = "accept"  # accept | reject (string prompts only)
+    vocab_size: int = 0  # > 0: token IDs >= this are refused like llama.cpp does
+    advertise_max_model_len: int = 1  # 0: /v1/models omits max_model_len (as many proxies do)
     # faults: kind -> per-request probability
     faults: dict[str, float] = field(default_factory=dict)
     stall_max_s: float = 60.0  # wall seconds a stalled stream holds its socket
@@ -73,14 +78,15 @@ class SimConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
-_CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang")}
+_CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang"), "prompt_token_ids": ("accept", "reject")}
 _MIN = {  # key -> (lowest allowed, inclusive?)
     "max_model_len": (1, True), "kv_tokens": (1, True), "block_size": (1, True),
     "max_running": (1, True), "max_queued": (0, True), "time_scale": (0, False),
     "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
     "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
     "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
-    "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
+    "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True),
+    "vocab_size": (0, True), "advertise_max_model_len": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
 }
 
 

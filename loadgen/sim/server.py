@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from loadgen.sim import request as genreq
-from loadgen.sim import wire
+from loadgen.sim import strict, wire
 from loadgen.sim.config import SimConfig
 from loadgen.sim.engine import Engine, QueueFull, SimRequest
 from loadgen.sim.faults import PRE_STREAM, FaultPlan
@@ -133,6 +133,8 @@ class SimServer:
         c = self.config
         card = {"id": c.model, "object": "model", "created": self.created, "owned_by": c.flavor,
                 "root": c.model, "parent": None, "max_model_len": c.max_model_len}
+        if not c.advertise_max_model_len:
+            del card["max_model_len"]
         return 200, {"object": "list", "data": [card]}
 
     def _server_info(self) -> tuple[int, dict]:
@@ -161,6 +163,11 @@ class SimServer:
     def _generate(self, http: HTTPRequest, sock, chat: bool) -> bool:
         t_arrival = time.perf_counter()
         cfg, keep = self.config, http.keep_alive
+        refused = self._strict(http.body, chat)
+        if refused is not None:
+            self.metrics.rejected["strict"] += 1
+            sock.sendall(wire.json_response(*refused, keep))
+            return True
         try:
             p = genreq.parse(http.body, chat, cfg.max_model_len, cfg.default_max_tokens,
                              want_ids=cfg.timing == "engine" and cfg.prefix_cache_tokens > 0)
@@ -198,6 +205,17 @@ class SimServer:
         finally:
             if stream.end is None:  # this greenlet died (client gone, server stopping)
                 self.runner.abort(sim)
+
+    def _strict(self, body: bytes, chat: bool) -> tuple[int, dict] | None:
+        cfg = self.config
+        if not (cfg.reject_fields or cfg.prompt_token_ids == "reject" or cfg.vocab_size):
+            return None
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None  # parse() answers it
+        return strict.refusal(obj, chat, cfg.reject_fields, cfg.prompt_token_ids, cfg.vocab_size) if isinstance(
+            obj, dict) else None
 
     def _respond(self, stream: Stream, sock, keep: bool, rid: str, chat: bool, p, fmt) -> bool:
         if fmt is not None:

@@ -1,0 +1,37 @@
+"""Refusals of servers stricter than vLLM and SGLang, so the client's adaptations can be tested.
+
+Pure: a request body (parsed JSON) in, ``(status, body)`` of the refusal out, or None to serve it.
+Each mimics a real server's answer, as met by users (see issue "first contact with real servers"):
+
+- ``reject_fields`` (names, comma-separated): a server validating its schema strictly answers 422
+  ``{"detail": "Unexpected fields in the request: {'ignore_eos', 'min_tokens'}"}`` naming those
+  present (top level, or inside ``stream_options``);
+- ``prompt_token_ids = "reject"``: a server that takes only string prompts answers 400 with a
+  pydantic-style ``detail`` list ("Input should be a valid string");
+- ``vocab_size`` > 0: a token ID >= vocab_size gets llama.cpp's 400 "Prompt contains invalid tokens".
+"""
+
+from __future__ import annotations
+
+
+def refusal(obj: dict, chat: bool, reject_fields: str, prompt_token_ids: str, vocab_size: int) -> tuple[int, dict] | None:
+    banned = [f.strip() for f in reject_fields.split(",") if f.strip()]
+    if banned:
+        present = set(obj) | set(obj.get("stream_options") or {})
+        named = sorted(f for f in banned if f in present)
+        if named:
+            listed = ", ".join(repr(f) for f in named)
+            return 422, {"detail": f"Unexpected fields in the request: {{{listed}}}"}
+    prompt = obj.get("prompt")
+    if chat or not isinstance(prompt, list) or not prompt:
+        return None
+    ids = prompt[0] if isinstance(prompt[0], list) else prompt
+    if not all(isinstance(t, int) for t in ids):
+        return None
+    if prompt_token_ids == "reject":
+        return 400, {"detail": [{"type": "string_type", "loc": ["body", "prompt"],
+                                 "msg": "Input should be a valid string", "input": ids[:3]}]}
+    if vocab_size and any(t >= vocab_size or t < 0 for t in ids):
+        return 400, {"error": {"code": 400, "message": "Prompt contains invalid tokens",
+                               "type": "invalid_request_error"}}
+    return None

@@ -1,0 +1,147 @@
+"""A tiny random-weight llama-architecture GGUF model for the llama.cpp conformance tests.
+
+Written with the `gguf` package (no torch, no hub, nothing downloaded): 2 layers, f32 weights drawn
+from a seeded normal distribution (std 0.02), a GPT-2 style byte-level BPE tokenizer that
+llama.cpp accepts (``tokenizer.ggml.model = gpt2``, ``tokenizer.ggml.pre = gpt-2``, tokens, token
+types and merges) and a ChatML chat template. Its output is gibberish; its lengths are exact with
+``ignore_eos``.
+
+Vocabulary, in id order: 3 control tokens (``<|endoftext|>`` = BOS/EOS, ``<|im_start|>``,
+``<|im_end|>``), the 256 byte symbols, then the tokens made by the merges, then fillers
+(`` w<i>``) up to ``vocab_size``. The merges make every word of ``loadgen.prompts.WORDS`` one token,
+with and without its leading space, as long as the vocabulary has room: the chat prompt of W words
+is then exactly W + constant tokens, as in a real model's vocabulary.
+
+Merges are built one word at a time: tokenize the word with the merges so far, then append merges
+joining its pieces left to right. A merge appended later has a higher rank (lower priority) than
+every earlier one, so it never changes how an earlier word is tokenized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from loadgen.prompts import WORDS
+
+CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    path: Path
+    vocab_size: int
+    n_ctx_train: int
+    one_token_words: tuple[str, ...]  # words that are one token with and without a leading space
+
+
+def byte_symbols() -> list[str]:
+    """GPT-2's byte-level alphabet: byte b -> one printable character (space -> 'Ġ', '\\n' -> 'Ċ').
+
+    Printable Latin-1 bytes map to themselves; the other 68 bytes map to chr(256 + k) in byte order.
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    extra = iter(range(256, 256 + 256))
+    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
+
+
+def bpe_pieces(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Apply merges as llama.cpp does: repeatedly join the adjacent pair of lowest rank (leftmost
+    on ties) until no adjacent pair is a merge."""
+    pieces = list(symbols)
+    while len(pieces) > 1:
+        found = [(ranks[p], i) for i, p in enumerate(zip(pieces, pieces[1:], strict=False)) if p in ranks]
+        if not found:
+            break
+        _, i = min(found)
+        pieces[i:i + 2] = [pieces[i] + pieces[i + 1]]
+    return pieces
+
+
+def bpe_vocab(vocab_size: int, words: tuple[str, ...] = WORDS
+              ) -> tuple[list[str], list[gguf.TokenType], list[str], tuple[str, ...]]:
+    """(tokens, token types, merges, one-token words) for a vocabulary of exactly ``vocab_size``."""
+    alphabet = byte_symbols()
+    tokens = [*CONTROL_TOKENS, *alphabet]
+    if vocab_size < len(tokens):
+        raise ValueError(f"vocab_size must be >= {len(tokens)} (control tokens + 256 bytes), got {vocab_size}")
+    known = set(tokens)
+    ranks: dict[tuple[str, str], int] = {}
+    enc = dict(zip(range(256), alphabet, strict=True))
+    fitted = []
+    for word in dict.fromkeys(words):  # in order, without duplicates
+        trial_ranks, trial_tokens = dict(ranks), []
+        for text in (word, " " + word):
+            pieces = bpe_pieces([enc[b] for b in text.encode()], trial_ranks)
+            while len(pieces) > 1:
+                trial_ranks[(pieces[0], pieces[1])] = len(trial_ranks)
+                if pieces[0] + pieces[1] not in known and pieces[0] + pieces[1] not in trial_tokens:
+                    trial_tokens.append(pieces[0] + pieces[1])
+                pieces = bpe_pieces(pieces, trial_ranks)
+        if len(tokens) + len(trial_tokens) > vocab_size:
+            continue  # no room for this word; a shorter one may still fit
+        ranks = trial_ranks
+        tokens += trial_tokens
+        known.update(trial_tokens)
+        fitted.append(word)
+    tokens += [f"{enc[32]}w{i}" for i in range(vocab_size - len(tokens))]
+    types = [gguf.TokenType.CONTROL] * len(CONTROL_TOKENS) + [gguf.TokenType.NORMAL] * (vocab_size - len(CONTROL_TOKENS))
+    merges = [f"{a} {b}" for (a, b), _ in sorted(ranks.items(), key=lambda kv: kv[1])]
+    return tokens, types, merges, tuple(fitted)
+
+
+def write_tiny_llama(path: Path, vocab_size: int = 8192, n_ctx_train: int = 4096, seed: int = 0,
+                     n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128) -> TinyModel:
+    """Write the model to ``path`` (deterministic for equal arguments) and describe it."""
+    tokens, types, merges, fitted = bpe_vocab(vocab_size)
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("llm-loadgen tiny random llama")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_vocab_size(vocab_size)
+    w.add_context_length(n_ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)
+    # numpy shape is (rows, cols) = GGUF (ne[1], ne[0]); output.weight is absent: tied to token_embd
+    w.add_tensor("token_embd.weight", weight(vocab_size, n_embd))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    for i in range(n_layer):
+        for name, shape in (("attn_q", (n_embd, n_embd)), ("attn_k", (n_embd, n_embd)),
+                            ("attn_v", (n_embd, n_embd)), ("attn_output", (n_embd, n_embd)),
+                            ("ffn_gate", (n_ff, n_embd)), ("ffn_up", (n_ff, n_embd)),
+                            ("ffn_down", (n_embd, n_ff))):
+            w.add_tensor(f"blk.{i}.{name}.weight", weight(*shape))
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return TinyModel(Path(path), vocab_size, n_ctx_train, fitted)

@@ -1,0 +1,243 @@
+"""Conformance against a real engine: llama.cpp's `llama-server` serving a tiny random GGUF model.
+
+The real `locust -f locustfile.py` runs against it as a new user would: the default token-ID range
+[1000, 30000) is refused by a vocabulary of 8,192 (pinned below), and the start check fits it to the
+vocabulary the server reports (``meta.n_vocab``); a few cases fit it by hand to compare runs.
+Token counts are compared exactly with the server's own ``llamacpp:tokens_predicted_total``.
+
+The binary comes from scripts/ensure-llama-server.sh (built once per machine by `make test`);
+without it these tests skip, saying how to build it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from loadgen import errors
+from loadgen.compat import Compat
+from loadgen.config import load_scenario
+from loadgen.prompts import ChatPrompts, TokenIdPrompts
+from loadgen.users import PATHS, request_body
+from tests.llamacpp import LlamaServer, http, require_llama_server
+from tests.make_gguf import write_tiny_llama
+from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+PREDICTED = "llamacpp:tokens_predicted_total"
+IN, OUT = 32, 16
+SHORT = ("--scenario", "config/smoke.yaml", "--input-tokens", str(IN), "--output-tokens", str(OUT),
+         "--warmup", "1", "--stage-duration", "3")
+
+
+@pytest.fixture(scope="module")
+def binary() -> str:
+    return require_llama_server()
+
+
+@pytest.fixture(scope="session")
+def model_8192(tmp_path_factory):
+    return write_tiny_llama(tmp_path_factory.mktemp("gguf") / "tiny-8192.gguf", vocab_size=8192)
+
+
+@pytest.fixture(scope="module")
+def server(binary, model_8192):
+    """Two slots of 512 tokens each (-c 1024 -np 2), shared by the tests of this module (each reads
+    the server's counters before and after its own run)."""
+    with LlamaServer(binary, model_8192.path, ctx_tokens=1024, slots=2) as srv:
+        yield srv
+
+
+def wait_until_idle(server: LlamaServer, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while server.metric("llamacpp:requests_processing") > 0:
+        assert time.monotonic() < deadline, f"llama-server still busy after {timeout_s} s"
+        time.sleep(0.05)
+
+
+def fitted_ids(vocab_size: int) -> str:
+    """A token-ID range inside the vocabulary, past the control tokens and the byte symbols."""
+    return f"prompt.token_id_range=[300,{vocab_size}]"
+
+
+def test_server_reports_the_vocabulary_and_every_calibration_word_is_one_token(server, model_8192):
+    (entry,) = server.get_json("/v1/models")["data"]
+    assert entry["id"] == server.alias and entry["owned_by"] == "llamacpp"
+    assert entry["meta"]["n_vocab"] == 8192
+    assert len(model_8192.one_token_words) > 100
+    for word in model_8192.one_token_words:
+        assert len(server.tokenize(word)) == 1, word
+        assert len(server.tokenize(" " + word)) == 1, word
+
+
+def test_default_requests_are_refused_400_with_the_servers_reason(server):
+    """What today's defaults meet on a small server (issue 13): token IDs drawn from [1000, 30000)
+    outside a vocabulary of 8,192, and a prompt longer than a slot's context (-c 1024 over 2 slots:
+    512, which is also what /v1/models reports as n_ctx). Nothing is generated for either."""
+    assert server.get_json("/v1/models")["data"][0]["meta"]["n_ctx"] == 512
+    before = server.metric(PREDICTED)
+    sc = load_scenario(None, {"input_tokens": IN, "output_tokens": OUT})
+    prompt = TokenIdPrompts(sc.input_tokens, tuple(sc.prompt.token_id_range), (0, 0, 0)).next()
+    assert max(prompt) >= 8192
+    status, body = http(server.url + PATHS["completions"],
+                             json.loads(request_body(sc, server.alias, prompt, Compat())))
+    assert status == 400, body
+    assert json.loads(body)["error"] == {"code": 400, "message": "Prompt contains invalid tokens",
+                                         "type": "invalid_request_error"}
+    chat = load_scenario(None, {"endpoint": "chat", "input_tokens": IN, "output_tokens": OUT})
+    status, body = http(server.url + PATHS["chat"],
+                             json.loads(request_body(chat, server.alias, ChatPrompts(600, (0,)).next(), Compat())))
+    assert status == 400, body
+    error = json.loads(body)["error"]
+    assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 512, error
+    assert error["n_prompt_tokens"] > 600 and "exceeds the available context size" in error["message"]
+    assert server.metric(PREDICTED) == before
+
+
+def test_output_beyond_the_slots_context_is_cut_with_finish_reason_length(server):
+    """prompt + max_tokens > n_ctx is not refused: generation stops when the slot is full."""
+    status, body = http(server.url + PATHS["completions"],
+                             {"model": server.alias, "prompt": list(range(300, 300 + IN)),
+                              "max_tokens": 600, "ignore_eos": True})
+    assert status == 200, body
+    reply = json.loads(body)
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert reply["usage"]["prompt_tokens"] == IN
+    assert reply["usage"]["completion_tokens"] == 512 - IN
+
+
+def _sweep_checks(run, stages: list[int]) -> dict:
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    s = run.summary
+    assert [st["concurrency"] for st in s["stages"]] == stages
+    for st in s["stages"]:
+        assert st["error_count"] == 0 and st["requests"] > 0, st
+        assert st["output_tokens"] == OUT * st["requests"]
+        assert st["input_tokens"] == IN * st["requests"]
+        assert st["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}
+    assert s["totals"]["errors"] == {}
+    return s
+
+
+def test_completions_sweep_output_tokens_equal_the_servers_counter(server, tmp_path):
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2", "--set", fitted_ids(8192))
+    wait_until_idle(server)  # the counter grows when a slot is released
+    delta = server.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1, 2])
+    assert s["totals"]["output_tokens"] == delta > 0
+
+
+def test_a_new_users_default_run_fits_the_vocabulary_by_itself(server, tmp_path):
+    """No hand-fitted range: IDs come from [1000, 8192) (the reported vocabulary), 0 errors, and
+    our output tokens (the start check's probe included) equal the server's counter."""
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2")
+    wait_until_idle(server)
+    delta = server.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1, 2])
+    assert s["totals"]["output_tokens"] == delta > 0
+    compat = s["server"]["compat"]
+    assert (compat["server"], compat["detected_by"], compat["token_id_range"]) == ("llamacpp", "owned_by", [1000, 8192])
+    assert s["preflight"]["probes"] == ["ok"] and s["server"]["max_model_len"] == 512
+    assert "token IDs drawn from [1000, 8192): the vocabulary has 8192 tokens" in run.stderr
+
+
+def test_the_start_check_knows_a_slots_context(server, tmp_path):
+    """The default 1000 + 1000 tokens cannot fit a 512-token slot: one line at start, exit 2."""
+    run = run_locust(server.url, tmp_path / "res", "--stages", "1", timeout_s=60)
+    assert run.code == errors.EXIT_CONFIG, run.stderr[-2000:]
+    assert "input_tokens + output_tokens = 2,000 exceeds the server's max_model_len 512" in run.stderr
+
+
+def test_a_refusing_server_stops_within_seconds_with_its_reason(binary, model_8192, tmp_path):
+    """llama-server with --api-key and a run without the key: refused, said once, exit 4, no flood."""
+    with LlamaServer(binary, model_8192.path, ctx_tokens=512, slots=1,
+                     extra_args=("--api-key", "sekrit-key")) as srv:
+        t0 = time.monotonic()
+        run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "4", "--model", srv.alias,
+                         "--set", "api_key_env=null", timeout_s=60)
+        took = time.monotonic() - t0
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-2000:]
+    assert took < 30
+    lines = [x for x in run.stderr.splitlines() if "refused the run's request" in x]
+    assert len(lines) == 1, run.stderr[-2000:]
+    assert "HTTP 401: Invalid API Key" in lines[0] and "check the API key" in lines[0]
+    assert run.summary["preflight"]["probes"] == ["http_4xx", "http_4xx"]  # the probe and its one retry
+
+
+def test_chat_sweep_with_prompts_calibrated_against_usage(server, tmp_path):
+    """Calibration probes (max_tokens 1, at most 9 of them: fit_word_count's 2 + 1 + 6 rounds) add
+    1 token each to the server's counter; a lost or doubled request would add OUT = 16."""
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2", "--endpoint", "chat")
+    wait_until_idle(server)  # the counter grows when a slot is released
+    delta = server.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1, 2])
+    assert 2 <= delta - s["totals"]["output_tokens"] <= 9
+
+
+def test_small_vocabulary_with_fitted_ids(binary, tmp_path):
+    model = write_tiny_llama(tmp_path / "tiny-512.gguf", vocab_size=512)
+    with LlamaServer(binary, model.path, ctx_tokens=256, slots=1) as srv:
+        assert srv.get_json("/v1/models")["data"][0]["meta"]["n_vocab"] == 512
+        before = srv.metric(PREDICTED)
+        run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "1", "--set", fitted_ids(512))
+        wait_until_idle(srv)
+        delta = srv.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1])
+    assert s["totals"]["output_tokens"] == delta > 0
+
+
+def test_more_users_than_slots_queue_and_ttft_shows_it(server, tmp_path):
+    """-np 2: at C=2 every request has a slot; at C=4 two always wait for one, so TTFT jumps to a
+    large share of a request's E2E. (With -np 4 the same run gives TTFT p50 ~3 ms at C=4, about
+    1.5x C=2's, and under 10 % of E2E: it is the queue, not batching, that these bounds see.)"""
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2,4", "--output-tokens", "64",
+                     "--set", fitted_ids(8192))
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    one, two, four = run.summary["stages"]
+    assert one["error_count"] == two["error_count"] == four["error_count"] == 0
+    assert four["ttft_p50_s"] > 3 * max(one["ttft_p50_s"], two["ttft_p50_s"]), (one, two, four)
+    assert four["ttft_p50_s"] > 0.3 * four["e2e_p50_s"], four
+
+
+def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
+    results = tmp_path / "res"
+    before = server.metric(PREDICTED)
+    proc = subprocess.Popen(
+        locust_cmd(server.url, "--results-dir", str(results), *SHORT, "--stages", "1,2",
+                   "--output-tokens", "400", "--set", fitted_ids(8192)),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "stage 1 C=2: ramp" in line:
+                break
+        deadline = time.monotonic() + 20
+        while server.metric("llamacpp:requests_processing") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.metric("llamacpp:requests_processing") == 2, "stage 1's two streams never ran"
+        proc.send_signal(signal.SIGINT)
+        err = proc.stderr.read()
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == errors.EXIT_INTERRUPTED, err[-3000:]
+    s = json.loads((run_dir(results) / "summary.json").read_text())
+    assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED
+    assert s["stages"][0]["concurrency"] == 1 and s["stages"][0]["requests"] > 0
+    assert "Traceback" not in err
+    # the cut streams are not failures; they got tokens beyond the finished requests', and never
+    # more than the server generated
+    totals = s["totals"]
+    assert totals["errors"] == {}
+    wait_until_idle(server)  # the counter grows when a slot is released
+    generated = server.metric(PREDICTED) - before
+    assert totals["output_tokens"] < totals["received_output_tokens"] <= generated

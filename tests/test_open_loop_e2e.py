@@ -1,0 +1,77 @@
+"""Open loop end to end: real locust runs against the simulator with known timing.
+
+- fixed preset (TTFT 200 ms, ITL 20 ms, 50 tokens -> E2E = 0.2 + 49 x 0.02 = 1.18 s): a Poisson
+  stage at lambda achieves lambda within sampling error, and its time-averaged concurrency is
+  lambda x E2E (Little's law) within 10%.
+- engine preset with 8 batch slots (a server that slows down once it is full): past its capacity
+  the open loop's TTFT, timed from the scheduled send, grows through the window (the queue grows);
+  a closed loop at the same mean concurrency waits the same for every request, because it stops
+  sending while it waits (coordinated omission), so its TTFT does not grow.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadgen.sim.launch import running_sim
+from tests.runlocust import run_locust
+
+pytestmark = pytest.mark.integration
+
+E2E_S = 0.2 + 49 * 0.02
+COMMON = ("--scenario", "config/smoke.yaml", "--input-tokens", "64", "--output-tokens", "50")
+
+
+def test_poisson_stage_achieves_its_rate_and_littles_law_holds(tmp_path):
+    rate, window_s = 40.0, 20.0
+    with running_sim("--preset", "fixed", "--ttft-ms", "200", "--itl-ms", "20") as sim:
+        run = run_locust(sim.url, tmp_path / "r", *COMMON, "--rates", f"{rate:g}", "--warmup", "2",
+                         "--stage-duration", f"{window_s:g}", timeout_s=150)
+    assert run.code == 0, run.stderr[-3000:]
+    (s,) = run.summary["stages"]
+    assert s["concurrency"] is None and s["offered_rate_per_s"] == rate and s["users"] == 1
+    assert s["error_count"] == 0 and s["dropped_by_client"] == 0
+    # completions in the window of a Poisson stream: Poisson(rate x window); 4 standard deviations
+    sd = math.sqrt(rate * s["window_s"]) / s["window_s"]
+    assert abs(s["achieved_rate_per_s"] - rate) < 4 * sd, (s["achieved_rate_per_s"], sd)
+    assert abs(s["scheduled_rate_per_s"] - rate) < 4 * sd
+    # E2E from the scheduled send: the server's 1.18 s plus the client's lateness (small)
+    assert s["e2e_p50_s"] == pytest.approx(E2E_S, rel=0.05)
+    assert s["concurrency_mean"] == pytest.approx(rate * E2E_S, rel=0.10)
+    assert s["concurrency_mean"] == pytest.approx(s["scheduled_rate_per_s"] * E2E_S, rel=0.10)
+    assert s["concurrency_max"] > s["concurrency_mean"]
+    assert s["lateness_p99_s"] is not None
+    assert run.summary["scenario"]["rate"]["list"] == [rate]
+
+
+# 8 slots, a step of 10 ms + 1 ms per running request, 20 output tokens: a full batch decodes a
+# request in ~20 x 18 ms = 0.36 s, so the server completes ~8 / 0.36 = 22 requests/s at most.
+ENGINE = ("--preset", "fixed", "--timing", "engine", "--max-running", "8", "--step-base-ms", "10",
+          "--step-per-seq-ms", "1", "--step-per-prefill-token-us", "20")
+SLOW = ("--scenario", "config/smoke.yaml", "--input-tokens", "64", "--output-tokens", "20",
+        "--warmup", "2", "--stage-duration", "12", "--set", "stages.turnover=false")
+
+
+def test_a_saturated_server_shows_growing_ttft_open_loop_but_not_closed_loop(tmp_path):
+    with running_sim(*ENGINE) as sim:
+        # constant arrivals: the counts carry no sampling noise, only the queue is on trial
+        open_run = run_locust(sim.url, tmp_path / "open", *SLOW, "--rates", "8,40", "--arrival", "constant",
+                              timeout_s=150)
+        assert open_run.code == 0, open_run.stderr[-3000:]
+        low, high = open_run.summary["stages"]
+        mean_c = round(high["concurrency_mean"])
+        closed = run_locust(sim.url, tmp_path / "closed", *SLOW, "--stages", str(mean_c), timeout_s=150)
+    assert closed.code == 0, closed.stderr[-3000:]
+    (c,) = closed.summary["stages"]
+    # below capacity the open loop is followed; above it completions fall behind arrivals
+    assert low["achieved_rate_per_s"] > 0.8 * 8 and high["achieved_rate_per_s"] < 0.9 * 40
+    assert open_run.summary["knee"]["rate_per_s"] == 8
+    # the open loop's queue grows through the window: late arrivals wait far longer than early ones
+    assert high["ttft_p50_s"] > 5 * low["ttft_p50_s"]
+    assert high["ttft_p99_s"] > 1.4 * high["ttft_p50_s"]
+    # the closed loop at the same mean concurrency: about the same mean wait (Little's law), but
+    # every request waits about as long as the others, and the longest waits are far shorter
+    assert c["ttft_p99_s"] < 1.15 * c["ttft_p50_s"], c
+    assert high["ttft_p99_s"] > 1.3 * c["ttft_p99_s"]

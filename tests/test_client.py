@@ -163,20 +163,23 @@ def test_keep_alive_connection_is_reused_across_requests():
 
 STATIC_404 = (b'<!DOCTYPE HTML>\n<html lang="en">\n<head><meta charset="utf-8"><title>Error response</title>'
               b"<style>body{color:red}</style></head>\n<body>\n<h1>Error response</h1>\n<p>Error code: 404</p>\n"
-              b"<p>Message: File not found.</p>\n" + b"<p>" + b"x" * 400 + b"</p></body></html>\n")
+              b"<p>Message: File not found.</p></body></html>\n")
+UNTITLED = b"<html><body><style>p{color:red}</style><p>" + b"word " * 200 + b"</p></body></html>"
 
 
 @pytest.mark.parametrize("code", [404, 405, 501])
-def test_a_path_or_method_missing_without_json_is_not_openai_with_a_short_excerpt(code):
-    with raw_server(_status(code, STATIC_404)) as url:
+@pytest.mark.parametrize("page,shown", [(STATIC_404, "Error response"), (UNTITLED, "word word")])
+def test_a_path_or_method_missing_without_json_is_not_openai_with_a_short_excerpt(code, page, shown):
+    with raw_server(_status(code, page)) as url:
         result, _, _ = run_stream(url)
     assert result.error_kind == errors.NOT_OPENAI
     head, _, excerpt = result.error_message.partition(" (")
     assert head == f"HTTP {code}, not JSON"  # the status is shown
-    # the page's visible text, one line, at most ~120 characters: no tags, no title, no CSS
-    assert excerpt.startswith("Error response Error code: 404 Message: File not found.")
-    assert len(excerpt.rstrip(")")) <= client_module.BODY_EXCERPT_CHARS and excerpt.endswith("…)")
+    # the page's title, else its visible text: one line, at most ~120 characters, no tags, no CSS
+    excerpt = excerpt.removesuffix(")")
+    assert excerpt.startswith(shown) and len(excerpt) <= client_module.BODY_EXCERPT_CHARS
     assert "<" not in result.error_message and "color" not in result.error_message
+    assert page is STATIC_404 or excerpt.endswith("…")
 
 
 @pytest.mark.parametrize("code,body,kind,text", [

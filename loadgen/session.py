@@ -252,6 +252,8 @@ class Session:
             bound = bound or (late is not None and late >= sc.client_check.lateness_p99_s_max)
         # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
         unfinished = self.fleet.inflight(k) + rt.cancelled.get(k, 0) if forced else None
+        if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
+            unfinished = None
         row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag)
         self.rows.append(row)
         if len(self.rows) == 1:

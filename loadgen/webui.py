@@ -81,7 +81,9 @@ def live_rows(session, now_s: float | None) -> list[dict]:
     for k, info in sorted(session.stage_info.items()):
         if k in done:
             continue
-        if info.closed:
+        if session.finished_wall is not None:  # the run ended before this stage's row was made
+            status, window_s = "stopped, not measured", info.window_s
+        elif info.closed:
             status, window_s = "finishing", info.window_s
         elif info.open_t is not None:
             status = "measuring"

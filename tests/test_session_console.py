@@ -3,6 +3,7 @@ after the earlier stage's row, and the headless progress line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -80,3 +81,29 @@ def test_progress_line_every_30_s_of_a_long_phase_with_the_window_so_far(session
     rt.environment.parsed_options.headless = False  # the web UI has its tabs
     s.progress(2.0 + 3 * PROGRESS_EVERY_S)
     assert lines(capsys) == []
+
+
+def test_the_web_uis_stop_button_finishes_the_run_and_a_stage_cut_in_warmup_is_not_a_row(session, tmp_path, capsys):
+    from loadgen.webui import llm_view
+
+    s, rt = session, session.rt
+    s.started, s.run_dir = True, tmp_path / "run"
+    s.run_dir.mkdir()
+    s.on_event(PhaseStarted(0, Phase.RAMP, 1), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 1), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    run_request(rt, 0, 1.0, 0.1, 5, window_stage=0)
+    s.on_event(PhaseStarted(0, Phase.CLOSING, 1), 5.0)
+    s.on_event(WindowClosed(0, 5.0, 1), 5.0)  # its requests are all done: nothing is cut
+    s.on_event(PhaseStarted(1, Phase.RAMP, 2), 5.0)
+    s.on_event(PhaseStarted(1, Phase.WARMUP, 2), 6.0)
+    s.on_runner_stopped()  # Stop pressed during stage 1's warmup
+    summary = json.loads((s.run_dir / "summary.json").read_text())
+    assert summary["run"]["stop_reason"] == "interrupted" and summary["run"]["exit_code"] == 130
+    assert summary["run"]["ended_at"] is not None
+    (row,) = summary["stages"]
+    assert row["index"] == 0 and row["flags"] == [] and "unfinished_requests" not in row
+    view = llm_view(s, 7.0)
+    assert [(st["index"], st["status"]) for st in view["stages"]] == [(0, "done"), (1, "stopped, not measured")]
+    assert view["phase"]["kind"] == Phase.DONE
+    assert any("interrupted; results in" in ln for ln in lines(capsys))

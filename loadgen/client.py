@@ -44,6 +44,29 @@ _CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, er
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 
 
+class _ConnectError(OSError):
+    """Opening the connection failed (refused, unreachable, or no answer within the connect
+    timeout: a server whose accept backlog is full drops the SYN). Raised by the pool's socket
+    factory, so a timeout there is told apart from a read timeout on an open connection."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__)
+        self.cause = cause
+
+
+def _tag_connect_errors(pool) -> None:
+    """Wrap ``pool._create_socket`` (geventhttpclient's one place that connects) to raise _ConnectError."""
+    create = pool._create_socket
+
+    def create_socket():
+        try:
+            return create()
+        except OSError as exc:
+            raise _ConnectError(exc) from exc
+
+    pool._create_socket = create_socket
+
+
 class _Closed(Exception):
     """The peer closed the connection before the response body was complete."""
 
@@ -122,6 +145,9 @@ def _http_failure(status: int, body: bytes) -> RequestError:
 
 def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
     """Translate a socket/parser exception into a failure category."""
+    if isinstance(exc, _ConnectError):
+        timed_out = isinstance(exc.cause, socket.timeout)
+        return RequestError(errors.CONNECT_FAILED, "connect timed out" if timed_out else exc.strerror)
     if isinstance(exc, socket.timeout | gevent.Timeout):
         return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
     if isinstance(exc, _Closed):
@@ -178,6 +204,7 @@ class StreamClient:
             network_timeout=read_timeout_s,
             headers=headers,
         )
+        _tag_connect_errors(self._http._connection_pool)
         self._pooled = False  # the last response left its connection in the pool for reuse
 
     def close(self) -> None:

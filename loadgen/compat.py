@@ -151,10 +151,11 @@ def refusal_line(host: str, path: str, ff, model: str | None) -> str:
             f"{likely_fix(status, reason, path, model)}")
 
 
-def build_body(scenario, model: str, prompt, compat: Compat) -> bytes:
-    """The JSON body of one streaming request that forces exactly ``output_tokens`` tokens
-    (``max_tokens = min_tokens = M``, ``ignore_eos``), less the fields ``compat`` drops."""
-    m = scenario.output_tokens
+def build_body(scenario, model: str, prompt, compat: Compat, output_tokens: int | None = None) -> bytes:
+    """The JSON body of one streaming request that forces exactly M = ``output_tokens`` tokens
+    (default: the scenario's; ``max_tokens = min_tokens = M``, ``ignore_eos``), less the fields
+    ``compat`` drops."""
+    m = scenario.output_tokens if output_tokens is None else output_tokens
     body: dict = {"model": model, "max_tokens": m, "min_tokens": m, "ignore_eos": True, "stream": True,
                   "stream_options": {"include_usage": True}}
     if scenario.request.continuous_usage:

@@ -6,7 +6,9 @@ Imported by ``locustfile.py`` for its side effects (listeners on Locust's global
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import sys
 
 import gevent
@@ -27,6 +29,27 @@ __all__: list[str] = []
 def _options(parser, **_):
     register_options(parser)
     set_loopback_defaults(parser)
+    if _forks_workers(sys.argv[1:], os.environ):
+        # Locust's --processes forks workers that dial --master-port (5557 unless given) while the
+        # in-process master binds --master-bind-port: two such runs on one host would collide on
+        # 5557. Unless the user chose ports, both default to one free ephemeral port of this run.
+        port = _free_port()
+        parser.set_defaults(master_port=port, master_bind_port=port)
+
+
+def _forks_workers(argv: list[str], env) -> bool:
+    """``--processes`` asked for (command line or LOCUST_PROCESSES) and no master port chosen."""
+    flags = {a.split("=", 1)[0] for a in argv}
+    asked = "--processes" in flags or bool(env.get("LOCUST_PROCESSES"))
+    chosen = flags & {"--master-port", "--master-bind-port"} or env.get("LOCUST_MASTER_PORT") or env.get(
+        "LOCUST_MASTER_BIND_PORT")
+    return asked and not chosen
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @events.init.add_listener

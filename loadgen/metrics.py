@@ -95,7 +95,13 @@ LATENESS_EDGES = merge_edges(log_grid(0.0001, 10))
 LATENESS = Histogram("schedule_lateness_s", "s", "Client lateness of an open-loop request: t(actual send) "
                      "- t(scheduled send), one sample per request sent.", "schedule_lateness_seconds",
                      LATENESS_EDGES)
-HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS, LATENESS)
+# The workload actually sent (loadgen.workload): one sample per ok request, so a reader sees the
+# length mix beside the result (report.html draws them; the row carries p50/p99).
+INPUT_LEN = Histogram("input_len_tokens", "tokens", "Prompt tokens of one ok request: usage.prompt_tokens, "
+                      "else the expected input length.")
+OUTPUT_LEN = Histogram("output_len_tokens", "tokens", "Completion tokens of one ok request (usage, else "
+                       "counted chunks).")
+HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS, LATENESS, INPUT_LEN, OUTPUT_LEN)
 
 WINDOW_OUTPUT_TOKENS = Counter(
     "window_output_tokens",
@@ -145,6 +151,7 @@ MS = Shown("ms", 1000.0)
 SECONDS = Shown("s")
 TOK_S = Shown("tok/s")
 REQ_S = Shown("req/s")
+TOKENS = Shown("tokens")
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,10 @@ STAGE_METRICS = (
     StageMetric("e2e_p99_s", E2E, 0.99, "s", SECONDS, "E2E p99 (s)", Console("p99", 6)),
     StageMetric("achieved_rate_per_s", WINDOW_REQUESTS, None, "req/s", REQ_S, "Achieved req/s"),
     StageMetric("lateness_p99_s", LATENESS, 0.99, "s", MS, "Send lateness p99 (ms)"),
+    StageMetric("input_len_p50_tokens", INPUT_LEN, 0.5, "tokens", TOKENS, "Input tokens p50"),
+    StageMetric("input_len_p99_tokens", INPUT_LEN, 0.99, "tokens", TOKENS, "Input tokens p99"),
+    StageMetric("output_len_p50_tokens", OUTPUT_LEN, 0.5, "tokens", TOKENS, "Output tokens p50"),
+    StageMetric("output_len_p99_tokens", OUTPUT_LEN, 0.99, "tokens", TOKENS, "Output tokens p99"),
 )
 
 

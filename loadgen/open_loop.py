@@ -36,6 +36,7 @@ from gevent.pool import Pool
 from loadgen.arrivals import ArrivalSpec
 from loadgen.client import StreamClient
 from loadgen.records import RequestRecord
+from loadgen.trace import TraceSchedule, is_trace
 from loadgen.users import PATHS, LLMUser, prompt_source, request_body, send_request
 
 POLL_S = 0.05  # longest sleep between looks at the phase
@@ -64,14 +65,16 @@ class RateUser(LLMUser):
         return StreamClient(self.host, api_key=self.rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
                             read_timeout_s=sc.request.read_timeout_s)
 
-    def _one(self, due_s: float, stage: int | None) -> None:
-        """One arrival: a client from the free list, sent now, timed from ``due_s``."""
+    def _one(self, due_s: float, stage: int | None, line=None) -> None:
+        """One arrival: a client from the free list, sent now, timed from ``due_s``; ``line``: the
+        trace's dataset line due then (loadgen.trace)."""
         rt, sc = self.rt, self.rt.scenario
         client = self.idle_clients.pop() if self.idle_clients else self._new_client()
         try:
-            body = request_body(sc, self.model, self.prompts.next(), rt.compat)
+            ask = self.prompts.next() if line is None else self.prompts.from_line(line)
+            body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
-            send_request(self, client, body, RequestRecord(due_s, sc.output_tokens, sc.endpoint), stage)
+            send_request(self, client, body, RequestRecord(due_s, ask.output_tokens, sc.endpoint), stage, ask)
         finally:
             self.idle_clients.append(client)
 
@@ -92,9 +95,8 @@ class RateUser(LLMUser):
             now = time.perf_counter()
             if key != (rt.stage, rt.rate_per_s, rt.part, rt.parts):  # a new stage (or share)
                 key = (rt.stage, rt.rate_per_s, rt.part, rt.parts)
-                spec = arrival_spec(rt.scenario, rt.rate_per_s, rt.stage)
-                schedule, t0 = spec.for_part(rt.part, rt.parts), now
-                due = t0 + schedule.next_due_s()
+                schedule, t0 = self._schedule(), now
+                due, line = self._next(schedule, t0)
             if due > now:
                 gevent.sleep(min(due - now, POLL_S))
                 continue
@@ -102,8 +104,24 @@ class RateUser(LLMUser):
             if self.pool.full():
                 rt.collector.request_scheduled(stage, None)  # dropped_by_client, never delayed
             else:
-                self.pool.spawn(self._one, due, stage)
-            due = t0 + schedule.next_due_s()
+                self.pool.spawn(self._one, due, stage, line)
+            due, line = self._next(schedule, t0)
+
+    def _schedule(self):
+        """This stage's arrivals: the trace's lines (a timestamped dataset), else generated."""
+        rt = self.rt
+        if is_trace(rt.dataset):
+            return TraceSchedule(rt.dataset, rt.part, rt.parts, rt.scenario.workload.trace_speedup)
+        return arrival_spec(rt.scenario, rt.rate_per_s, rt.stage).for_part(rt.part, rt.parts)
+
+    @staticmethod
+    def _next(schedule, t0: float) -> tuple[float, object]:
+        """(absolute due time, the trace line or None) of the next arrival; never, for a share
+        with no trace lines."""
+        if isinstance(schedule, TraceSchedule):
+            got = schedule.next()
+            return (float("inf"), None) if got is None else (t0 + got[0], got[1])
+        return t0 + schedule.next_due_s(), None
 
     tasks = [dispatch]
 
@@ -127,8 +145,10 @@ def probe_duration_s(rt, n: int) -> tuple[float | None, list]:
         prompts = prompt_source(rt, client, model, (sc.prompt.seed, 0xB0B))
         results = []
         for _ in range(n):
-            record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-            result, _ = client.stream(PATHS[sc.endpoint], request_body(sc, model, prompts.next(), rt.compat), record)
+            ask = prompts.next()
+            record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
+            body = request_body(sc, model, ask.prompt, rt.compat, ask.output_tokens)
+            result, _ = client.stream(PATHS[sc.endpoint], body, record)
             results.append(result)
         e2e = [r.e2e_s for r in results if r.ok]
         return (sum(e2e) / len(e2e) if e2e else None), results

@@ -24,8 +24,10 @@ import orjson
 from loadgen import errors
 from loadgen.client import StreamClient, check_host
 from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
+from loadgen.dataset import too_long
 from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
 from loadgen.failures import is_client_refusal
+from loadgen.mix import known_input, scenario_mix, too_long_message
 from loadgen.prompts import TokenIdPrompts
 from loadgen.records import RequestRecord
 from loadgen.server_probe import (
@@ -56,7 +58,7 @@ class StartRefused(LoadgenError):
 
     def __init__(self, exit_code: int, message: str, probes: tuple = ()):
         self.exit_code = exit_code
-        self.probes = probes  # probe requests sent before the refusal (counted in the run's totals)
+        self.probes = probes  # probe requests sent before the refusal: (result, counted in the totals)
         super().__init__(message)
 
 
@@ -69,7 +71,7 @@ class ServerInfo:
     models: ModelsInfo | None
     capacity: Capacity
     compat: Compat = Compat()  # what the server accepts, as the probe request found
-    probes: tuple = ()  # the probe requests' records.RequestResult (counted in the run's totals)
+    probes: tuple = ()  # the probe requests: (records.RequestResult, counted in the run's totals)
 
     @property
     def max_model_len(self) -> int | None:
@@ -214,7 +216,31 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
 
 
-def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None]) -> ServerInfo:
+def check_context(scenario, dataset, max_model_len: int) -> None:
+    """Refuse (exit 2) requests that cannot fit the server's context: they would all be refused
+    with a 400, so say so once instead of sweeping failures. A dataset: how many lines, the worst;
+    synthetic lengths: the longest request the distributions (and turns) can draw."""
+    turns = scenario.workload.turns
+    if dataset:
+        out = scenario.length_dist("output")
+        count, worst = too_long(dataset, out.upper or scenario.output_tokens, max_model_len // turns)
+        if count:
+            worst_tokens = (known_input(worst) + (worst.output_tokens or out.upper or 0)) * turns
+            raise StartRefused(errors.EXIT_CONFIG, too_long_message(count, len(dataset), worst.line, worst_tokens,
+                                                                    max_model_len, scenario.workload.dataset))
+        return
+    need = scenario_mix(scenario).longest
+    if need is not None and need > max_model_len:
+        what = ("input_tokens + output_tokens" if scenario.input.dist == scenario.output.dist == "fixed"
+                else "the longest input + output the length distributions allow")
+        what += f" x {turns} turns" if turns > 1 else ""
+        raise StartRefused(errors.EXIT_CONFIG, f"config error: {what} = {need:,} exceeds the server's max_model_len "
+                           f"{max_model_len:,} (GET /v1/models); lower --input-tokens or --output-tokens "
+                           "(input.max / output.max, --turns)")
+
+
+def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None],
+              dataset=None) -> ServerInfo:
     """The whole start check (module docstring). ``say`` prints one user-facing line (redacted by
     the caller). Raises StartRefused when the run must not start."""
     try:
@@ -239,12 +265,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     finally:
         models_client.close()
         root_client.close()
-    need = scenario.input_tokens + scenario.output_tokens
-    if capacity.max_model_len and need > capacity.max_model_len:
-        # every request would be refused with a 400: say so once instead of sweeping failures
-        raise StartRefused(errors.EXIT_CONFIG, f"config error: input_tokens + output_tokens = {need:,} exceeds "
-                           f"the server's max_model_len {capacity.max_model_len:,} (GET /v1/models); lower "
-                           "--input-tokens or --output-tokens")
+    if capacity.max_model_len:
+        check_context(scenario, dataset, capacity.max_model_len)
     if capacity.tokens is None:
         tried = capacity.detail.removeprefix("KV capacity unknown: ")
         say(f"llm-loadgen: KV capacity unknown ({tried}); running UNGUARDED "
@@ -275,17 +297,20 @@ def _probe_prompt(scenario, compat: Compat):
     if compat.prompt_kind == "text":
         return "Say something."
     id_range = compat.token_id_range or tuple(scenario.prompt.token_id_range)
-    return TokenIdPrompts(scenario.input_tokens, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
+    n = scenario.input_tokens if scenario.input.dist == "fixed" else scenario.input.min  # fits any context the run fits
+    return TokenIdPrompts(n, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
 
 
 def probe_request(client: StreamClient, host: str, scenario, model: str | None, compat: Compat,
-                  say: Callable[[str], None]) -> tuple[Compat, tuple]:
+                  say: Callable[[str], None]) -> tuple[Compat, tuple]:  # (Compat, ((result, counted), ...))
     """Send the run's request (its body, ``PROBE_OUTPUT_TOKENS`` output tokens) until the server
     takes it. A refusal (4xx other than 408/429, or not an SSE completion) is adapted to when
     ``request.compat`` is auto and ``loadgen.compat.adapt`` knows how, else it stops the run here
     with the server's reason quoted. Anything else (5xx, overload, a stall) is the run's business.
     A refusal nothing can adapt to is tried once more (a server that fails one request in many must
-    not stop the run). Returns the Compat that worked and every probe's result."""
+    not stop the run). Returns the Compat that worked and every probe as (result, counted): a
+    refusal that was adapted away is not counted in the run's totals (it is the start check's
+    question to the server, listed in summary.json ``preflight``), every other probe is."""
     path = PATHS[scenario.endpoint]
     probe_sc = replace(scenario, output_tokens=PROBE_OUTPUT_TOKENS)
     results, refused_before = [], None
@@ -293,9 +318,9 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
         body = build_body(probe_sc, model or "", _probe_prompt(scenario, compat), compat)
         record = RequestRecord(time.perf_counter(), PROBE_OUTPUT_TOKENS, scenario.endpoint)
         result, _ = client.stream(path, body, record)
-        results.append(result)
+        results.append([result, True])
         if result.ok or not is_client_refusal(result.error_kind or "", result.error_status):
-            return compat, tuple(results)
+            return compat, _frozen(results)
         status, message = result.error_status, result.error_message
         nxt = adapt(compat, status, message, orjson.loads(body)) if scenario.request.compat == "auto" else None
         if nxt is None and refused_before != (result.error_kind, status):
@@ -304,12 +329,17 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
         if nxt is None:
             if result.error_kind == errors.NOT_OPENAI:
                 raise StartRefused(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, f"POST {path}: {message}"),
-                                   tuple(results))
+                                   _frozen(results))
             reason = message.removeprefix(f"HTTP {status}: ") if status is not None else message
             answer = f"HTTP {status}: {reason}" if status is not None else reason
             raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request (POST {path}: "
-                               f"{answer}); {likely_fix(status, reason, path, model)}", tuple(results))
+                               f"{answer}); {likely_fix(status, reason, path, model)}", _frozen(results))
         say(f"llm-loadgen: adapting to the server: {nxt.adaptations[-1]}")
         compat, refused_before = nxt, None
+        results[-1][1] = False
     raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request {MAX_PROBES} times "
-                       f"(last: {results[-1].error_message}); see request.compat", tuple(results))
+                       f"(last: {results[-1][0].error_message}); see request.compat", _frozen(results))
+
+
+def _frozen(results: list) -> tuple:
+    return tuple((r, counted) for r, counted in results)

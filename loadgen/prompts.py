@@ -43,10 +43,12 @@ class TokenIdPrompts:
         prefix_rng = np.random.default_rng(shared_seed)
         self._prefix = prefix_rng.integers(self.lo, self.hi, shared_prefix_tokens, dtype=np.int64)
 
-    def next(self) -> list[int]:
-        tail = self._rng.integers(self.lo, self.hi, self.n_tokens - len(self._prefix), dtype=np.int64)
+    def next(self, n_tokens: int | None = None) -> list[int]:
+        """A prompt of ``n_tokens`` (default: the constructor's), the shared prefix first."""
+        n = self.n_tokens if n_tokens is None else n_tokens
+        tail = self._rng.integers(self.lo, self.hi, max(n - len(self._prefix), 0), dtype=np.int64)
         if len(self._prefix):
-            tail = np.concatenate([self._prefix, tail])
+            tail = np.concatenate([self._prefix[:n], tail])
         return tail.tolist()
 
 

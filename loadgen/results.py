@@ -147,8 +147,9 @@ def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
     return out
 
 
-def stage_warnings(row: dict, input_tokens: int, output_tokens: int) -> list[str]:
-    """The lines to print under a stage row: token mismatches, missing usage, client-bound."""
+def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str) -> list[str]:
+    """The lines to print under a stage row: token mismatches, missing usage, client-bound.
+    ``input_tokens``/``output_tokens``: the expected lengths, or words for them (a mix)."""
     k, out = row["index"], []
     mismatch = row.get("token_mismatch") or {}
     if mismatch.get("input") or mismatch.get("output"):

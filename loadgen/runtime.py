@@ -23,11 +23,13 @@ from gevent.lock import Semaphore
 from loadgen import preflight
 from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
+from loadgen.dataset import DatasetRequest, load_dataset
 from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor
 from loadgen.inflight import InflightMeter
 from loadgen.phases import Phase
 from loadgen.stats import Collector
+from loadgen.trace import trace_scenario
 
 log = logging.getLogger("llm_loadgen")
 
@@ -37,7 +39,9 @@ class Runtime:
 
     def __init__(self, environment, scenario: Scenario):
         self.environment = environment
-        self.scenario = scenario
+        self.dataset = scenario_dataset(scenario)
+        self.scenario = trace_scenario(scenario, self.dataset)  # a timestamped dataset: one rate stage
+        self._dataset_cursor = None  # loadgen.users.dataset_cursor: this process's share
         self.collector = Collector()
         self.stage: int | None = None  # stage index of the current phase
         self.kind: Phase = Phase.IDLE
@@ -58,6 +62,7 @@ class Runtime:
         # What the server accepts (loadgen.compat): set by the start check, or on a worker by the
         # master's phase message; users send nothing before it is known.
         self.compat: Compat | None = None
+        self.connect_backoff = Backoff()  # one pause for every user of this process while connects fail
         self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
         # The target is unusable (one line); the process that owns the run installs its stop here,
         # a worker tells the master (loadgen.distributed).
@@ -150,6 +155,28 @@ class Runtime:
         return self._model
 
 
+def scenario_dataset(scenario) -> list[DatasetRequest] | None:
+    """Every request of ``workload.dataset`` (validated: DatasetError, exit 2), or None."""
+    path = scenario.workload.dataset
+    return None if path is None else load_dataset(path, scenario.endpoint)
+
+
+class Backoff:
+    """The pause after a failed connect, shared by every user of one process: it doubles from
+    ``first_s`` to ``max_s`` with each failure anywhere in the process and resets on a success,
+    so a down server sees a few connects a second from a process, not one per user per pause."""
+
+    def __init__(self, first_s: float = 0.05, max_s: float = 1.0):
+        self.first_s, self.max_s, self.pause_s = first_s, max_s, 0.0
+
+    def failed(self) -> float:
+        self.pause_s = min(max(2 * self.pause_s, self.first_s), self.max_s)
+        return self.pause_s
+
+    def reset(self) -> None:
+        self.pause_s = 0.0
+
+
 def api_key(scenario) -> str | None:
     """The key from the environment variable the scenario names (``api_key_env``; null: no key)."""
     return (os.environ.get(scenario.api_key_env) or None) if scenario.api_key_env else None
@@ -165,7 +192,9 @@ def install(environment) -> Runtime:
     def _on_test_start(environment, **_):
         # A separately started worker saw default options at init; the master's arrive now.
         if rt.is_worker:
-            rt.scenario = scenario_from_options(environment.parsed_options)
+            scenario = scenario_from_options(environment.parsed_options)
+            rt.dataset, rt._dataset_cursor = scenario_dataset(scenario), None
+            rt.scenario = trace_scenario(scenario, rt.dataset)
             rt.use_model(rt.scenario.model)
             rt.api_key = api_key(rt.scenario)
         if not rt.is_master:

@@ -25,6 +25,7 @@ from loadgen.failures import LocustFailure, locust_name
 from loadgen.flags import cut_flag
 from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
+from loadgen.mix import scenario_mix
 from loadgen.phases import Phase
 from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
@@ -92,7 +93,7 @@ class Session:
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
             return False
         try:
-            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)))
+            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
         except StartRefused as exc:
             self._count_probes(exc.probes)
             self.fatal(exc.exit_code, str(exc))
@@ -118,15 +119,19 @@ class Session:
         return self.exit_code is None
 
     def _count_probes(self, probes: tuple, expected_out: int = PROBE_OUTPUT_TOKENS) -> None:
-        """The start check's probe requests are real requests: the run's totals count them, and so
-        do Locust's own statistics (``flush_locust_events``), so both agree with the server's."""
+        """The start check's probe requests, as (result, counted) pairs. Counted ones are requests
+        of the run: its totals count them, and so do Locust's own statistics
+        (``flush_locust_events``), so both agree with the server's counters. A refusal the start
+        check adapted away is only listed (``preflight``): the run did not fail."""
         rt = self.rt
-        for result in probes:
+        for result, counted in probes:
             if not result.ok:
                 result.error_message = rt.redact(result.error_message)
+            self.probe_outcomes.append((result.error_kind or "ok") + ("" if counted else " (adapted)"))
+            if not counted:
+                continue
             rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
             self.probe_stats.add_result(result, rt.scenario.input_tokens, expected_out)
-            self.probe_outcomes.append(result.error_kind or "ok")
             self._locust_pending.append((result, time.time() - result.e2e_s))
 
     def flush_locust_events(self) -> None:
@@ -161,7 +166,7 @@ class Session:
             say(f"llm-loadgen: warning: the KV guard's probe failed ({self.rt.redact(str(exc))[:200]}); "
                 "the first rate stage runs unguarded")
             return
-        self._count_probes(tuple(results), sc.output_tokens)
+        self._count_probes(tuple((r, True) for r in results), sc.output_tokens)
         if self.expected_duration_s is not None:
             say(f"llm-loadgen: probe: {sc.rate.probe_requests} sequential requests, E2E mean "
                 f"{self.expected_duration_s:.3g} s (the KV guard's duration for the first rate stage)")
@@ -169,10 +174,12 @@ class Session:
     def decide(self, load: float):
         sc = self.rt.scenario
         capacity = self.capacity.tokens if self.capacity else None
+        mix = scenario_mix(sc, self.rt.dataset)  # per request: loadgen.mix (mean, burst, longest history)
         if sc.open_loop:
-            return decide_rate(load, self.expected_duration_s, capacity, sc.input_tokens, sc.output_tokens,
+            in_flight = load * (self.expected_duration_s or 1.0)  # Little's law: L = rate x W
+            return decide_rate(load, self.expected_duration_s, capacity, *mix.split(in_flight),
                                sc.guard.margin, sc.guard.action)
-        return decide(load, capacity, sc.input_tokens, sc.output_tokens, sc.guard.margin, sc.guard.action)
+        return decide(load, capacity, *mix.split(load), sc.guard.margin, sc.guard.action)
 
     def load_processes(self, rate_per_s: float | None = None) -> int:
         """Open loop: dispatcher users wanted, one per load-generating process (live workers)."""
@@ -259,7 +266,9 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None))
         say(format_stage_row(row))
-        for line in stage_warnings(row, sc.input_tokens, sc.output_tokens):
+        varied = sc.workload.dataset or sc.workload.turns > 1 or sc.input.dist != "fixed" or sc.output.dist != "fixed"
+        expected = ("each request's expected",) * 2 if varied else (sc.input_tokens, sc.output_tokens)
+        for line in stage_warnings(row, *expected):
             say(line)
         if not self._rows_pending():
             self.console.flush()

@@ -9,9 +9,11 @@ exactly those of one collector that saw every sample (float sums up to rounding)
 
 from __future__ import annotations
 
+import math
+
 from loadgen import metrics
 from loadgen.failures import FailureSamples
-from loadgen.hist import Binned, LogHistogram, bin_values
+from loadgen.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -28,18 +30,21 @@ class StageStats:
     one per token, ``itl_chunk_s`` one per chunk gap.
     """
 
-    __slots__ = (*COUNTERS, "errors", "failures", *HISTOGRAMS)
+    __slots__ = (*COUNTERS, "errors", "failures", "ttft_by_turn", *HISTOGRAMS)
 
     def __init__(self) -> None:
         for name in COUNTERS:
             setattr(self, name, 0)
         self.errors: dict[str, int] = {}
         self.failures = FailureSamples()
+        self.ttft_by_turn: dict[int, LogHistogram] = {}  # multi-turn (loadgen.conversation): turn -> TTFT
         for name in HISTOGRAMS:
             setattr(self, name, LogHistogram())
 
-    def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None) -> None:
-        """Count one finished request (a loadgen.records.RequestResult).
+    def add_result(self, result, expected_in: int | None, expected_out: int | None, itl=None,
+                   turn: int | None = None) -> None:
+        """Count one finished request (a loadgen.records.RequestResult); ``turn``: its 0-based turn
+        in a multi-turn conversation (None: single requests), for ``ttft_by_turn``.
 
         ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats.
         """
@@ -50,6 +55,10 @@ class StageStats:
             return
         self.requests_ok += 1
         pt = result.prompt_tokens
+        if pt is not None or expected_in:
+            self.input_len_tokens.add(pt if pt is not None else expected_in)
+        if result.completion_tokens:
+            self.output_len_tokens.add(result.completion_tokens)
         if pt is None:
             self.input_tokens += expected_in or 0
         else:
@@ -63,6 +72,8 @@ class StageStats:
             self.mismatch_output += 1
         if result.ttft_s is not None:
             self.ttft_s.add(result.ttft_s)
+            if turn is not None:
+                self.ttft_by_turn.setdefault(turn, LogHistogram()).add(result.ttft_s)
         self.e2e_s.add(result.e2e_s)
         if result.tpot_s is not None:
             self.tpot_s.add(result.tpot_s)
@@ -87,6 +98,8 @@ class StageStats:
         for kind, n in other.errors.items():
             self.errors[kind] = self.errors.get(kind, 0) + n
         self.failures.merge(other.failures)
+        for turn, h in other.ttft_by_turn.items():
+            self.ttft_by_turn.setdefault(turn, LogHistogram()).merge(h)
         for name in HISTOGRAMS:
             getattr(self, name).merge(getattr(other, name))
 
@@ -104,6 +117,8 @@ class StageStats:
         }
         if not self.failures.is_empty():
             wire["f"] = self.failures.to_wire()
+        if self.ttft_by_turn:
+            wire["t"] = {str(k): h.to_wire() for k, h in self.ttft_by_turn.items()}
         return wire
 
     @classmethod
@@ -116,6 +131,7 @@ class StageStats:
         s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
         if "f" in d:
             s.failures = FailureSamples.from_wire(d["f"])
+        s.ttft_by_turn = {int(k): LogHistogram.from_wire(h) for k, h in d.get("t", {}).items()}
         for name, h in d.get("h", {}).items():
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
@@ -142,7 +158,38 @@ class StageStats:
                 "estimated": self.tokens_estimated,
             },
             "failures": self.failures.to_summary(),
+            **self._by_turn(),
+            **self._length_hist(),
         }
+
+    def _length_hist(self) -> dict:
+        """``length_hist``: requests per bin of input and output tokens, counts[i] = requests with
+        edges[i-1] < tokens <= edges[i] (counts[0]: <= edges[0] = 1), edges 10^(k/10) (10 bins per
+        decade, on the LogHistogram's own bucket edges, so the counts are exact) up to the
+        largest length seen: the workload actually sent, drawn by report.html."""
+        hi = max(self.input_len_tokens.max or 0, self.output_len_tokens.max or 0)
+        if not hi:
+            return {}
+        top = max(1, math.ceil(10 * math.log10(hi) - 1e-9))
+        one = 6 * BUCKETS_PER_DECADE  # EDGES[one] == 1.0 (loadgen.hist: 1e-6 .. 1e6)
+        edges = [float(EDGES[one + BUCKETS_PER_DECADE // 10 * k]) for k in range(top + 1)]
+
+        def counts(h: LogHistogram) -> list[int]:
+            cum = h.cumulative_le(edges)
+            return [cum[0]] + [b - a for a, b in zip(cum, cum[1:], strict=False)]
+
+        return {"length_hist": {"edges": [round(e, 6) for e in edges], "input": counts(self.input_len_tokens),
+                                "output": counts(self.output_len_tokens)}}
+
+    def _by_turn(self) -> dict:
+        """Multi-turn runs only: ``ttft_p50_s_by_turn`` [turn 0, 1, ...] (None for a turn with no
+        sample) and ``requests_by_turn``, so a reader sees the prefix cache's effect per turn."""
+        if not self.ttft_by_turn:
+            return {}
+        turns = range(max(self.ttft_by_turn) + 1)
+        hists = [self.ttft_by_turn.get(t) for t in turns]
+        return {"ttft_p50_s_by_turn": [h.quantile(0.5) if h and h.count else None for h in hists],
+                "requests_by_turn": [h.count if h else 0 for h in hists]}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StageStats):
@@ -152,6 +199,7 @@ class StageStats:
             and self.errors == other.errors
             and self.failures == other.failures
             and all(getattr(self, n) == getattr(other, n) for n in HISTOGRAMS)
+            and self.ttft_by_turn == other.ttft_by_turn
         )
 
     __hash__ = None  # mutable
@@ -195,15 +243,16 @@ class Collector:
         return s
 
     def record_result(
-        self, result, stage: int | None, expected_in: int | None, expected_out: int | None
+        self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
+        turn: int | None = None,
     ) -> None:
         """Count a finished request in the totals and, if it was measured, in its stage."""
         if stage is None:
-            self.totals.add_result(result, expected_in, expected_out)
+            self.totals.add_result(result, expected_in, expected_out, turn=turn)
             return
         itl = bin_itl(result)
-        self.totals.add_result(result, expected_in, expected_out, itl)
-        self._stage(stage).add_result(result, expected_in, expected_out, itl)
+        self.totals.add_result(result, expected_in, expected_out, itl, turn)
+        self._stage(stage).add_result(result, expected_in, expected_out, itl, turn)
 
     def add_window_tokens(self, stage: int | None, n: int) -> None:
         """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""

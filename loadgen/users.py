@@ -18,16 +18,20 @@ from locust.exception import StopUser
 
 from loadgen.client import StreamClient
 from loadgen.compat import Compat, build_body, refusal_line
+from loadgen.conversation import Conversation
+from loadgen.dataset import share
 from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError
 from loadgen.failures import LocustFailure, is_client_refusal, locust_name
 from loadgen.preflight import PATHS, not_openai_message
-from loadgen.prompts import ChatPrompts, TextPrompts, TokenIdPrompts, fit_word_count
+from loadgen.prompts import ChatPrompts, fit_word_count
 from loadgen.records import RequestRecord
+from loadgen.workload import DatasetCursor, PromptMaker, TextFit, Workload
 
-CONNECT_BACKOFF_S = (0.05, 1.0)  # first and longest pause after a refused connection
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
 _text_words: dict[tuple[str, int], int] = {}
+_text_fits: dict[str, TextFit] = {}
+FIT_PROBE_WORDS = (64, 512)  # the two probes of a text calibration over many lengths
 
 
 def _process_key(environment) -> int:
@@ -36,9 +40,24 @@ def _process_key(environment) -> int:
     return int(getattr(environment.runner, "worker_index", 0) or 0)
 
 
-def request_body(scenario, model: str, prompt, compat: Compat) -> bytes:
+def request_body(scenario, model: str, prompt, compat: Compat, output_tokens: int | None = None) -> bytes:
     """The JSON body of one streaming request (``loadgen.compat.build_body``)."""
-    return build_body(scenario, model, prompt, compat)
+    return build_body(scenario, model, prompt, compat, output_tokens)
+
+
+def _measure(client: StreamClient, scenario, model: str):
+    """words -> the server's usage.prompt_tokens for a text prompt of that many words."""
+    probe = ChatPrompts(1, (scenario.prompt.seed, 0xCA1))
+
+    def measure(words: int) -> int:
+        body = {"model": model, "max_tokens": 1, "stream": False}
+        if scenario.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": probe.text(words)}]
+        else:
+            body["prompt"] = probe.text(words)
+        return int(client.post_json(PATHS[scenario.endpoint], body)["usage"]["prompt_tokens"])
+
+    return measure
 
 
 def text_word_count(client: StreamClient, scenario, model: str) -> int:
@@ -47,35 +66,69 @@ def text_word_count(client: StreamClient, scenario, model: str) -> int:
     target, endpoint = scenario.input_tokens, scenario.endpoint
     with _calibration_lock:
         if (endpoint, target) not in _text_words:
-            probe = ChatPrompts(1, (scenario.prompt.seed, 0xCA1))
-
-            def measure(words: int) -> int:
-                body = {"model": model, "max_tokens": 1, "stream": False}
-                if endpoint == "chat":
-                    body["messages"] = [{"role": "user", "content": probe.text(words)}]
-                else:
-                    body["prompt"] = probe.text(words)
-                return int(client.post_json(PATHS[endpoint], body)["usage"]["prompt_tokens"])
-
-            _text_words[(endpoint, target)], _ = fit_word_count(target, measure)
+            _text_words[(endpoint, target)], _ = fit_word_count(target, _measure(client, scenario, model))
         return _text_words[(endpoint, target)]
 
 
-def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple):
-    """The prompts one user sends: token IDs (completions), calibrated text (completions on a
-    server that refuses token IDs), or calibrated chat messages."""
+def text_fit(client: StreamClient, scenario, model: str) -> TextFit:
+    """The text calibration of this process: exact for the one fixed length (``fit_word_count``),
+    else tokens = a x words + b through two probes (loadgen.workload.TextFit)."""
+    if scenario.input.dist == "fixed" and not scenario.workload.dataset and scenario.workload.turns == 1:
+        return TextFit(1.0, 0.0, {scenario.input_tokens: text_word_count(client, scenario, model)})
+    with _calibration_lock:
+        if scenario.endpoint not in _text_fits:
+            measure = _measure(client, scenario, model)
+            w1, w2 = FIT_PROBE_WORDS
+            _text_fits[scenario.endpoint] = TextFit.from_probes(w1, measure(w1), w2, measure(w2))
+        return _text_fits[scenario.endpoint]
+
+
+def dataset_part(environment) -> tuple[int, int]:
+    """(this process's index, load processes): a worker's index of the master's --expect-workers
+    (relayed with the options), a local run (0, 1)."""
+    runner = environment.runner
+    from locust.runners import WorkerRunner
+
+    if not isinstance(runner, WorkerRunner):
+        return 0, 1
+    parts = int(getattr(environment.parsed_options, "expect_workers", 1) or 1)
+    return int(runner.worker_index or 0) % parts, parts
+
+
+def dataset_cursor(rt) -> DatasetCursor | None:
+    """This process's share of the dataset (one cursor for all its users), or None (synthetic)."""
+    if rt.dataset is None:
+        return None
+    if getattr(rt, "_dataset_cursor", None) is None:
+        sc = rt.scenario
+        part, parts = dataset_part(rt.environment)
+        rt._dataset_cursor = DatasetCursor(share(rt.dataset, part, parts, sc.workload.dataset_order == "shuffled",
+                                                 sc.prompt.seed))
+    return rt._dataset_cursor
+
+
+def prompt_source(rt, client: StreamClient, model: str, seed_key: tuple) -> Workload | Conversation:
+    """The requests one user sends (loadgen.workload): token IDs (completions), calibrated text
+    (completions on a server that refuses token IDs), or calibrated chat messages; lengths from
+    the scenario's distributions, or the process's share of the dataset."""
     sc, compat = rt.scenario, rt.compat
+    id_range = compat.token_id_range or tuple(sc.prompt.token_id_range)
     if sc.endpoint == "completions" and compat.prompt_kind == "token_ids":
-        return TokenIdPrompts(sc.input_tokens, compat.token_id_range or tuple(sc.prompt.token_id_range), seed_key,
-                              sc.prompt.shared_prefix_tokens, shared_seed=sc.prompt.seed)
-    words = text_word_count(client, sc, model)
-    return ChatPrompts(words, seed_key) if sc.endpoint == "chat" else TextPrompts(words, seed_key)
+        maker = PromptMaker("token_ids", id_range, seed_key, sc.prompt.shared_prefix_tokens, sc.prompt.seed)
+    else:
+        maker = PromptMaker("chat" if sc.endpoint == "chat" else "text", id_range, seed_key,
+                            fit=text_fit(client, sc, model))
+    workload = Workload(maker, sc.length_dist("input"), sc.length_dist("output"), seed_key, dataset_cursor(rt),
+                        hash_salt=sc.prompt.seed)
+    return Conversation(workload, sc.workload.turns) if sc.workload.turns > 1 else workload
 
 
-def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None):
+def send_request(user, client: StreamClient, body: bytes, record: RequestRecord, stage: int | None,
+                 ask=None):
     """Send one request, account for it (in flight, statistics, Locust's stats) and return its
     RequestResult. ``record.sent_s`` is when it counts as sent: now (closed loop) or its scheduled
-    time (open loop). Shared by the closed-loop user and the open-loop dispatcher."""
+    time (open loop). ``ask`` (loadgen.workload.Ask): the lengths this request expects (default:
+    the scenario's fixed ones). Shared by the closed-loop user and the open-loop dispatcher."""
     rt, path = user.rt, user.path
     sc = rt.scenario
     rt.request_started(stage)
@@ -90,7 +143,9 @@ def send_request(user, client: StreamClient, body: bytes, record: RequestRecord,
         rt.request_finished(stage, ok=result is not None and result.ok)
     if not result.ok:
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
-    rt.collector.record_result(result, stage, sc.input_tokens, sc.output_tokens)
+    expected = (sc.input_tokens, sc.output_tokens) if ask is None else (ask.input_tokens, ask.output_tokens)
+    turn = ask.turn if ask is not None and sc.workload.turns > 1 else None
+    rt.collector.record_result(result, stage, *expected, turn=turn)
     user.environment.events.request.fire(
         request_type="POST",
         name=path,
@@ -127,7 +182,6 @@ class LLMUser(User):
             read_timeout_s=sc.request.read_timeout_s,
         )
         self.path = PATHS[sc.endpoint]
-        self._backoff_s = 0.0
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None
         self.prompts = None  # on first use: needs the model and what the server accepts (rt.compat)
@@ -157,24 +211,23 @@ class LLMUser(User):
         if self.model is None or self.prompts is None:
             self._prepare()
         sc = rt.scenario
-        body = request_body(sc, self.model, self.prompts.next(), rt.compat)
+        ask = self.prompts.next()
+        body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
         stage = rt.measuring
-        record = RequestRecord(time.perf_counter(), sc.output_tokens, sc.endpoint)
-        result = send_request(self, self.client, body, record, stage)
+        record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
+        result = send_request(self, self.client, body, record, stage, ask)
+        self.prompts.answered(ask, result.ok, result.completion_tokens)
         self._after(result)
 
     def _after(self, result) -> None:
         """Pause after a refusal or a refused connection (never a flood of either)."""
         rt = self.rt
-        if result.ok:
-            self._backoff_s = 0.0
-        elif result.error_kind == CONNECT_FAILED:
-            # The server is down (killed, restarting): retry at a growing pause instead of
-            # thousands of instant refusals a second, which would only burn the client's CPU.
-            self._backoff_s = min(max(2 * self._backoff_s, CONNECT_BACKOFF_S[0]), CONNECT_BACKOFF_S[1])
-            gevent.sleep(self._backoff_s)
+        if result.error_kind == CONNECT_FAILED:
+            # The server is down (killed, restarting): every user of this process retries at one
+            # shared, growing pause instead of thousands of instant refusals a second.
+            gevent.sleep(rt.connect_backoff.failed())
         else:
-            self._backoff_s = 0.0
+            rt.connect_backoff.reset()
         if not result.ok and is_client_refusal(result.error_kind, result.error_status) and not rt.fatal_sent:
             # a server that starts refusing mid-run is not hammered either: each user pauses
             gevent.sleep(rt.scenario.request.client_error_pause_s)

@@ -194,3 +194,32 @@ def test_json_errors_and_other_statuses_keep_their_kind(code, body, kind, text):
     with raw_server(_status(code, body)) as url:
         result, _, _ = run_stream(url)
     assert (result.error_kind, result.error_message) == (kind, text)
+
+
+def test_a_full_accept_backlog_is_connect_failed_not_read_timeout():
+    """A server that stopped accepting: once its backlog is full the kernel drops new SYNs, so the
+    connect times out. That is connect_failed (the server cannot take the connection), not a stall
+    of a stream (read_timeout)."""
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(0)  # never accepted
+    port = lsock.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):  # fill the accept queue (listen(0) holds about one)
+            f = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+            fillers.append(f)
+        time.sleep(0.1)
+        client = StreamClient(f"http://127.0.0.1:{port}", connect_timeout_s=0.5, read_timeout_s=5)
+        t0 = time.perf_counter()
+        result, _ = client.stream("/v1/completions", b"{}", RequestRecord(t0, 4, "completions"))
+        took = time.perf_counter() - t0
+        client.close()
+    finally:
+        for f in fillers:
+            f.close()
+        lsock.close()
+    assert result.error_kind == errors.CONNECT_FAILED, result
+    assert result.error_message == "connect timed out" and took < 3

@@ -42,7 +42,9 @@ def test_vendor_fields_refused_by_name_are_dropped_and_recorded(tmp_path):
     compat = s["server"]["compat"]
     assert sorted(compat["dropped_fields"]) == ["continuous_usage_stats", "ignore_eos", "min_tokens"]
     assert compat["output_forced"] is False and compat["server"] == "vllm"  # owned_by; adapted anyway
-    assert s["preflight"]["probes"][-1] == "ok" and counts["strict"] == len(s["preflight"]["probes"]) - 1
+    probes = s["preflight"]["probes"]
+    assert probes[-1] == "ok" and probes[:-1] == ["http_4xx (adapted)"] * (len(probes) - 1)
+    assert counts["strict"] == len(probes) - 1 and "http_4xx" not in s["totals"]["errors"]
     assert "not sent: ignore_eos, min_tokens" in run.stderr
     # without ignore_eos the simulator stops early at a seeded EOS: the mismatch counts show it
     assert sum(st["token_mismatch"]["output"] for st in s["stages"]) > 0

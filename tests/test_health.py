@@ -158,3 +158,13 @@ def test_a_greenlet_hogging_the_loop_shows_up_as_lag():
     h = StageHealth.from_wire(m.take_delta()[0])
     assert h.lag.max >= 0.06
     assert h.cpu_s >= 0.12  # the hog's CPU is the process's CPU
+
+
+def test_connect_backoff_is_shared_doubles_and_resets():
+    from loadgen.runtime import Backoff
+
+    b = Backoff(0.05, 1.0)
+    pauses = [b.failed() for _ in range(7)]  # seven users of one process meet a down server
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    b.reset()
+    assert b.failed() == 0.05

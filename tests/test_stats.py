@@ -82,8 +82,14 @@ def test_row_fields_and_window_rate():
         "decode_tps_p50", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",
         "itl_p95_s", "itl_p99_s",
         "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch", "achieved_rate_per_s",
-        "lateness_p99_s", "failures",
+        "lateness_p99_s", "failures", "input_len_p50_tokens", "input_len_p99_tokens", "output_len_p50_tokens",
+        "output_len_p99_tokens", "length_hist",
     }  # fmt: skip
+    hist = row["length_hist"]
+    assert hist["edges"][:3] == [1.0, 1.258925, 1.584893] and hist["edges"][-1] >= 100
+    assert sum(hist["input"]) == sum(hist["output"]) == 20
+    assert hist["input"][20] == 20 and hist["output"][19] == 20  # 100 in (79.4, 100]; 64 in (63.1, 79.4]
+    assert row["output_len_p50_tokens"] == pytest.approx(64, rel=0.012)
     assert row["requests"] == 20 and row["errors"] == {READ_TIMEOUT: 1} and row["error_count"] == 1
     assert row["failures"] == {READ_TIMEOUT: [{"status": None, "message": "x", "requests": 1}]}
     assert row["output_tokens"] == 20 * 64 and row["output_tokens_per_s"] == 50.0

@@ -31,8 +31,10 @@ from loadgen.config.fields import (
 from loadgen.config.schema import (
     ARRIVALS,
     COMPAT_SETTINGS,
+    DATASET_ORDERS,
     ENDPOINTS,
     GUARD_ACTIONS,
+    LENGTH_DISTS,
     SECTIONS,
     Scenario,
     default_document,
@@ -50,6 +52,20 @@ SPEC: dict[str, Check] = {
     "api_key_env": env_var_name,
     "input_tokens": integer("prompt length in tokens, e.g. 1000", ge=1),
     "output_tokens": integer("tokens generated per request, e.g. 1000", ge=1),
+    "input.dist": choice(LENGTH_DISTS, "fixed uses input_tokens; uniform needs min/max; normal and lognormal mean/std"),
+    "input.mean": number("tokens, e.g. 1000", gt=0, nullable=True),
+    "input.std": number("tokens, e.g. 300", ge=0, nullable=True),
+    "input.min": integer("the shortest prompt in tokens, e.g. 1", ge=1),
+    "input.max": integer("the longest prompt in tokens, e.g. 4000; null: no clamp", ge=1, nullable=True),
+    "output.dist": choice(LENGTH_DISTS, "fixed uses output_tokens; uniform needs min/max; normal and lognormal mean/std"),
+    "output.mean": number("tokens, e.g. 300", gt=0, nullable=True),
+    "output.std": number("tokens, e.g. 100", ge=0, nullable=True),
+    "output.min": integer("the shortest output in tokens, e.g. 1", ge=1),
+    "output.max": integer("the longest output in tokens, e.g. 2000; null: no clamp", ge=1, nullable=True),
+    "workload.dataset": text("a JSONL or CSV file of requests, or null for synthetic prompts", nullable=True),
+    "workload.dataset_order": choice(DATASET_ORDERS, "in-order, or shuffled (seeded by prompt.seed)"),
+    "workload.trace_speedup": number("e.g. 2 to replay a trace twice as fast", gt=0),
+    "workload.turns": integer("turns per conversation, e.g. 4; 1 for single requests", ge=1, le=1000),
     "prompt.seed": integer("any whole number >= 0, e.g. 0", ge=0),
     "prompt.token_id_range": token_id_range,
     "prompt.shared_prefix_tokens": integer("0 for no shared prefix", ge=0),
@@ -187,13 +203,29 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
     return (doc[section] if section else doc)[leaf]
 
 
+def _check_lengths(v: dict[str, Any]) -> None:
+    """Each length distribution's problems (loadgen.lengths.LengthDist.problems), the first raised."""
+    from loadgen.lengths import LengthDist
+
+    for which, fixed in (("input", "input_tokens"), ("output", "output_tokens")):
+        kind = v[f"{which}.dist"]
+        dist = LengthDist(kind, v[fixed] if kind == "fixed" else None, v[f"{which}.mean"], v[f"{which}.std"],
+                          v[f"{which}.min"], v[f"{which}.max"])
+        for field, value, problem in dist.problems():
+            key = fixed if field == "value" else f"{which}.{field}"
+            raise ConfigError(key, value, f"{problem} ({which}.dist {kind})",
+                              f"see README 'Length distributions', e.g. {which}.dist: uniform, "
+                              f"{which}.min: 100, {which}.max: 1000")
+
+
 def _check_relations(v: dict[str, Any]) -> None:
-    n_in, prefix = v["input_tokens"], v["prompt.shared_prefix_tokens"]
+    _check_lengths(v)
+    n_in, prefix = v["input.min"] if v["input.dist"] != "fixed" else v["input_tokens"], v["prompt.shared_prefix_tokens"]
     if prefix >= n_in:
         raise ConfigError(
             "prompt.shared_prefix_tokens",
             prefix,
-            f"must be < input_tokens ({n_in})",
+            f"must be < the shortest prompt ({n_in} tokens: input_tokens, or input.min)",
             f"use at most {n_in - 1} so every prompt has a unique part",
         )
     start, factor, top = v["stages.start"], v["stages.factor"], v["stages.max"]
@@ -213,6 +245,9 @@ def _check_relations(v: dict[str, Any]) -> None:
             "use 2 to double concurrency each stage, or set stages.list",
         )
     _check_rates(v)
+    if v["workload.turns"] > 1 and (v["rate.list"] is not None or v["rate.start"] is not None):
+        raise ConfigError("workload.turns", v["workload.turns"], "needs the concurrency sweep (a turn waits for "
+                          "the previous answer; open-loop arrivals do not)", "drop --turns or the rate stages")
     window, cap = v["stages.duration_s"], v["stages.max_window_s"]
     if v["stages.min_requests"] > 0 and cap < window:
         raise ConfigError(

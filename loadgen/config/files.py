@@ -140,4 +140,6 @@ def exit_on_config_error(err: ConfigError) -> NoReturn:
     """Print ``llm-loadgen: config error: <message>`` as one stderr line and exit with code 2."""
     message = " ".join(str(err).split())
     print(f"llm-loadgen: config error: {message}", file=sys.stderr, flush=True)
+    for line in getattr(err, "problems", ())[1:]:  # a dataset's further bad lines, one each
+        print(f"llm-loadgen: config error: {line}", file=sys.stderr, flush=True)
     sys.exit(EXIT_CONFIG)

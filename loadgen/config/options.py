@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from loadgen.config.files import load_scenario
-from loadgen.config.schema import ARRIVALS, ENDPOINTS, GUARD_ACTIONS, Scenario
+from loadgen.config.schema import ARRIVALS, DATASET_ORDERS, ENDPOINTS, GUARD_ACTIONS, LENGTH_DISTS, Scenario
 from loadgen.errors import ConfigError
 
 # (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag.
@@ -17,6 +17,14 @@ from loadgen.errors import ConfigError
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--input-tokens", "input_tokens", int, "prompt length in tokens"),
     ("--output-tokens", "output_tokens", int, "tokens generated per request"),
+    *((f"--{w}-{k}", f"{w}.{k}", kind, f"{w} length: {what}") for w in ("input", "output") for k, kind, what in (
+        ("dist", LENGTH_DISTS, "distribution (fixed = --input-tokens/--output-tokens)"),
+        ("mean", float, "normal/lognormal mean in tokens"), ("std", float, "normal/lognormal std in tokens"),
+        ("min", int, "shortest, in tokens"), ("max", int, "longest, in tokens (uniform: required)"))),
+    ("--dataset", "workload.dataset", str, "JSONL/CSV file of requests (README 'Datasets')"),
+    ("--dataset-order", "workload.dataset_order", DATASET_ORDERS, "dataset requests in file order or shuffled"),
+    ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
+    ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
     ("--endpoint", "endpoint", ENDPOINTS, "API to load: /v1/completions or /v1/chat/completions"),
     ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),

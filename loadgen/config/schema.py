@@ -14,6 +14,8 @@ from typing import Any
 ENDPOINTS = ("completions", "chat")
 ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
+LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")  # loadgen.lengths.KINDS (a test keeps them equal)
+DATASET_ORDERS = ("in-order", "shuffled")
 COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.compat
 
 # The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
@@ -25,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "api_key_env": "OPENAI_API_KEY",
     "input_tokens": 1000,
     "output_tokens": 1000,
+    # Length distributions (loadgen.lengths): dist fixed uses input_tokens / output_tokens.
+    "input": {"dist": "fixed", "mean": None, "std": None, "min": 1, "max": None},
+    "output": {"dist": "fixed", "mean": None, "std": None, "min": 1, "max": None},
+    "workload": {"dataset": None, "dataset_order": "in-order", "trace_speedup": 1.0, "turns": 1},
     "prompt": {
         "seed": 0,
         "token_id_range": [1000, 30000],
@@ -100,6 +106,28 @@ class FrozenDict(dict):
 
     def __reduce__(self):  # copy/deepcopy/pickle rebuild from a plain dict, not item by item
         return (FrozenDict, (dict(self),))
+
+
+@dataclass(frozen=True)
+class LengthConfig:
+    """How many tokens each request asks for (``input:`` / ``output:``; loadgen.lengths.LengthDist).
+    ``dist: fixed`` (the default) is always input_tokens / output_tokens."""
+
+    dist: str  # one of LENGTH_DISTS
+    mean: float | None  # normal, lognormal
+    std: float | None
+    min: int
+    max: int | None  # uniform: required; normal/lognormal: optional upper clamp
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Where requests come from besides the length distributions (loadgen.workload)."""
+
+    dataset: str | None  # a JSONL/CSV file of requests (loadgen.dataset); None: synthetic
+    dataset_order: str  # one of DATASET_ORDERS
+    trace_speedup: float  # a dataset with timestamps replays at this many times its speed
+    turns: int  # > 1: each user holds conversations of this many turns
 
 
 @dataclass(frozen=True)
@@ -234,6 +262,9 @@ class Scenario:
     api_key_env: str | None  # NAME of the env var holding the key; None: no Authorization header
     input_tokens: int
     output_tokens: int
+    input: LengthConfig
+    output: LengthConfig
+    workload: WorkloadConfig
     prompt: PromptConfig
     request: RequestConfig
     stages: StagesConfig
@@ -252,6 +283,14 @@ class Scenario:
     def open_loop(self) -> bool:
         """Rate stages (requests arrive on a schedule) instead of concurrency stages."""
         return self.rate.rates() is not None
+
+    def length_dist(self, which: str):
+        """The ``input`` or ``output`` loadgen.lengths.LengthDist (fixed: input/output_tokens)."""
+        from loadgen.lengths import LengthDist
+
+        c: LengthConfig = getattr(self, which)
+        value = self.input_tokens if which == "input" else self.output_tokens
+        return LengthDist(c.dist, value if c.dist == "fixed" else None, c.mean, c.std, c.min, c.max)
 
     def loads(self) -> list[float]:
         """Each stage's load: requests/s in open-loop mode, else the concurrency."""
@@ -276,6 +315,9 @@ def _plain(obj: Any) -> Any:
 
 # Section name -> dataclass, in YAML order; every other top-level key is a scalar field.
 SECTIONS: dict[str, type] = {
+    "input": LengthConfig,
+    "output": LengthConfig,
+    "workload": WorkloadConfig,
     "prompt": PromptConfig,
     "request": RequestConfig,
     "stages": StagesConfig,

@@ -236,16 +236,43 @@ def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = ""
     return fig
 
 
+def varied_lengths(stages: list[dict]) -> bool:
+    """Some stage sent more than one bin of input or output lengths (a mix, not fixed lengths)."""
+    return any(sum(1 for c in (s.get("length_hist") or {}).get(which, []) if c) > 1
+               for s in stages for which in ("input", "output"))
+
+
+def lengths_figure(stages: list[dict]) -> Figure:
+    """The workload sent: requests per bin of input tokens (left) and output tokens (right), one
+    step line per stage (``length_hist``, log x)."""
+    fig = new_figure(ncols=2, size=(10.0, 4.2))
+    for ax, which in zip(fig.axes, ("input", "output"), strict=True):
+        for s in stages:
+            h = s.get("length_hist") or {}
+            if sum(h.get(which, [])):
+                ax.stairs(h[which][1:], h["edges"], label=f"stage {s.get('index')}")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{which} tokens per request")
+        ax.set_ylabel("requests")
+        ax.set_title(f"{which.capitalize()} lengths sent")
+        ax.legend(fontsize=8)
+    return fig
+
+
 def build_run_figures(summary: dict) -> dict[str, Figure]:
-    """The three figures of one run, keyed by PNG base name."""
+    """The figures of one run, keyed by PNG base name: throughput, latency, tradeoff, and the
+    length mix sent (``lengths``) when the lengths varied."""
     stages = summary.get("stages") or []
     knee = knee_of(summary)
     guard = summary.get("guard") or {}
-    return {
+    figures = {
         "throughput": throughput_figure(stages, knee, guard),
         "latency": latency_figure(stages),
         "tradeoff": tradeoff_figure(stages, knee),
     }
+    if varied_lengths(stages):
+        figures["lengths"] = lengths_figure(stages)
+    return figures
 
 
 def save_figures(figures: dict[str, Figure], out_dir) -> dict[str, bytes]:

@@ -107,9 +107,30 @@ def _discard(resp) -> None:
             sock.close()
 
 
+BODY_EXCERPT_CHARS = 120  # of a non-JSON error body, in a message meant to be one line
+# A path or method the server does not have, answered without a JSON error: no OpenAI API there
+# (a static file server, a web page, a wrong base URL). A JSON 404 ("model does not exist") is not this.
+NOT_OPENAI_STATUSES = frozenset({404, 405, 501})
+
+
+def _is_json(body: bytes) -> bool:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
 def _http_failure(status: int, body: bytes) -> RequestError:
-    """Map an HTTP status before the stream to a failure category, with the server's message."""
+    """Map an HTTP status before the stream to a failure category, with the server's message.
+
+    404/405/501 without a JSON body is NOT_OPENAI (``NOT_OPENAI_STATUSES``), with the status and at
+    most BODY_EXCERPT_CHARS of the server's words (an HTML page: its title or text)."""
     reason = server_reason(body)
+    if status in NOT_OPENAI_STATUSES and not _is_json(body):
+        text = excerpt(reason, BODY_EXCERPT_CHARS)
+        return RequestError(errors.NOT_OPENAI, f"HTTP {status}, not JSON" + (f" ({text})" if text else ""),
+                            status=status)
     message = f"HTTP {status}: {excerpt(reason)}" if reason else f"HTTP {status}"
     if status == 429:
         kind = errors.OVERLOAD_429

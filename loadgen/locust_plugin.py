@@ -18,6 +18,7 @@ from locust import events
 from loadgen.client import check_host
 from loadgen.config import ConfigError, exit_on_config_error, register_options
 from loadgen.distributed import install_fleet
+from loadgen.locust_defaults import drop_runner_noise, exposure_warnings, quiet_console, set_loopback_defaults
 from loadgen.runtime import install
 from loadgen.session import Session
 from loadgen.webui import install_webui
@@ -45,6 +46,7 @@ _memoize_locust_default_options()
 @events.init_command_line_parser.add_listener
 def _options(parser, **_):
     register_options(parser)
+    set_loopback_defaults(parser)
     if _forks_workers(sys.argv[1:], os.environ):
         # Locust's --processes forks workers that dial --master-port (5557 unless given) while the
         # in-process master binds --master-bind-port: two such runs on one host would collide on
@@ -75,7 +77,11 @@ def _init(environment, **_):
     except ConfigError as err:
         exit_on_config_error(err)
     fleet = install_fleet(rt)
+    drop_runner_noise(environment.parsed_options)
+    quiet_console(environment.parsed_options)
     if not rt.is_worker:
+        for line in exposure_warnings(environment.parsed_options, environment.web_ui is not None, rt.is_master):
+            print(line, file=sys.stderr, flush=True)
         if environment.parsed_options is not None and environment.parsed_options.headless:
             try:  # the web UI may still get a host; a headless run must have a usable one now
                 check_host(environment.host)
@@ -93,6 +99,11 @@ def _init(environment, **_):
         @environment.events.quit.add_listener
         def _quit(**_):
             session.on_quit()
+
+        if environment.web_ui:
+            @environment.events.test_stop.add_listener
+            def _stopped(**_):  # the run ends; the web UI stays up (a greenlet: a master waits)
+                gevent.spawn(session.on_runner_stopped)
 
 
 def _interrupt_on_signals(environment) -> None:

@@ -206,7 +206,7 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     if exc.kind == errors.CONNECT_FAILED:
         message = f"cannot connect to {host} ({exc.message}); is the server running? check --host"
     elif exc.kind == errors.NOT_OPENAI:
-        message = not_openai_message(host, exc.message)
+        message = not_openai_message(host, f"GET {MODELS_PATH}: {exc.message}" if exc.status else exc.message)
     elif exc.status in AUTH_STATUSES:
         where = f"the environment variable {key_env}" if key_env else "api_key_env"
         message = f"{host} refused the request (GET /v1/models: {exc.message}); check the API key in {where}"
@@ -268,7 +268,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     if capacity.max_model_len:
         check_context(scenario, dataset, capacity.max_model_len)
     if capacity.tokens is None:
-        say(f"llm-loadgen: KV capacity unknown ({capacity.detail}); running UNGUARDED "
+        tried = capacity.detail.removeprefix("KV capacity unknown: ")
+        say(f"llm-loadgen: KV capacity unknown ({tried}); running UNGUARDED "
             "(set guard.kv_capacity_tokens or --kv-capacity-tokens to guard)")
         if scenario.guard.require:
             raise StartRefused(errors.EXIT_GUARD_ABORT, "--require-guard is set and the server reports no "

@@ -174,6 +174,10 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str)
     if mismatch.get("estimated"):
         out.append(f"llm-loadgen: warning: stage {k}: {mismatch['estimated']} requests came without usage; "
                    "their token counts are counted chunks (stream_options.include_usage ignored?)")
+    if "server_over_capacity" in row["flags"]:
+        evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
+        out.append(f"llm-loadgen: stage {k} C={row['concurrency']}: the server was over capacity ({evidence}): "
+                   "its figures measure queueing and recomputation, not steady serving")
     if row.get("offered_rate_per_s") is not None:
         out.append(f"llm-loadgen: stage {k}: offered {_n(row['offered_rate_per_s'])} req/s, achieved "
                    f"{_n(row.get('achieved_rate_per_s'))} req/s; in flight mean {_n(row['concurrency_mean'])}"
@@ -181,9 +185,10 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str)
                    f"dropped_by_client {row['dropped_by_client']}")
     if "client_bound" in row["flags"]:
         client = row["client"]
-        out.append(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {client['cpu_percent']}%, loop lag p99 "
-                   f"{client['loop_lag_p99_s']} s): its TTFT/ITL include client delays; add workers "
-                   "(--processes N or more --worker processes)")
+        cpu, lag = client.get("cpu_percent"), client.get("loop_lag_p99_s")
+        out.append(f"llm-loadgen: stage {k} was CLIENT-BOUND (CPU {'-' if cpu is None else f'{cpu:.0f}'}%, "
+                   f"loop lag p99 {'-' if lag is None else f'{lag * 1000:.1f}'} ms): its TTFT/ITL include "
+                   "client delays; add workers (--processes N or more --worker processes)")
     return out
 
 
@@ -224,6 +229,7 @@ class RunFacts:
     stop_reason: str | None
     workers: int
     worker_losses: list
+    name: str | None = None  # the effective scenario (loadgen.report.runs.run_name)
 
 
 def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[float, bool]]:
@@ -270,6 +276,7 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
         "schema": SCHEMA,
         "tool": dict(TOOL),
         "run": {
+            "name": run.name,
             "started_at": iso(run.started_wall),
             "ended_at": iso(run.ended_wall),
             "host": run.host,

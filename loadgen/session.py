@@ -18,9 +18,11 @@ import time
 import gevent
 
 from loadgen import errors, results
+from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.failures import LocustFailure, locust_name
+from loadgen.flags import cut_flag
 from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
 from loadgen.mix import scenario_mix
@@ -28,6 +30,7 @@ from loadgen.phases import Phase
 from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee, find_rate_knee
+from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
@@ -35,6 +38,7 @@ from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
+WORKER_REPORT_WAIT_S = 3.5  # Locust workers report every 3 s
 
 
 def say(line: str) -> None:
@@ -63,6 +67,9 @@ class Session:
         self.finished_run = False
         self.started = False
         self.exporter = None
+        self.run_dir = None  # the run's own folder under results_dir, created when the run starts
+        self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
+        self.console = StageConsole(say)
         self._failures_said: set[tuple] = set()
         self.probe_stats = StageStats()  # the start check's probe requests (also in the run's totals)
         self.probe_outcomes: list[str] = []
@@ -78,6 +85,13 @@ class Session:
         self.started = True
         rt, sc = self.rt, self.rt.scenario
         host = rt.environment.host
+        self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
+        try:
+            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, run_name(sc))
+        except OSError as exc:
+            self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
+                       f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
+            return False
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
         except StartRefused as exc:
@@ -178,18 +192,21 @@ class Session:
         rt = self.rt
         match ev:
             case PhaseStarted(stage=k, phase=phase, concurrency=c, search=search):
+                pending = self._rows_pending()
                 if phase is Phase.RAMP and rt.scenario.open_loop:
                     parts = self.fleet.assign_parts()
                     rt.set_arrivals(c, None if self.fleet.master else 0, parts)
                     self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
-                    say(f"llm-loadgen: stage {k} rate={c:g}/s over {parts} process(es): ramp")
+                    self.console.notice(f"llm-loadgen: stage {k} rate={c:g}/s over {parts} process(es): ramp",
+                                        pending)
                 elif phase is Phase.RAMP:
                     self.stage_info[k] = StageInfo(k, c, search=search)
-                    say(f"llm-loadgen: stage {k} C={c}: ramp{' (SLO search)' if search else ''}")
+                    self.console.notice(f"llm-loadgen: stage {k} C={c}: ramp{' (SLO search)' if search else ''}", pending)
                 rt.set_phase(k, phase)
+                self.console.phase_started(now)
             case GuardDecided(decision=d):
                 if d.breach:
-                    say(f"llm-loadgen: guard: {d.message}")
+                    self.console.notice(f"llm-loadgen: guard: {d.message}", self._rows_pending())
                 self.guard.record(d)
             case WindowOpened(stage=k, t=t):
                 info = self.stage_info[k]
@@ -205,6 +222,7 @@ class Session:
                 if reason in ("guard_abort", "server_over_capacity"):
                     self.exit_code = errors.EXIT_GUARD_ABORT
                 self.finished_run = True
+                rt.set_phase(rt.stage, Phase.DONE)
         return None
 
     def _close_window(self, ev: WindowClosed) -> str | None:
@@ -243,6 +261,8 @@ class Session:
         stats = rt.collector.stages.get(k)
         cancelled = stats.cancelled_requests if stats is not None else 0  # merged from every process
         unfinished = self.fleet.inflight(k) + cancelled if forced else None
+        if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
+            unfinished = None
         row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag, sc.slo)
         self.rows.append(row)
         if len(self.rows) == 1:
@@ -252,7 +272,25 @@ class Session:
         expected = ("each request's expected",) * 2 if varied else (sc.input_tokens, sc.output_tokens)
         for line in stage_warnings(row, *expected):
             say(line)
+        if not self._rows_pending():
+            self.console.flush()
         self.write()
+
+    # -- console ------------------------------------------------------------------------------------
+    def _rows_pending(self) -> bool:
+        """A stage's window closed and its row is not printed yet (its last requests still run)."""
+        written = {r["index"] for r in self.rows}
+        return any(info.closed and k not in written for k, info in self.stage_info.items())
+
+    def progress(self, now: float) -> None:
+        """Headless: the progress line (``loadgen.console``); the web UI has its tabs."""
+        rt, opts = self.rt, self.rt.environment.parsed_options
+        if opts is None or not opts.headless:
+            return
+        info = self.stage_info.get(rt.stage) if rt.stage is not None else None
+        self.console.progress(now, rt.stage, rt.kind, info.concurrency if info else None,
+                              rt.collector.stages.get(rt.stage), info.open_t if info else None,
+                              self._rows_pending())
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:
@@ -293,6 +331,37 @@ class Session:
         self.write(final=True)
 
     def on_quitting(self) -> None:
+        if self.finished_wall is not None:  # a web UI run finished earlier; the process quits now
+            self.rt.environment.process_exit_code = self.exit_code
+            if self.exporter is not None:
+                self.exporter.stop()
+            return
+        self._conclude()
+        if self.exporter is not None:
+            self.exporter.stop()
+        self.write(final=False)
+        self._print_end()
+
+    def on_runner_stopped(self) -> None:
+        """Web UI: the runner stopped (the sweep ended, or the Stop button). The run is over while
+        the UI stays up: final results with plots, ``ended_at``, the exit code, the final table;
+        the LLM tabs say "finished". A master waits one worker-report interval first, so the
+        workers' last reports are in."""
+        if not self.started or self.finished_wall is not None:
+            return
+        if self.rt.is_master:
+            gevent.sleep(WORKER_REPORT_WAIT_S)
+        self._conclude()
+        self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
+        self.finished_wall = time.time()
+        self.rt.set_phase(self.rt.stage, Phase.DONE)
+        self.fleet.broadcast_phase()
+        self.write(final=True)
+        self._print_end()
+
+    def _conclude(self) -> None:
+        """The stop reason and exit code (Locust's rule when nothing else decided it), the server
+        watch stopped, and every stage whose window closed written (flagged when cut short)."""
         env = self.rt.environment
         self.say_new_failures()
         self.flush_locust_events()
@@ -308,20 +377,23 @@ class Session:
             self.exit_code = env.parsed_options.exit_code_on_error if failed else errors.EXIT_OK
         if self.watch:
             self.watch.stop()
-        if self.exporter is not None:
-            self.exporter.stop()
         # A stage whose window closed but whose last requests were still running when the run was
         # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
         written = {r["index"] for r in self.rows}
         for k, info in sorted(self.stage_info.items()):
             if info.closed and k not in written:
-                self._finalize(k, forced=True, flag=self.stop_reason)
-        self.write(final=False)
+                self._finalize(k, forced=True, flag=cut_flag(self.stop_reason))
+        self.console.flush()
+
+    def _print_end(self) -> None:
+        """The final table (with the legend of the flags it shows) and where the results are."""
         if self.rows:
             summary = self.summary(final=True)
             say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
                                    threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
-        say(f"llm-loadgen: {self.stop_reason}; results in {self.rt.scenario.results_dir}/")
+        if self.run_dir is not None:
+            code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
+            say(f"llm-loadgen: {self.stop_reason}; results in {self.run_dir}/{code}")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> float | None:
@@ -337,16 +409,20 @@ class Session:
     def summary(self, final: bool = False) -> dict:
         rt = self.rt
         exit_code = self.exit_code if self.exit_code is not None else (0 if final else None)
-        run = RunFacts(self.started_wall, time.time() if final else None, rt.environment.host, rt.model_name,
-                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses)
+        ended = (self.finished_wall or time.time()) if final else None
+        run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
+                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
+                       run_name(rt.scenario))
         return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
                              rt.collector.totals, self.server.compat if self.server else None,
                              (self.probe_outcomes, self.probe_stats))
 
     def write(self, final: bool = False) -> None:
+        if self.run_dir is None:  # the run never started (a web UI closed before its first run)
+            return
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
-            write_results(self.rt.scenario.results_dir, self.summary(final), plots=final)
+            write_results(self.run_dir, self.summary(final), plots=final)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)
 

@@ -81,7 +81,9 @@ def live_rows(session, now_s: float | None) -> list[dict]:
     for k, info in sorted(session.stage_info.items()):
         if k in done:
             continue
-        if info.closed:
+        if session.finished_wall is not None:  # the run ended before this stage's row was made
+            status, window_s = "stopped, not measured", info.window_s
+        elif info.closed:
             status, window_s = "finishing", info.window_s
         elif info.open_t is not None:
             status = "measuring"
@@ -98,7 +100,7 @@ def live_rows(session, now_s: float | None) -> list[dict]:
 
 def llm_view(session, now_s: float | None) -> dict:
     """Everything the tabs show, in summary.json form; ``now_s`` = seconds since the run started."""
-    rt, summary = session.rt, session.summary()
+    rt, summary = session.rt, session.summary(final=session.finished_wall is not None)
     stages = [dict(r, status="done") for r in summary["stages"]] + live_rows(session, now_s)
     totals = {"index": "all", "concurrency": None, "status": "run total",
               **rt.collector.totals.row(now_s), "window_s": now_s, "flags": []}
@@ -128,8 +130,14 @@ def run_items(view: dict) -> list[dict]:
     def text(v) -> str:
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else _text(v)
 
+    if run.get("ended_at"):  # the run is over; the process (and this UI) lives on
+        state = f"finished at {run['ended_at']} (exit code {run.get('exit_code')}; {run.get('stop_reason')})"
+    elif phase["stage"] is not None:
+        state = f"stage {phase['stage']}: {phase['kind']}"
+    else:
+        state = phase["kind"]
     items = [
-        ("Phase", f"stage {phase['stage']}: {phase['kind']}" if phase["stage"] is not None else phase["kind"]),
+        ("Phase", state),
         ("Users", view["users"]),
         ("Model", run.get("model")),
         ("Endpoint", run.get("endpoint")),

@@ -66,7 +66,7 @@ class SweepShape(LoadTestShape):
             if session.finished_run and not getattr(self, "_said_once", False):
                 self._said_once = True  # the web UI's "New" button on a process that already ran
                 log.warning("llm-loadgen: this process already ran its sweep (results in %s); start "
-                            "locust again for another run", rt.scenario.results_dir)
+                            "locust again for another run", session.run_dir)
             return None
         try:
             session.flush_locust_events()  # the start check's probes, once Locust has started
@@ -81,6 +81,7 @@ class SweepShape(LoadTestShape):
             if self.plan.kind is Phase.CLOSING:  # the window was read: go on (or stop) now, not a tick later
                 tick = self._step(rt, now)
             fleet.broadcast_phase()
+            session.progress(now)
         except Exception as exc:  # a bug of ours must not lose the stages already measured
             log.exception("sweep failed")
             session.fatal(EXIT_INTERNAL, f"internal error in the sweep: {exc!r}")

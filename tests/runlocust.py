@@ -9,7 +9,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.report.runs import resolve_run_dir
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_dir(results_dir: Path) -> Path:
+    """The newest run's folder under a ``--results-dir`` (each run writes into its own)."""
+    found = resolve_run_dir(results_dir)
+    assert (found / "summary.json").is_file(), f"no run folder with a summary.json under {results_dir}"
+    return found
 
 
 @dataclass
@@ -17,11 +26,15 @@ class LocustRun:
     code: int
     stdout: str
     stderr: str
-    results_dir: Path
+    results_dir: Path  # the --results-dir given; the run's files are in run_dir(results_dir)
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir(self.results_dir)
 
     @property
     def summary(self) -> dict:
-        return json.loads((self.results_dir / "summary.json").read_text())
+        return json.loads((self.run_dir / "summary.json").read_text())
 
 
 def locust_cmd(host: str, *args: str) -> list[str]:

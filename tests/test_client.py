@@ -9,6 +9,7 @@ import time
 import gevent
 import pytest
 
+from loadgen import client as client_module
 from loadgen import errors
 from loadgen.client import StreamClient
 from loadgen.records import RequestRecord
@@ -158,6 +159,41 @@ def test_keep_alive_connection_is_reused_across_requests():
             assert result.ok
         client.close()
     assert len(connections) == 1
+
+
+STATIC_404 = (b'<!DOCTYPE HTML>\n<html lang="en">\n<head><meta charset="utf-8"><title>Error response</title>'
+              b"<style>body{color:red}</style></head>\n<body>\n<h1>Error response</h1>\n<p>Error code: 404</p>\n"
+              b"<p>Message: File not found.</p></body></html>\n")
+UNTITLED = b"<html><body><style>p{color:red}</style><p>" + b"word " * 200 + b"</p></body></html>"
+
+
+@pytest.mark.parametrize("code", [404, 405, 501])
+@pytest.mark.parametrize("page,shown", [(STATIC_404, "Error response"), (UNTITLED, "word word")])
+def test_a_path_or_method_missing_without_json_is_not_openai_with_a_short_excerpt(code, page, shown):
+    with raw_server(_status(code, page)) as url:
+        result, _, _ = run_stream(url)
+    assert result.error_kind == errors.NOT_OPENAI
+    head, _, excerpt = result.error_message.partition(" (")
+    assert head == f"HTTP {code}, not JSON"  # the status is shown
+    # the page's title, else its visible text: one line, at most ~120 characters, no tags, no CSS
+    excerpt = excerpt.removesuffix(")")
+    assert excerpt.startswith(shown) and len(excerpt) <= client_module.BODY_EXCERPT_CHARS
+    assert "<" not in result.error_message and "color" not in result.error_message
+    assert page is STATIC_404 or excerpt.endswith("…")
+
+
+@pytest.mark.parametrize("code,body,kind,text", [
+    # an OpenAI server's own 404 (unknown model) is JSON: a refusal to fix, not a foreign server
+    (404, b'{"object": "error", "message": "The model `foo` does not exist.", "code": 404}',
+     errors.HTTP_4XX, "HTTP 404: The model `foo` does not exist."),
+    # a proxy's HTML 502 in front of a real server: a 5xx, its page reduced to its text
+    (502, b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>",
+     errors.HTTP_5XX, "HTTP 502: 502 Bad Gateway"),
+])
+def test_json_errors_and_other_statuses_keep_their_kind(code, body, kind, text):
+    with raw_server(_status(code, body)) as url:
+        result, _, _ = run_stream(url)
+    assert (result.error_kind, result.error_message) == (kind, text)
 
 
 def test_a_full_accept_backlog_is_connect_failed_not_read_timeout():

@@ -84,7 +84,7 @@ def test_load_none_reads_repo_default_and_falls_back_to_builtin(monkeypatch):
 def test_default_scenario_is_the_seeds_sweep():
     s = load_scenario(None)
     assert (s.name, s.endpoint, s.model, s.api_key_env) == (
-        "seeds-1000-1000",
+        "default",
         "completions",
         None,
         "OPENAI_API_KEY",
@@ -614,3 +614,10 @@ def test_bad_file_exits_2_with_one_stderr_line_and_no_traceback(tmp_path):
         "llm-loadgen: config error: stages.factor: must be > 1, got 0.5 (use 2 to double concurrency each stage)"
     ]
     assert "Traceback" not in out.stderr
+
+
+def test_a_missing_scenario_lists_every_bundled_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_scenario(tmp_path / "nosuch.yaml")
+    bundled = sorted(p.stem for p in CONFIG.glob("*.yaml"))
+    assert "demo" in bundled and f"({', '.join(bundled)})" in str(err.value)

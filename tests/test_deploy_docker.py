@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loadgen.report.runs import resolve_run_dir
 from loadgen.stats import StageStats
 from tests import dockerhost
 from tests.dockerhost import (
@@ -171,7 +172,7 @@ def killed_run(host, tmp_path_factory) -> Run:
 
 
 def summary(run: Run) -> dict:
-    path = run.results / "summary.json"
+    path = resolve_run_dir(run.results) / "summary.json"  # the run's own folder in the volume
     assert path.is_file(), f"no summary.json in the results volume {run.results}:\n{run.master_log[-3000:]}"
     return json.loads(path.read_text())
 
@@ -214,8 +215,10 @@ def test_sweep_completes_with_both_workers(whole_run):
 
 
 def test_results_land_in_the_results_volume_on_the_host(whole_run):
+    run_dir = resolve_run_dir(whole_run.results)
+    assert (whole_run.results / "latest").resolve() == run_dir.resolve()  # the link works on the host
     for name in ("summary.json", "stages.csv", "report.html"):
-        path = whole_run.results / name
+        path = run_dir / name
         assert path.is_file(), name
         assert path.stat().st_uid == LOADGEN_UID  # written by the master as LOADGEN_UID
 

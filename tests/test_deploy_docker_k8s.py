@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from loadgen.report.runs import resolve_run_dir
 from tests import dockerhost
 from tests.dockerhost import IMAGE, LABEL, LOADGEN_UID, ROOT, docker
 
@@ -108,7 +109,7 @@ def k8s_run(host, tmp_path_factory):
 
 
 def test_k8s_master_writes_its_run_under_its_pod_name(k8s_run):
-    path: Path = k8s_run["results"] / "summary.json"
+    path: Path = resolve_run_dir(k8s_run["results"]) / "summary.json"  # <pod name>/<run folder>/
     assert path.is_file(), k8s_run["master_log"][-3000:]
     assert path.stat().st_uid == LOADGEN_UID
     run = json.loads(path.read_text())["run"]

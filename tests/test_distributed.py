@@ -15,7 +15,7 @@ import pytest
 
 from loadgen.sim.launch import running_sim
 from loadgen.stats import HISTOGRAMS, StageStats
-from tests.runlocust import ROOT, locust_cmd, run_locust
+from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -80,7 +80,7 @@ def runs(tmp_path_factory):
         assert code == 0, err[-3000:]
         local = run_locust(sim.url, tmp / "local", *RUN)
         assert local.code == 0, local.stderr[-3000:]
-    dist = json.loads((tmp / "dist" / "summary.json").read_text())
+    dist = json.loads((run_dir(tmp / "dist") / "summary.json").read_text())
     return dist, local.summary, tmp / "dist"
 
 
@@ -156,7 +156,7 @@ def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(tmp_path):
         time.sleep(7)  # workers connect (~2 s), stage 0 ramps, warms up (1 s), is measured (12 s)
         os.kill(cluster.workers[0].pid, signal.SIGKILL)
         code, err = cluster.wait()
-    summary = json.loads((results / "summary.json").read_text())
+    summary = json.loads((run_dir(results) / "summary.json").read_text())
     assert summary["run"]["ended_at"] is not None
     (loss,) = summary["run"]["worker_losses"]
     assert loss["stage"] in (0, 1) and loss["concurrency"] in (4, 8)

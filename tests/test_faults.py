@@ -32,7 +32,7 @@ from loadgen.failures import locust_name
 from loadgen.sim.launch import SimProcess, running_sim
 from loadgen.sim.probe import request
 from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
-from tests.runlocust import ROOT, LocustRun, locust_cmd
+from tests.runlocust import ROOT, LocustRun, locust_cmd, run_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -381,7 +381,7 @@ def test_server_killed_mid_run_and_restarted_the_run_carries_on(tmp_path):
 
 
 def json_summary(results: Path) -> dict:
-    return orjson.loads((results / "summary.json").read_bytes())
+    return orjson.loads((run_dir(results) / "summary.json").read_bytes())
 
 
 # -- 4. not an OpenAI-compatible server ------------------------------------------------------------------

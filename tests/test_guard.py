@@ -283,6 +283,14 @@ def serve(routes: dict):
             self.end_headers()
             self.wfile.write(data)
 
+        def do_POST(self):
+            # JSON, like an API server without the route: an HTML 501 would be "not OpenAI"
+            data = b'{"error": {"message": "POST is not served here"}}'
+            self.send_response(501)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def log_message(self, *args):
             pass
 

@@ -25,7 +25,7 @@ from loadgen.prompts import ChatPrompts, TokenIdPrompts
 from loadgen.users import PATHS, request_body
 from tests.llamacpp import LlamaServer, http, require_llama_server
 from tests.make_gguf import write_tiny_llama
-from tests.runlocust import ROOT, locust_cmd, run_locust
+from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -230,7 +230,7 @@ def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
             proc.kill()
             proc.wait()
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
-    s = json.loads((results / "summary.json").read_text())
+    s = json.loads((run_dir(results) / "summary.json").read_text())
     assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED
     assert s["stages"][0]["concurrency"] == 1 and s["stages"][0]["requests"] > 0
     assert "Traceback" not in err

@@ -47,6 +47,10 @@ def test_text_table_values_and_ratios_to_first_run(two_runs):
     runs = load_runs(two_runs)
     text = format_compare_table(runs)
     lines = text.split("\n")
+    # the two fixture runs were made against different servers: said first, then the legend
+    assert lines[0] == ("warning: the runs differ in server: #1 http://10.0.0.12:30000 (sglang), "
+                        "#2 http://10.0.0.13:8000 (vllm)")
+    lines = lines[1:]
     assert lines[0] == "#1 = sglang-run" and lines[1] == "#2 = vllm-run"
     seeds = {s["concurrency"]: s for s in runs[0][1]["stages"]}
     vllm = {s["concurrency"]: s for s in runs[1][1]["stages"]}
@@ -107,7 +111,9 @@ def test_cli_compare_writes_text_plots_html(two_runs, tmp_path, capsys):
     ]
     html = (out_dir / "compare.html").read_text()
     assert html.count("data:image/png;base64,") == 2 and "vllm-sweep &lt;b&gt;" in html
-    assert (out_dir / "compare.txt").read_text().startswith("#1 = sglang-run")
+    text = (out_dir / "compare.txt").read_text()
+    assert text.startswith("warning: the runs differ in server:") and "\n#1 = sglang-run\n" in text
+    assert "warning: the runs differ in server" in html
 
 
 @pytest.mark.parametrize(

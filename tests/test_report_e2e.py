@@ -10,7 +10,7 @@ import pytest
 from loadgen.report.files import load_summary
 from loadgen.report.plots import build_run_figures
 from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, run_locust
+from tests.runlocust import ROOT, run_dir, run_locust
 from tests.test_report_chromium import CHROMIUM, render
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def two_runs(tmp_path_factory):
         with running_sim("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", itl) as sim:
             run = run_locust(sim.url, tmp / name, *RUN)
         assert run.code == 0, run.stderr[-2000:]
-        dirs.append(tmp / name)
+        dirs.append(tmp / name)  # the results directory: report and compare take it for its newest run
     return dirs
 
 
@@ -37,7 +37,7 @@ def line(ax, label):
 
 
 def test_run_writes_report_files_whose_plots_hold_the_stage_series(two_runs):
-    fast = two_runs[0]
+    fast = run_dir(two_runs[0])
     for name in ("summary.json", "stages.csv", "report.html", "throughput.png", "latency.png", "tradeoff.png"):
         assert (fast / name).stat().st_size > 0, name
     summary = load_summary(fast)
@@ -57,7 +57,7 @@ def test_run_writes_report_files_whose_plots_hold_the_stage_series(two_runs):
 def test_report_html_of_a_real_run_renders_in_chromium(two_runs, tmp_path):
     if CHROMIUM is None:
         pytest.skip("chromium not installed: run scripts/ensure-chromium.sh")
-    info, errors, png = render(two_runs[0] / "report.html", tmp_path / "profile")
+    info, errors, png = render(run_dir(two_runs[0]) / "report.html", tmp_path / "profile")
     (tmp_path / "real-run.png").write_bytes(png)
     assert errors == [] and info["resources"] == []
     assert info["stageRows"] == 1 + 3
@@ -74,5 +74,5 @@ def test_compare_two_real_runs(two_runs, tmp_path):
     assert "fast" in text and "slow" in text
     assert (out / "compare.html").stat().st_size > 0
     # the slow server's ITL is about twice the fast one's in both summaries
-    fast, slow = (load_summary(d)["stages"][0]["itl_p50_s"] for d in two_runs)
+    fast, slow = (load_summary(run_dir(d))["stages"][0]["itl_p50_s"] for d in two_runs)
     assert slow / fast == pytest.approx(2.0, rel=0.1)

@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 
 from loadgen.report.plots import (
+    LABEL_OFFSETS_PT,
     build_run_figures,
     figure_png,
+    label_offsets,
     latency_figure,
     save_figures,
     throughput_figure,
@@ -89,6 +91,27 @@ def test_tradeoff_points_are_labelled_by_concurrency(seeds):
     assert labels == [f"C={s['concurrency']}" for s in stages]
     bold = [t.get_text() for t in ax.texts if t.get_fontweight() == "bold"]
     assert bold == ["C=256"]
+
+
+def _overlaps(fig) -> list[tuple[str, str]]:
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in fig.axes[0].texts]
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+def test_tradeoff_labels_do_not_overlap_where_the_curve_bends(seeds):
+    # past the knee, throughput is flat while per-request speed falls: C=256 and C=512 sit close
+    assert _overlaps(tradeoff_figure(seeds["stages"], knee=256)) == []
+    crowded = [{"concurrency": c, "output_tokens_per_s": 3000.0 + c / 100, "decode_tps_p50": 30.0 - c / 100}
+               for c in (64, 128, 256, 512, 1024)]
+    assert _overlaps(tradeoff_figure(crowded)) == []
+
+
+def test_label_offsets_keep_far_points_at_the_default_place():
+    assert label_offsets([(0, 0), (500, 500)], ["C=1", "C=2"]) == [LABEL_OFFSETS_PT[0]] * 2
+    first, second = label_offsets([(100, 100), (101, 101)], ["C=256", "C=512"])
+    assert first == LABEL_OFFSETS_PT[0] and second != first
 
 
 def test_empty_run_still_draws(tmp_path):

@@ -73,6 +73,9 @@ def test_table_has_every_stage_knee_flags_and_guard_note(seeds):
     stages = seeds["stages"]
     text = format_stage_table(stages, knee=256, guard=seeds["guard"])
     lines = text.split("\n")
+    legend = [line for line in lines if line.startswith("flag ")]  # one per flag the table shows
+    assert [line.split(":")[0] for line in legend] == ["flag knee", "flag server_over_capacity"]
+    lines = lines[: len(lines) - len(legend)]
     assert len(lines) == 2 + len(stages) + 2
     rows = {int(line.split()[0]): line for line in lines[2 : 2 + len(stages)]}
     assert sorted(rows) == [s["concurrency"] for s in stages]
@@ -151,7 +154,7 @@ def test_slo_run_table_has_attainment_and_goodput_columns_and_the_three_answers_
     assert [r.split()[0] for r in rows] == ["8", "16", "32", "64", "48", "40", "36", "34"]
     assert all(r.rstrip().endswith("slo_search") or "slo_search," in r for r in rows[4:])
     assert "100" in rows[0].split() and "slo_fail" in rows[3]
-    notes = text.split("\n")[-3:]
+    notes = [ln for ln in text.split("\n") if not ln.startswith("flag ")][-3:]  # the legend follows
     assert notes[0].startswith("knee: none found")
     assert notes[1] == ("SLO: max concurrency C=34 (99% of requests met tpot_s <= 0.045; C=36 did not; "
                         "search stages C=48, 40, 36, 34)")

@@ -17,6 +17,7 @@ import pytest
 
 from loadgen import errors
 from tests.rawserver import SSE_HEADERS, chunk, event, raw_server
+from tests.runlocust import run_dir
 from tests.test_faults import (
     DONE,
     END,
@@ -118,4 +119,4 @@ def test_a_fatal_message_quoting_the_server_is_redacted(tmp_path):
     assert "HTTP 401" in line and "<API key>" in line and "check the API key in" in line
     assert SECRET not in run.stderr + run.stdout
     assert all(SECRET.encode() not in p.read_bytes() for p in _files(tmp_path / "res"))
-    assert orjson.loads((tmp_path / "res" / "summary.json").read_bytes())["run"]["stop_reason"] == "error"
+    assert orjson.loads((run_dir(tmp_path / "res") / "summary.json").read_bytes())["run"]["stop_reason"] == "error"

@@ -13,15 +13,18 @@ SIGTERM to the Ctrl-C path.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from loadgen import errors
 from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, locust_cmd, run_locust
+from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
 from tests.test_faults import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -37,7 +40,7 @@ def sim():
 
 
 def summary(results: Path) -> dict:
-    return json.loads((results / "summary.json").read_text())
+    return json.loads((run_dir(results) / "summary.json").read_text())
 
 
 def llm_lines(stderr: str) -> list[str]:
@@ -52,7 +55,7 @@ def test_normal_end_writes_every_stage_and_exit_0(sim, tmp_path):
     assert s["run"]["ended_at"] is not None
     assert [st["concurrency"] for st in s["stages"]] == [1, 2]
     assert all(st["requests"] > 0 and "drain_timeout" not in st["flags"] for st in s["stages"])
-    assert (tmp_path / "res" / "stages.csv").is_file()
+    assert (run.run_dir / "stages.csv").is_file()
 
 
 def test_guard_abort_writes_completed_stages_and_exit_3(sim, tmp_path):
@@ -88,12 +91,41 @@ def _interrupt(sim, results: Path, sig: int, after: str, *args: str) -> tuple[in
             proc.wait()
 
 
+def _interrupt_at_stage(sim, results: Path, sig: int, stage: int, *args: str) -> tuple[int, str]:
+    """Start a run with the exporter on; send ``sig`` as soon as its ``llm_loadgen_stage`` gauge
+    reads ``stage`` (the console says nothing then: the next stage's ramp line waits for the
+    earlier row). Returns (exit code, stderr)."""
+    port = free_port()
+    proc = subprocess.Popen(locust_cmd(sim.url, "--results-dir", str(results), "--exporter-port", str(port),
+                                       *args), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            if re.search(rf"^llm_loadgen_stage{{[^}}]*}} {stage}\.0$", text, flags=re.M):
+                proc.send_signal(sig)
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"never saw stage {stage}: {proc.stderr.read()[-3000:] if proc.poll() is not None else ''}")
+        return proc.wait(timeout=60), proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_ctrl_c_right_after_a_window_closed_keeps_that_stage(sim, tmp_path):
     """Stage 0's window has closed but its ~2 s request is still running: it is written anyway."""
     results = tmp_path / "res"
-    code, err = _interrupt(sim, results, signal.SIGINT, "stage 1 C=2: ramp",
-                           *RUN, "--stages", "1,2,4", "--output-tokens", "400",
-                           "--set", "stages.duration_s=0.5")
+    code, err = _interrupt_at_stage(sim, results, signal.SIGINT, 1,
+                                    *RUN, "--stages", "1,2,4", "--output-tokens", "400",
+                                    "--set", "stages.duration_s=0.5")
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
     s = summary(results)
     assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED

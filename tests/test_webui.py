@@ -38,6 +38,7 @@ from loadgen.server_probe import Capacity
 from loadgen.session import Session
 from loadgen.webui import CSV_ROUTE, RUN_TAB, STAGES_TAB, STATS_ROUTE, install_webui
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
+from tests.runlocust import run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, TTFT_0, TTFT_1, GAP = 64, 0.25, 0.5, 0.02
@@ -340,7 +341,7 @@ def test_web_ui_of_a_real_run_shows_what_summary_json_reports(tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     assert code == 0, err[-3000:]
-    summary = json.loads((results / "summary.json").read_text())
+    summary = json.loads((run_dir(results) / "summary.json").read_text())
     assert seen_live, "no poll saw a stage being measured"
     assert len(summary["stages"]) == 2 and last is not None
     assert [{k: v for k, v in s.items() if k != "status"} for s in last["stages"]] == summary["stages"]

@@ -47,7 +47,7 @@ MAX_SWEEP_STAGES = 200
 
 # Every leaf of the scenario, by dotted key, with its checker. Its keys equal DEFAULTS' leaves.
 SPEC: dict[str, Check] = {
-    "name": text("a short label for the run, e.g. seeds-1000-1000", forbid="/\\"),
+    "name": text("a short label for the scenario, e.g. fp8-kv (the run name adds endpoint, tokens, stages)", forbid="/\\"),
     "endpoint": choice(ENDPOINTS, "completions for /v1/completions, chat for /v1/chat/completions"),
     "model": text("a model id from GET /v1/models, or null to use the first one", nullable=True),
     "api_key_env": env_var_name,

@@ -73,9 +73,9 @@ def _bundled_hint(path: Path) -> str:
     for c in candidates:
         if c.is_file():
             return f"did you mean {c}?"
-    return (
-        "pass an existing YAML file to --scenario; bundled ones are in config/ (default, chat, smoke, soak)"
-    )
+    bundled = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.is_dir() else []
+    listed = f" ({', '.join(bundled)})" if bundled else ""
+    return f"pass an existing YAML file to --scenario; bundled ones are in config/{listed}"
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> Any:

@@ -23,7 +23,7 @@ COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-stric
 # The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
 # so an installed package works without the repository checkout.
 DEFAULTS: dict[str, Any] = {
-    "name": "seeds-1000-1000",
+    "name": "default",
     "endpoint": "completions",
     "model": None,
     "api_key_env": "OPENAI_API_KEY",

@@ -1,7 +1,9 @@
 """Command line: rebuild a run's report, or compare runs.
 
-    python -m loadgen.report build RESULTS_DIR
-    python -m loadgen.report compare DIR1 DIR2 [...] [--out DIR]
+    python -m loadgen.report build RUN_DIR
+    python -m loadgen.report compare RUN_DIR1 RUN_DIR2 [...] [--out DIR]
+
+A RUN_DIR is a run's folder or a results directory (then its newest run, loadgen.report.runs).
 
 Exit codes: 0 done; 1 plots or HTML could not be written (see the log); 2 bad input (a missing
 directory or an invalid summary.json), with one line naming the path and the fix.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -18,15 +21,26 @@ from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
 from loadgen.report.compare import format_compare_table, load_runs, write_compare
 from loadgen.report.files import load_summary, write_derived
 from loadgen.report.knee import knee_of
+from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
+
+
+def emit(text: str) -> None:
+    """Print to stdout; a reader that has gone (`compare A B | head -3`) is not an error: the rest
+    is dropped (stdout then points at /dev/null, so the final flush does not raise either) and
+    the files are still written."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m loadgen.report", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="rebuild stages.csv, the plots and report.html from summary.json")
-    build.add_argument("results_dir", type=Path)
-    compare = sub.add_parser("compare", help="compare two or more results directories")
+    build.add_argument("results_dir", type=Path, metavar="RUN_DIR", help="a run folder, or a results directory (its newest run)")
+    compare = sub.add_parser("compare", help="compare two or more runs (run folders or results directories)")
     compare.add_argument("dirs", nargs="+", type=Path, metavar="DIR")
     compare.add_argument(
         "--out",
@@ -38,14 +52,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def build(results_dir: Path) -> int:
+    results_dir = resolve_run_dir(results_dir)
     summary = load_summary(results_dir)
     threshold = (summary.get("knee") or {}).get("threshold", 0.1)
-    print(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold,
-                             slo=summary.get("slo")))
+    emit(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold,
+                            slo=summary.get("slo")))
     written = write_derived(results_dir, summary)
     missing = [name for name in ("throughput", "latency", "tradeoff", "html") if name not in written]
     for path in written.values():
-        print(f"wrote {path}")
+        emit(f"wrote {path}")
     if missing:
         print(
             f"report: could not write {', '.join(missing)} in {results_dir} (see the error above)",
@@ -64,9 +79,9 @@ def compare(dirs: list[Path], out: Path) -> int:
             "pass DIR1 DIR2 [...]",
         )
     runs = load_runs(dirs)
-    print(format_compare_table(runs))
+    emit(format_compare_table(runs))
     for path in write_compare(out, runs).values():
-        print(f"wrote {path}")
+        emit(f"wrote {path}")
     return EXIT_OK
 
 

@@ -1,6 +1,7 @@
 """Atomic file writes: a temp file in the same directory, then ``os.replace``.
 
-A crash or Ctrl-C mid-write leaves the previous complete file, never half of one.
+A crash or Ctrl-C mid-write leaves the previous complete file, never half of one. The file gets
+the mode an ordinary ``open()`` would give it (0666 less the umask), not the temp file's 0600.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it: set and restore
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` via a temp file in the same directory and an atomic rename."""
     path = Path(path)
@@ -17,6 +24,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,6 +1,8 @@
-"""Compare two or more results directories: a side-by-side table, overlaid plots, an HTML page.
+"""Compare two or more runs: a side-by-side table, overlaid plots, an HTML page.
 
-Runs are matched by concurrency. ``compare_rows`` and compare.html carry every stage metric of
+Each argument is a run folder or a results directory (its newest run, ``loadgen.report.runs``).
+Runs are matched by concurrency; runs that differ in workload, server or model are compared all
+the same, under a warning line that names the difference (``differences``). ``compare_rows`` and compare.html carry every stage metric of
 loadgen.metrics; the text table (compare.txt, printed) the ones marked ``compare=True``, so it
 fits a terminal. Ratios are ``run / first run``: for tok/s above 1.00x is better, for TTFT and ITL
 below 1.00x is better.
@@ -18,12 +20,19 @@ from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, save_figures, series
+from loadgen.report.runs import LATEST, resolve_run_dir
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
 
 
-def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
-    """Directory names; if two collide, scenario names; if those collide too, parent/name."""
+def run_labels(dirs: list[Path], summaries: list[dict], given: list[Path] | None = None) -> list[str]:
+    """The names the runs were given by (``given``: a results directory names its newest run by
+    its own name; ``latest`` by the folder it points at), else the run folders' names; if two
+    collide, scenario names; if those collide too, parent/name."""
+    names = [g.name if g.name not in ("", ".", "..", LATEST) else d.resolve().name
+             for g, d in zip(given or dirs, dirs, strict=True)]
+    if len(set(names)) == len(names):
+        return names
     names = [d.resolve().name for d in dirs]
     if len(set(names)) == len(names):
         return names
@@ -34,10 +43,45 @@ def run_labels(dirs: list[Path], summaries: list[dict]) -> list[str]:
 
 
 def load_runs(dirs: list[str | os.PathLike]) -> list[tuple[str, dict]]:
-    """[(label, summary)] for each directory; raises ConfigError on a bad directory."""
-    paths = [Path(d) for d in dirs]
+    """[(label, summary)] for each run folder (or results directory: its newest run); raises
+    ConfigError on a bad directory."""
+    given = [Path(d) for d in dirs]
+    paths = [resolve_run_dir(d) for d in given]
     summaries = [load_summary(p) for p in paths]
-    return list(zip(run_labels(paths, summaries), summaries, strict=True))
+    return list(zip(run_labels(paths, summaries, given), summaries, strict=True))
+
+
+# What makes two runs comparable: (what, how to read it from a summary). Stage lists may differ
+# (rows are matched by concurrency); these may not without a word.
+def _workload(s: dict) -> str:
+    sc = s.get("scenario") or {}
+    prompt, request = sc.get("prompt") or {}, sc.get("request") or {}
+    text = f"{sc.get('endpoint')} {sc.get('input_tokens')}/{sc.get('output_tokens')} tokens"
+    if prompt.get("shared_prefix_tokens"):
+        text += f", shared prefix {prompt['shared_prefix_tokens']}"
+    if request.get("extra_body"):
+        text += f", extra_body {request['extra_body']}"
+    return text
+
+
+COMPARABLE = (
+    ("scenario", _workload),
+    ("server", lambda s: f"{(s.get('run') or {}).get('host')} ({(s.get('server') or {}).get('flavor') or 'flavor unknown'})"),
+    ("model", lambda s: str((s.get("run") or {}).get("model"))),
+)
+
+
+def differences(runs: list[tuple[str, dict]]) -> list[str]:
+    """One warning line per aspect (workload, server, model) in which the runs differ, naming
+    each run's value: ``warning: the runs differ in scenario: #1 completions 1000/1000 tokens,
+    #2 completions 200/200 tokens``."""
+    out = []
+    for what, read in COMPARABLE:
+        values = [read(s) for _, s in runs]
+        if len(set(values)) > 1:
+            each = ", ".join(f"#{i + 1} {v}" for i, v in enumerate(values))
+            out.append(f"warning: the runs differ in {what}: {each}")
+    return out
 
 
 def _by_concurrency(summary: dict) -> dict[int, dict]:
@@ -63,14 +107,15 @@ def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
 
 
 def format_compare_table(runs: list[tuple[str, dict]]) -> str:
-    """Text table: for each metric, each run's value and ``#k/#1`` ratios, one row per concurrency."""
+    """Text table: warnings on what differs between the runs, then for each metric each run's
+    value and ``#k/#1`` ratios, one row per concurrency."""
     n = len(runs)
     legend = [f"#{i + 1} = {label}" for i, (label, _) in enumerate(runs)]
     value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
     group_w = 9 * len(value_heads)
     line1 = f"{'':>6}" + "".join(f" | {m.title:^{group_w}}" for m in TEXT_METRICS)
     line2 = f"{'C':>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in TEXT_METRICS)
-    lines = legend + [line1, line2]
+    lines = differences(runs) + legend + [line1, line2]
     for row in compare_rows(runs):
         text = f"{row['concurrency']:>6}"
         for m in TEXT_METRICS:
@@ -141,7 +186,7 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
             label,
             run.get("model"),
             run.get("host"),
-            (s.get("scenario") or {}).get("name"),
+            run.get("name") or (s.get("scenario") or {}).get("name"),
             _c(knee_of(s)),
             _c((s.get("guard") or {}).get("stopped_before")),
         ]
@@ -154,9 +199,10 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>llm-loadgen comparison</title>'
         "<style>body{font-family:system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"
         "td,th{border:1px solid #ddd;padding:3px 7px}td.n{text-align:right}.wide{overflow-x:auto;margin:12px 0}"
-        "img{max-width:100%}pre{background:#f6f6f6;padding:10px}"
+        "img{max-width:100%}pre{background:#f6f6f6;padding:10px}.warn{color:#b42318}"
         "</style></head><body><h1>llm-loadgen comparison</h1>"
-        f'<table id="runs"><tr>{heads}</tr>{"".join(rows)}</table>{metrics_table_html(runs)}{imgs}'
+        + "".join(f'<p class="warn">{escape(line)}</p>' for line in differences(runs))
+        + f'<table id="runs"><tr>{heads}</tr>{"".join(rows)}</table>{metrics_table_html(runs)}{imgs}'
         f"<pre>{escape(table)}</pre></body></html>\n"
     )
 

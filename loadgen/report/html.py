@@ -9,6 +9,7 @@ import base64
 import json
 from html import escape
 
+from loadgen.flags import FLAGS
 from loadgen.report.knee import knee_of
 from loadgen.report.table import columns, errors_compact, mismatch_compact, num, stage_flags
 from loadgen.slo import answer_line
@@ -18,14 +19,14 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
 h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.15em;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px}
 th{background:#f3f4f6;text-align:center}td.n{text-align:right;font-variant-numeric:tabular-nums}
-table.kv th{text-align:left;font-weight:600}tr.knee td{background:#fff7e0}
+table.kv th{text-align:left;font-weight:600}tr.seen{background:#fff7e0}tr.knee td{background:#fff7e0}
 .key{background:#f5f8ff;border:1px solid #cdd9f5;padding:10px 14px;margin:12px 0}
 .key div{margin:3px 0}.warn{color:#b42318}.muted{color:#777}
 img{max-width:100%;border:1px solid #eee;margin:6px 0}
 pre{background:#f6f6f6;padding:10px;font-size:12px;overflow-x:auto}
 """
 
-SECTIONS_META = ("host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
+SECTIONS_META = ("name", "host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
 
 
 def _e(value) -> str:
@@ -88,6 +89,7 @@ def key_findings(summary: dict, knee: int | None) -> str:
     else:
         lines.append("Errors: none")
     lines += [_e(f"Guard: {line}") for line in guard_lines(summary.get("guard") or {})]
+    lines += [f'<span class="warn">{_e(f"Note: {note}")}</span>' for note in summary.get("notes") or []]
     return '<div class="key">' + "".join(f"<div>{line}</div>" for line in lines) + "</div>"
 
 
@@ -106,6 +108,18 @@ def stage_table_html(stages: list[dict], knee: int | None) -> str:
         cls = ' class="knee"' if knee is not None and s.get("concurrency") == knee else ""
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f'<table id="stages"><tr>{head}</tr>{"".join(rows)}</table>'
+
+
+def flags_legend_html(seen: set[str]) -> str:
+    """Every flag with its one-line meaning (``loadgen.flags``); the ones this run shows first,
+    marked."""
+    rows = sorted(FLAGS, key=lambda f: f.key not in seen)
+    body = "".join(
+        f'<tr{" class=seen" if f.key in seen else ""}><th>{_e(f.key)}</th>'
+        f"<td>{'this run' if f.key in seen else ''}</td><td>{_e(f.meaning)}</td></tr>"
+        for f in rows
+    )
+    return f'<table id="flags" class="kv">{body}</table>'
 
 
 def errors_table_html(stages: list[dict]) -> str:
@@ -159,6 +173,8 @@ def render_report_html(
     stages = summary.get("stages") or []
     knee = knee_of(summary)
     title = f"llm-loadgen: {run.get('model') or 'unknown model'} @ {run.get('host') or '?'}"
+    if run.get("name"):
+        title += f" ({run['name']})"
     meta = {k: run.get(k) for k in SECTIONS_META}
     if run.get("worker_losses"):
         meta["worker_losses"] = run["worker_losses"]
@@ -171,6 +187,8 @@ def render_report_html(
         "<h2>Stages</h2>",
         stage_table_html(stages, knee),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
+        "<h2>Flags</h2>",
+        flags_legend_html(set(all_flags)),
         "<h2>Errors by kind</h2>",
         errors_table_html(stages),
         failures_html(summary.get("totals") or {}),

@@ -203,6 +203,37 @@ def latency_figure(stages: list[dict], title: str = "") -> Figure:
     return fig
 
 
+LABEL_PT = 8  # font size of the C=... labels
+# Where a label may go, relative to its point (points): right-above first, then around it.
+LABEL_OFFSETS_PT = ((4, 4), (4, -12), (-4, 4), (-4, -12), (4, 14), (-4, 14), (4, -22), (-4, -22))
+
+
+def label_offsets(points_pt: list[tuple[float, float]], texts: list[str]) -> list[tuple[float, float]]:
+    """An offset (points) for each label so that no two label boxes overlap where avoidable.
+
+    ``points_pt``: the points in display points. A label box is ~0.6 x LABEL_PT wide per character
+    and LABEL_PT high; a negative x offset puts the box's right edge there (the annotation is then
+    right-aligned). The first candidate in LABEL_OFFSETS_PT that meets no box already placed wins;
+    if every candidate collides, the first is used.
+    """
+    placed: list[tuple[float, float, float, float]] = []
+    out = []
+    for (x, y), text in zip(points_pt, texts, strict=True):
+        w, h = 0.6 * LABEL_PT * len(text), float(LABEL_PT)
+        choice = LABEL_OFFSETS_PT[0]
+        for dx, dy in LABEL_OFFSETS_PT:
+            x0 = x + dx if dx >= 0 else x + dx - w
+            box = (x0, y + dy, x0 + w, y + dy + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                choice = (dx, dy)
+                break
+        dx, dy = choice
+        x0 = x + dx if dx >= 0 else x + dx - w
+        placed.append((x0, y + dy, x0 + w, y + dy + h))
+        out.append(choice)
+    return out
+
+
 def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = "") -> Figure:
     """Per-request decode tok/s (p50) vs aggregate output tok/s: the serving trade-off curve.
     One line ``stages``; each point annotated ``C=<concurrency>`` (``ax.texts``)."""
@@ -217,14 +248,15 @@ def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = ""
     )
     if points:
         ax.plot([p[1] for p in points], [p[2] for p in points], marker="o", color="tab:green", label="stages")
-        for c, x, y in points:
-            weight = "bold" if c == knee else "normal"
-            ax.annotate(
-                f"C={c}", (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8, fontweight=weight
-            )
         # headroom so points and their labels never sit on the frame (flat curves included)
         ax.set_xlim(0, max(p[1] for p in points) * 1.15 or 1.0)
         ax.set_ylim(0, max(p[2] for p in points) * 1.15 or 1.0)
+        to_pt = 72.0 / DPI  # display pixels -> points
+        where = [tuple(v * to_pt for v in ax.transData.transform((x, y))) for _, x, y in points]
+        texts = [f"C={c}" for c, _, _ in points]
+        for (c, x, y), text, (dx, dy) in zip(points, texts, label_offsets(where, texts), strict=True):
+            ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
+                        fontweight="bold" if c == knee else "normal", ha="left" if dx >= 0 else "right")
     else:
         _no_data(ax)
     ax.set_xlabel("aggregate output tokens/s (all requests)")

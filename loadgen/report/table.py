@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadgen.errors import FAILURE_KINDS, short_kind
+from loadgen.flags import flags_in, legend_lines
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.atomic import atomic_write_text
 from loadgen.slo import answer_line
@@ -152,11 +153,13 @@ def format_stage_table(
     slo: dict | None = None,
 ) -> str:
     """The whole table: header, one row per stage, then notes on the knee, the SLO maximum, the KV
-    ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's)."""
+    ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's),
+    then one legend line for each flag the table shows (``loadgen.flags``)."""
     lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages),
                                  slo=any("slo" in s for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]
     lines += format_notes(stages, knee, guard, threshold, slo)
+    lines += legend_lines(flags_in({"flags": stage_flags(s, knee)} for s in stages))
     return "\n".join(lines)
 
 

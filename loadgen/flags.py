@@ -1,0 +1,69 @@
+"""Stage flags: the one declaration of every flag a stage row can carry, and its legend.
+
+Pure. ``FLAGS`` is the table; the console legend (printed after the final table), report.html's
+legend and the README's table derive from it (a test keeps the README equal to it), and
+``results.stage_row`` sets only keys declared here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Flag:
+    key: str  # as in summary.json stages[].flags, stages.csv, the console and the web UI
+    meaning: str  # one line: what happened, and what it means for the stage's figures
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("knee", "the saturation knee: beyond this stage, doubling concurrency adds less than "
+         "knee.threshold output tok/s"),
+    Flag("guard_clamped", "the KV guard lowered this last stage's concurrency to the most that fits "
+         "(guard.action clamp)"),
+    Flag("guard_warn", "run although its projected KV use exceeds the capacity (guard.action warn): "
+         "expect queueing or preemption"),
+    Flag("server_over_capacity", "the server's /metrics showed preemptions/retractions, a sustained "
+         "queue or a full KV cache; evidence in the stage's server.over_capacity_evidence"),
+    Flag("client_bound", "the load generator's CPU or event-loop lag passed client_check: TTFT/ITL "
+         "include client delays; add workers"),
+    Flag("worker_lost", "a worker stopped reporting during the stage; its running requests are "
+         "missing (lost_requests)"),
+    Flag("drain_timeout", "requests still ran when stages.drain_s ended; they are not counted "
+         "(unfinished_requests)"),
+    Flag("users_short", "fewer users ran than the stage's concurrency when its window closed"),
+    Flag("slo_fail", "fewer of the stage's requests than slo.attainment met every objective "
+         "(failed requests count against it)"),
+    Flag("slo_search", "a stage the SLO search added to refine the bracket (not part of the knee)"),
+    Flag("interrupted", "Ctrl-C or SIGTERM stopped the run before the stage's last requests "
+         "finished (unfinished_requests)"),
+    Flag("error", "a fatal error stopped the run before the stage's last requests finished "
+         "(unfinished_requests)"),
+)
+
+FLAG_KEYS = frozenset(f.key for f in FLAGS)
+_MEANING = {f.key: f.meaning for f in FLAGS}
+
+
+def meaning(key: str) -> str:
+    """The one-line meaning of a declared flag; KeyError for an undeclared one."""
+    return _MEANING[key]
+
+
+def cut_flag(stop_reason: str | None) -> str:
+    """The flag of a stage cut short by the run's stop: ``interrupted`` for Ctrl-C/SIGTERM, else
+    ``error``."""
+    return "interrupted" if stop_reason == "interrupted" else "error"
+
+
+def flags_in(stages: Iterable[dict]) -> list[str]:
+    """The declared flags present in ``stages`` (summary.json form), in the table's order."""
+    seen = {f for s in stages for f in (s.get("flags") or [])}
+    return [f.key for f in FLAGS if f.key in seen]
+
+
+def legend_lines(keys: Iterable[str]) -> list[str]:
+    """One line per flag: ``"flag <key>: <meaning>"``, in the table's order."""
+    wanted = set(keys)
+    return [f"flag {f.key}: {f.meaning}" for f in FLAGS if f.key in wanted]

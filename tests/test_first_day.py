@@ -1,0 +1,263 @@
+"""A new user's first day (issue 14), end to end through real locust processes.
+
+Never lose a run (one folder per run), flags that fire only on evidence, a web-UI run that
+finishes, a not-OpenAI server stopped in one line, a quiet console, names that say what ran, and
+listeners on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from loadgen import errors
+from loadgen.flags import meaning
+from loadgen.report.runs import LATEST, run_folders
+from loadgen.sim.launch import running_sim
+from tests.runlocust import ROOT, run_locust
+from tests.test_faults import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+SMOKE = ("--scenario", "config/smoke.yaml", "--output-tokens", "20", "--warmup", "1", "--stage-duration", "2")
+
+
+@pytest.fixture(scope="module")
+def fixed():
+    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as s:
+        yield s
+
+
+def llm_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("llm-loadgen:")]
+
+
+# -- never lose a run ------------------------------------------------------------------------------
+
+def test_a_failed_run_after_a_good_one_keeps_both(fixed, tmp_path):
+    results = tmp_path / "results"
+    good = run_locust(fixed.url, results, *SMOKE, "--stages", "1,2")
+    assert good.code == errors.EXIT_OK, good.stderr[-3000:]
+    good_dir = good.run_dir
+    before = {p.name: p.read_bytes() for p in good_dir.iterdir()}
+    assert {"summary.json", "stages.csv", "report.html", "throughput.png"} <= set(before)
+
+    refused = run_locust(f"http://127.0.0.1:{free_port()}", results, *SMOKE, "--stages", "1,2")
+    assert refused.code == errors.EXIT_SERVER_UNUSABLE, refused.stderr[-3000:]
+    bad_dir = refused.run_dir
+    assert bad_dir != good_dir and [p.name for p in run_folders(results)] == [good_dir.name, bad_dir.name]
+    assert {p.name: p.read_bytes() for p in good_dir.iterdir()} == before  # not one byte replaced
+    assert (results / LATEST).resolve() == bad_dir.resolve()
+    assert refused.summary["run"]["stop_reason"] == "error" and refused.summary["stages"] == []
+    assert f"results in {bad_dir}/" in refused.stderr
+
+    # report build on the results directory rebuilds its newest run; a run folder can be named too
+    build = subprocess.run([sys.executable, "-m", "loadgen.report", "build", str(good_dir)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0 and f"wrote {good_dir}/report.html" in build.stdout, build.stderr
+
+
+def test_the_run_name_is_the_effective_scenario_and_compare_warns_when_runs_differ(fixed, tmp_path):
+    a = run_locust(fixed.url, tmp_path / "a", *SMOKE, "--stages", "1")
+    b = run_locust(fixed.url, tmp_path / "b", *SMOKE, "--stages", "1,2", "--input-tokens", "32",
+                   "--output-tokens", "10")
+    assert a.code == b.code == errors.EXIT_OK, (a.stderr + b.stderr)[-3000:]
+    assert a.summary["run"]["name"] == "smoke_completions-64-20_c1-1"
+    assert b.summary["run"]["name"] == "smoke_completions-32-10_c1-2"
+    assert b.run_dir.name.endswith("_smoke_completions-32-10_c1-2")
+    html = (b.run_dir / "report.html").read_text()
+    assert "smoke_completions-32-10_c1-2" in html
+    cmp = subprocess.run([sys.executable, "-m", "loadgen.report", "compare", str(tmp_path / "a"),
+                          str(tmp_path / "b"), "--out", str(tmp_path / "cmp")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert cmp.returncode == 0, cmp.stderr
+    assert cmp.stdout.splitlines()[0] == ("warning: the runs differ in scenario: #1 completions 64/20 tokens, "
+                                          "#2 completions 32/10 tokens")
+
+
+# -- a quiet console -------------------------------------------------------------------------------
+
+def test_headless_console_is_stage_rows_in_order_without_locusts_periodic_table(fixed, tmp_path):
+    # C=150 in a 1 s ramp: a spawn rate of 150/s, chosen by the tool, not by the user
+    run = run_locust(fixed.url, tmp_path / "res", *SMOKE, "--stages", "2,150", "--ramp", "1",
+                     "--stage-duration", "4", "--loglevel", "INFO")
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    out = run.stdout + run.stderr
+    assert "spawn rate is very high" not in out and "Ramping to" not in out
+    # Locust's stats table: only its one summary at the end (stats and percentiles), not every 2 s
+    assert out.count("Aggregated") == 2, out[-3000:]
+    lines = llm_lines(run.stderr) + [ln for ln in run.stderr.splitlines() if re.match(r"\s+\d+\s+\d+\s", ln)]
+    order = [ln for ln in run.stderr.splitlines() if ln in lines]
+    ramp1 = next(i for i, ln in enumerate(order) if "stage 1 C=150: ramp" in ln)
+    row0 = next(i for i, ln in enumerate(order) if re.match(r"\s+2\s+\d+\s", ln))
+    assert row0 < ramp1  # stage 0's row first, then the next stage's ramp line
+    assert not re.search(r"\d\.\d{5,}", run.stderr)  # every figure rounded
+
+
+# -- server_over_capacity on evidence --------------------------------------------------------------
+
+def _over(summary: dict) -> dict[int, bool]:
+    return {s["concurrency"]: "server_over_capacity" in s["flags"] for s in summary["stages"]}
+
+
+def test_no_over_capacity_flag_on_healthy_sweeps(tmp_path):
+    """The issue's 200/200 sweep (it flagged C=16 at 0.3% KV) and the demo's 1000/1000 at C=256
+    (flagged at 26% KV): the simulated Qwen3.5-397B server has room for both."""
+    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "10") as sim:
+        short = run_locust(sim.url, tmp_path / "short", "--input-tokens", "200", "--output-tokens", "200",
+                           "--stages", "4,16,64", "--stage-duration", "3", "--warmup", "2", "--ramp", "1")
+        demo = run_locust(sim.url, tmp_path / "demo", "--scenario", "config/demo.yaml", "--stages", "256")
+    for run in (short, demo):
+        assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+        for s in run.summary["stages"]:
+            assert s["server"]["polls"] >= 1 and s["server"]["over_capacity"] is False, s["server"]
+            assert s["server"]["over_capacity_evidence"] == []
+    assert _over(short.summary) == {4: False, 16: False, 64: False}
+    assert _over(demo.summary) == {256: False}
+    assert meaning("server_over_capacity") not in short.stderr + demo.stderr
+
+
+def test_a_server_that_preempts_is_flagged_with_its_evidence_and_the_legend(tmp_path):
+    # 8,192 KV tokens: 64 streams of 200 + 200 need 25,600; vLLM-style, it queues and preempts
+    with running_sim("--preset", "llama8b-1gpu-vllm", "--time-scale", "10", "--kv-tokens", "8192",
+                     "--max-model-len", "4096") as sim:
+        run = run_locust(sim.url, tmp_path / "res", "--input-tokens", "200", "--output-tokens", "200",
+                         "--stages", "4,64", "--stage-duration", "4", "--warmup", "2", "--ramp", "1",
+                         "--guard-action", "warn")
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    assert _over(run.summary) == {4: False, 64: True}
+    big = run.summary["stages"][1]
+    assert big["server"]["preemptions"] > 0
+    assert any(e.startswith("preemptions +") for e in big["server"]["over_capacity_evidence"])
+    # the console explains the stage and, after the final table, every flag it shows
+    assert "stage 1 C=64: the server was over capacity (preemptions +" in run.stderr
+    tail = run.stderr[run.stderr.rindex("knee"):]
+    assert f"flag server_over_capacity: {meaning('server_over_capacity')}" in tail
+    assert f"flag guard_warn: {meaning('guard_warn')}" in tail
+    assert '<table id="flags"' in (run.run_dir / "report.html").read_text()
+
+
+# -- a server that is not OpenAI-compatible ---------------------------------------------------------
+
+@pytest.fixture
+def static_server(tmp_path):
+    """`python -m http.server` on 127.0.0.1: GET of a missing path is an HTML 404, POST an HTML 501."""
+    (tmp_path / "www").mkdir()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                            cwd=tmp_path / "www", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                urllib.request.urlopen(url + "/", timeout=1).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "http.server did not start"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("model", [None, "foo"])
+def test_a_static_file_server_stops_the_run_with_exit_4_in_one_line(static_server, tmp_path, model):
+    extra = ("--model", model) if model else ()
+    run = run_locust(static_server, tmp_path / "res", *SMOKE, "--stages", "1,4", *extra, timeout_s=90)
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
+    (line,) = [ln for ln in run.stderr.splitlines() if "is not an OpenAI-compatible server" in ln]
+    # the real fix (the base URL), the status, a short excerpt of the page, never the page itself
+    assert "check --host" in line and "--model" not in line
+    assert ("GET /v1/models: HTTP 404, not JSON" if model is None else "POST /v1/completions: HTTP 501, not JSON") in line
+    excerpt = line[line.index("not JSON (") + len("not JSON ("):line.index("); check --host")]
+    assert len(excerpt) <= 120 and "<" not in excerpt
+    assert "<html" not in run.stderr.lower() and "DOCTYPE" not in run.stderr
+    summary = run.summary
+    assert summary["run"]["exit_code"] == errors.EXIT_SERVER_UNUSABLE
+    failed = sum((summary["totals"]["errors"] or {}).values())
+    assert failed <= 8, summary["totals"]  # a handful of requests, not hundreds a second
+
+
+# -- the web UI: a run that finishes, on 127.0.0.1 only ----------------------------------------------
+
+def listening_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp* has them) of the sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for row in Path(table).read_text().splitlines()[1:]:
+            cols = row.split()
+            addr, hexport = cols[1].split(":")
+            if cols[3] == "0A" and int(hexport, 16) == port:  # 0A: LISTEN
+                found.add(addr)
+    return found
+
+
+LOOPBACK_V4 = "0100007F"  # 127.0.0.1, little-endian hex
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_a_web_ui_run_with_autostart_finishes_and_the_ui_stays_up_on_loopback(fixed, tmp_path):
+    web, master = free_port(), free_port()
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfile.py"), "--host", fixed.url,
+           "--web-port", str(web), "--master-bind-port", str(master), "--master-port", str(master),
+           "--processes", "1", "--autostart",
+           *SMOKE, "--stages", "1,2", "--results-dir", str(results), "--loglevel", "WARNING"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        view, deadline = None, time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                view = get_json(f"http://127.0.0.1:{web}/llm/stats")
+            except OSError:
+                view = None
+            if view and view["run"]["ended_at"]:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, "the web UI process exited after the sweep"
+        assert view and view["run"]["ended_at"], view
+        # both listeners on 127.0.0.1 and nowhere else (Locust's own defaults: every interface)
+        assert listening_addresses(web) == {LOOPBACK_V4}
+        assert listening_addresses(master) == {LOOPBACK_V4}
+        run = next(iter(run_folders(results)))
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["run"]["ended_at"] == view["run"]["ended_at"] and summary["run"]["exit_code"] == 0
+        assert [s["concurrency"] for s in summary["stages"]] == [1, 2]
+        assert all((run / f"{name}.png").stat().st_size > 0 for name in ("throughput", "latency", "tradeoff"))
+        assert "data:image/png;base64," in (run / "report.html").read_text()  # the report has its plots
+        stats = get_json(f"http://127.0.0.1:{web}/stats/requests")
+        run_tab = next(t for t in stats["extended_stats"] if t["key"] == "llm-run")["data"]
+        phase = next(r["value"] for r in run_tab if r["item"] == "Phase")
+        assert phase.startswith("finished at ") and "exit code 0" in phase
+        time.sleep(1.0)
+        assert get_json(f"http://127.0.0.1:{web}/llm/stats")["run"]["ended_at"] == summary["run"]["ended_at"]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            code = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+        err = proc.stderr.read()
+    assert "knee:" in err or "C  reqs" in err, err[-3000:]  # the final table was printed
+    assert "results in " in err and "warning: the web UI listens" not in err
+    assert code == 0, err[-3000:]  # the process ends later with the run's exit code

@@ -1,0 +1,71 @@
+"""What we change in Locust's defaults: loopback binds, a quiet headless console, no spawn-rate warning."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from locust.argument_parser import parse_options
+
+import loadgen.locust_plugin  # noqa: F401  (registers our options on Locust's parser)
+from loadgen.locust_defaults import drop_runner_noise, exposure_warnings, is_loopback, quiet_console
+
+LOCUSTFILE = ["-f", "locustfile.py"]
+
+
+def test_locust_parser_binds_web_ui_and_master_port_to_loopback_by_default(monkeypatch):
+    monkeypatch.delenv("LOCUST_WEB_HOST", raising=False)
+    monkeypatch.delenv("LOCUST_MASTER_BIND_HOST", raising=False)
+    opts = parse_options(LOCUSTFILE)
+    assert (opts.web_host, opts.master_bind_host) == ("127.0.0.1", "127.0.0.1")
+    opts = parse_options([*LOCUSTFILE, "--web-host", "*", "--master-bind-host", "10.0.0.7"])
+    assert (opts.web_host, opts.master_bind_host) == ("*", "10.0.0.7")  # asking for more still works
+    monkeypatch.setenv("LOCUST_WEB_HOST", "0.0.0.0")
+    assert parse_options(LOCUSTFILE).web_host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("host,loop", [("127.0.0.1", True), ("127.0.1.1", True), ("localhost", True),
+                                       ("::1", True), ("", False), ("*", False), ("0.0.0.0", False),
+                                       ("10.0.0.5", False), ("::", False)])
+def test_loopback(host, loop):
+    assert is_loopback(host) is loop
+
+
+def test_a_warning_for_each_listener_beyond_loopback():
+    safe = SimpleNamespace(web_host="127.0.0.1", master_bind_host="127.0.0.1", web_login=False)
+    assert exposure_warnings(safe, web_ui=True, master=True) == []
+    wide = SimpleNamespace(web_host="", master_bind_host="*", master_bind_port=5557, web_login=False)
+    web, master = exposure_warnings(wide, web_ui=True, master=True)
+    assert "web UI listens on every interface (--web-host), WITHOUT a login" in web
+    assert "--web-login" in web and "README 'Exposing the web UI and the master'" in web
+    assert "worker port 5557 listens on every interface (--master-bind-host)" in master
+    assert exposure_warnings(wide, web_ui=False, master=False) == []  # headless local run: none open
+    login = SimpleNamespace(web_host="10.0.0.5", master_bind_host="127.0.0.1", web_login=True)
+    (line,) = exposure_warnings(login, web_ui=True, master=True)
+    assert "listens on 10.0.0.5 (--web-host) with a login page" in line
+
+
+@pytest.mark.parametrize("headless,print_stats,quiet", [(True, False, True), (True, True, False),
+                                                         (False, False, False)])
+def test_headless_console_drops_locusts_periodic_table_unless_asked(headless, print_stats, quiet):
+    opts = SimpleNamespace(headless=headless, print_stats=print_stats, only_summary=False)
+    quiet_console(opts)
+    assert opts.only_summary is quiet
+
+
+def _passes(level: int, msg: str) -> bool:
+    record = logging.LogRecord("locust.runners", level, __file__, 1, msg, None, None)
+    return all(f.filter(record) for f in logging.getLogger("locust.runners").filters)
+
+
+def test_spawn_rate_warning_and_per_stage_info_are_dropped():
+    drop_runner_noise(SimpleNamespace(loglevel="INFO"))
+    assert not _passes(logging.WARNING, "Your selected spawn rate is very high (>100), and this is ...")
+    assert not _passes(logging.INFO, "Ramping to 4 users at a rate of 4.00 per second")
+    assert not _passes(logging.INFO, "Shape test updating to 4 users at 4.00 spawn rate")
+    assert _passes(logging.INFO, "Shape test stopping") and _passes(logging.WARNING, "Ramping to something odd")
+    drop_runner_noise(SimpleNamespace(loglevel="DEBUG"))  # asked for everything: the INFO lines are back
+    assert _passes(logging.INFO, "Ramping to 4 users at a rate of 4.00 per second")
+    assert not _passes(logging.WARNING, "Your selected spawn rate is very high (>100/worker), and ...")
+    drop_runner_noise(SimpleNamespace(loglevel="INFO"))

@@ -1,0 +1,109 @@
+"""The run's console lines in order (pure Session driving, no sockets): notices about the next stage
+after the earlier stage's row, and the headless progress line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from locust import User, task
+from locust.env import Environment
+
+from loadgen.config import load_scenario
+from loadgen.console import PROGRESS_EVERY_S
+from loadgen.distributed import Fleet
+from loadgen.guard import decide
+from loadgen.phases import Phase
+from loadgen.runtime import Runtime
+from loadgen.session import Session
+from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
+from tests.test_webui import run_request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Idle(User):
+    @task
+    def nothing(self):
+        pass
+
+
+@pytest.fixture
+def session(tmp_path):
+    env = Environment(user_classes=[Idle], host="http://127.0.0.1:9",
+                      parsed_options=SimpleNamespace(headless=True))
+    rt = Runtime(env, load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path)}))
+    env.llm = rt
+    return Session(rt, Fleet(rt))
+
+
+def lines(capsys) -> list[str]:
+    return [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+def test_the_next_stages_ramp_and_a_guard_refusal_print_after_the_earlier_row(session, capsys):
+    s, rt = session, session.rt
+    s.on_event(PhaseStarted(0, Phase.RAMP, 1), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 1), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    run_request(rt, 0, 1.0, 0.1, 5, window_stage=0)
+    s.on_event(PhaseStarted(0, Phase.CLOSING, 1), 5.0)
+    s.on_event(WindowClosed(0, 5.0, 1), 5.0)
+    # stage 0's last request still runs: the next stage's notices wait for its row
+    s.on_event(GuardDecided(1, 2, decide(2, 100, 64, 32, 0.0, "abort")), 5.0)
+    s.on_event(PhaseStarted(1, Phase.RAMP, 2), 5.0)
+    out = lines(capsys)
+    assert out == ["llm-loadgen: stage 0 C=1: ramp"]
+    s.on_event(StageFinal(0, forced=False), 6.0)
+    out = lines(capsys)
+    assert out[2].split()[0] == "1"  # the row (after the two header lines)
+    assert out[3].startswith("llm-loadgen: guard: stage concurrency 2") and "refusing it" in out[3]
+    assert out[4] == "llm-loadgen: stage 1 C=2: ramp"
+
+
+def test_progress_line_every_30_s_of_a_long_phase_with_the_window_so_far(session, capsys):
+    s, rt = session, session.rt
+    s.on_event(PhaseStarted(0, Phase.RAMP, 4), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 4), 2.0)
+    s.on_event(WindowOpened(0, 2.0), 2.0)
+    lines(capsys)
+    s.progress(2.0 + PROGRESS_EVERY_S - 1)
+    assert lines(capsys) == []  # a phase shorter than the period prints nothing
+    for i in range(3):
+        run_request(rt, 0, 3.0 + i, 0.1, 10, window_stage=0)
+    s.progress(2.0 + PROGRESS_EVERY_S)
+    (line,) = lines(capsys)
+    assert line == "llm-loadgen: stage 0 C=4: measure 30 s, 3 requests, 0 errors, 1 out tok/s so far"
+    s.progress(2.0 + PROGRESS_EVERY_S + 10)
+    assert lines(capsys) == []  # not again before another period
+    rt.environment.parsed_options.headless = False  # the web UI has its tabs
+    s.progress(2.0 + 3 * PROGRESS_EVERY_S)
+    assert lines(capsys) == []
+
+
+def test_the_web_uis_stop_button_finishes_the_run_and_a_stage_cut_in_warmup_is_not_a_row(session, tmp_path, capsys):
+    from loadgen.webui import llm_view
+
+    s, rt = session, session.rt
+    s.started, s.run_dir = True, tmp_path / "run"
+    s.run_dir.mkdir()
+    s.on_event(PhaseStarted(0, Phase.RAMP, 1), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 1), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    run_request(rt, 0, 1.0, 0.1, 5, window_stage=0)
+    s.on_event(PhaseStarted(0, Phase.CLOSING, 1), 5.0)
+    s.on_event(WindowClosed(0, 5.0, 1), 5.0)  # its requests are all done: nothing is cut
+    s.on_event(PhaseStarted(1, Phase.RAMP, 2), 5.0)
+    s.on_event(PhaseStarted(1, Phase.WARMUP, 2), 6.0)
+    s.on_runner_stopped()  # Stop pressed during stage 1's warmup
+    summary = json.loads((s.run_dir / "summary.json").read_text())
+    assert summary["run"]["stop_reason"] == "interrupted" and summary["run"]["exit_code"] == 130
+    assert summary["run"]["ended_at"] is not None
+    (row,) = summary["stages"]
+    assert row["index"] == 0 and row["flags"] == [] and "unfinished_requests" not in row
+    view = llm_view(s, 7.0)
+    assert [(st["index"], st["status"]) for st in view["stages"]] == [(0, "done"), (1, "stopped, not measured")]
+    assert view["phase"]["kind"] == Phase.DONE
+    assert any("interrupted; results in" in ln for ln in lines(capsys))

@@ -21,20 +21,20 @@ from loadgen import errors, results
 from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
-from loadgen.failures import LocustFailure, locust_name
+from loadgen.exporter_feed import ExporterFeed
 from loadgen.flags import cut_flag
 from loadgen.guard import OverCapacityRule, decide, decide_rate
 from loadgen.health import is_client_bound
 from loadgen.mix import scenario_mix
 from loadgen.phases import Phase
-from loadgen.preflight import PATHS, PROBE_OUTPUT_TOKENS, StartRefused, preflight
+from loadgen.preflight import StartRefused, preflight
+from loadgen.probes import FailureNotices, ProbeLedger
 from loadgen.report.files import write_results
 from loadgen.report.knee import find_knee, find_rate_knee
 from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
-from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
@@ -70,10 +70,8 @@ class Session:
         self.run_dir = None  # the run's own folder under results_dir, created when the run starts
         self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
         self.console = StageConsole(say)
-        self._failures_said: set[tuple] = set()
-        self.probe_stats = StageStats()  # the start check's probe requests (also in the run's totals)
-        self.probe_outcomes: list[str] = []
-        self._locust_pending: list[tuple] = []  # probe results not yet in Locust's statistics
+        self.probes = ProbeLedger(rt)  # requests sent outside the stages (loadgen.probes)
+        self.notices = FailureNotices(rt, say)
         # open loop, for the KV guard: E2E mean of the last finished stage (or the start probe)
         self.expected_duration_s: float | None = None
 
@@ -95,10 +93,10 @@ class Session:
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
         except StartRefused as exc:
-            self._count_probes(exc.probes)
+            self.probes.count(exc.probes)
             self.fatal(exc.exit_code, str(exc))
             return False
-        self._count_probes(self.server.probes)
+        self.probes.count(self.server.probes)
         rt.use_model(self.server.model)
         rt.compat = self.server.compat
         self.capacity = cap = self.server.capacity
@@ -118,41 +116,11 @@ class Session:
             self._probe()
         return self.exit_code is None
 
-    def _count_probes(self, probes: tuple, expected_out: int = PROBE_OUTPUT_TOKENS) -> None:
-        """The start check's probe requests, as (result, counted) pairs. Counted ones are requests
-        of the run: its totals count them, and so do Locust's own statistics
-        (``flush_locust_events``), so both agree with the server's counters. A refusal the start
-        check adapted away is only listed (``preflight``): the run did not fail."""
-        rt = self.rt
-        for result, counted in probes:
-            if not result.ok:
-                result.error_message = rt.redact(result.error_message)
-            self.probe_outcomes.append((result.error_kind or "ok") + ("" if counted else " (adapted)"))
-            if not counted:
-                continue
-            rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
-            self.probe_stats.add_result(result, rt.scenario.input_tokens, expected_out)
-            self._locust_pending.append((result, time.time() - result.e2e_s))
-
     def flush_locust_events(self) -> None:
-        """Hand the probes to Locust's statistics. Not from the tick that ran the start check: Locust
-        clears its statistics when the first users start, right after that tick."""
-        path = PATHS[self.rt.scenario.endpoint]
-        while self._locust_pending:
-            result, start_wall = self._locust_pending.pop(0)
-            failure = None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status))
-            self.rt.environment.events.request.fire(
-                request_type="POST", name=path, response_time=result.e2e_s * 1000.0, response_length=0,
-                response=None, context={"stage": None, "probe": True}, exception=failure,
-                start_time=start_wall, url=path)
+        self.probes.flush_to_locust()
 
     def say_new_failures(self) -> None:
-        """Each distinct server reason once, when it is first seen (merged from every process)."""
-        for kind, entries in self.rt.collector.totals.failures.samples.items():
-            for status, text, _ in entries:
-                if (kind, status, text) not in self._failures_said:
-                    self._failures_said.add((kind, status, text))
-                    say(self.rt.redact(f"llm-loadgen: failed request ({locust_name(kind, status)}): {text}"))
+        self.notices.say_new()
 
     def _probe(self) -> None:
         """Open loop with a known capacity: time a few sequential requests, so the first stage's
@@ -166,7 +134,7 @@ class Session:
             say(f"llm-loadgen: warning: the KV guard's probe failed ({self.rt.redact(str(exc))[:200]}); "
                 "the first rate stage runs unguarded")
             return
-        self._count_probes(tuple((r, True) for r in results), sc.output_tokens)
+        self.probes.count(tuple((r, True) for r in results), sc.output_tokens)
         if self.expected_duration_s is not None:
             say(f"llm-loadgen: probe: {sc.rate.probe_requests} sequential requests, E2E mean "
                 f"{self.expected_duration_s:.3g} s (the KV guard's duration for the first rate stage)")
@@ -415,7 +383,7 @@ class Session:
                        run_name(rt.scenario))
         return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
                              rt.collector.totals, self.server.compat if self.server else None,
-                             (self.probe_outcomes, self.probe_stats))
+                             (self.probes.outcomes, self.probes.stats))
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)
@@ -425,37 +393,3 @@ class Session:
             write_results(self.run_dir, self.summary(final), plots=final)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)
-
-
-class ExporterFeed:
-    """The exporter's source (``exporter.ExporterSource``): the run as it stands, at each scrape."""
-
-    def __init__(self, session: Session):
-        self.session = session
-
-    def exporter_snapshot(self):
-        from loadgen.exporter import ExporterSnapshot
-
-        session, rt = self.session, self.session.rt
-        cpu, lag = session.fleet.health_now()
-        decision, capacity = session.guard.last, session.capacity
-        info = session.stage_info.get(rt.stage) if rt.stage is not None else None
-        return ExporterSnapshot(
-            totals=rt.collector.totals,
-            inflight=session.fleet.inflight_total(),
-            users=rt.environment.runner.user_count if rt.environment.runner else 0,
-            stage_index=rt.stage,
-            target_concurrency=info.concurrency if info and info.rate_per_s is None else None,
-            offered_rate_per_s=info.offered_rate_per_s() if info else None,
-            phase=rt.kind,
-            kv_projected_tokens=decision.projected_tokens if decision else None,
-            kv_capacity_tokens=capacity.tokens if capacity else None,
-            guard_breaches=session.guard.breaches,
-            client_cpu_percent=cpu,
-            client_loop_lag_s=lag,
-            slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
-            slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
-            model=rt.model_name or "",
-            endpoint=rt.scenario.endpoint,
-            scenario=rt.scenario.name,
-        )

@@ -118,7 +118,7 @@ class Net:
         return "\n".join(line for _, line in self.lines)
 
     def summary(self) -> dict:
-        return json.loads((self.results / "summary.json").read_text())
+        return json.loads((self.results / "latest" / "summary.json").read_text())  # the run folder
 
     def ledgers(self) -> dict[str, StageStats]:
         """Each worker's own record of what it shipped, by client id."""

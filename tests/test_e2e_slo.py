@@ -60,7 +60,7 @@ def test_search_lands_within_its_resolution_of_the_analytic_maximum(tmp_path):
         elif st["slo"]["attainment"] == 0.0:
             assert st["goodput_output_tokens_per_s"] == st["goodput_requests_per_s"] == 0.0
     assert f"SLO: max concurrency C={lo}" in run.stderr and "KV ceiling: C=" in run.stderr
-    csv_head = (tmp_path / "search" / "stages.csv").read_text().splitlines()[0].split(",")
+    csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
     assert {"search", "slo.pass", "slo.attainment_by.tpot_s", "goodput_output_tokens_per_s"} <= set(csv_head)
 
 

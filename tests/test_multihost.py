@@ -274,7 +274,7 @@ def test_a_master_killed_mid_run_leaves_every_completed_stage(net):
     n.start_master(2, "--stages", ",".join(map(str, stages)), "--stage-duration", "3")
     for w in n.workers:
         n.start_worker(w)
-    path, seen = n.results / "summary.json", []  # stages in summary.json, each time it changed
+    path, seen = n.results / "latest" / "summary.json", []  # stages in summary.json, each time it changed
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and n.master_proc.poll() is None:
         if path.exists():

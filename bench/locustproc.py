@@ -99,7 +99,9 @@ class BenchLocust:
 
     @property
     def summary(self) -> dict:
-        return json.loads((self.results_dir / "summary.json").read_text())
+        """summary.json of the run, in its own run folder (``latest``, loadgen/report/runs.py)."""
+        path = self.results_dir / "latest" / "summary.json"
+        return json.loads((path if path.exists() else self.results_dir / "summary.json").read_text())
 
 
 class Sampler(threading.Thread):

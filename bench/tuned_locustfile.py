@@ -30,12 +30,12 @@ if os.environ.get("LLM_BENCH_YIELD_BYTES"):
     _read = loadgen.client._read_available
     _big_read: set[int] = set()  # id(resp) of responses whose last read was large
 
-    def _fair_read_available(resp) -> bytes:
+    def _fair_read_available(resp, *args) -> bytes:
         key = id(resp)
         if key in _big_read:
             _big_read.discard(key)
             gevent.sleep(0)
-        data = _read(resp)
+        data = _read(resp, *args)
         if len(data) >= _yield_bytes:
             _big_read.add(key)
         return data
@@ -49,13 +49,13 @@ if os.environ.get("LLM_BENCH_SLICE_MS"):
     _read_sliced = loadgen.client._read_available
     _last_yield: dict[int, float] = {}  # id(resp) -> perf_counter() when its greenlet last yielded
 
-    def _sliced_read_available(resp) -> bytes:
+    def _sliced_read_available(resp, *args) -> bytes:
         key, now = id(resp), time.perf_counter()
         last = _last_yield.setdefault(key, now)
         if now - last > _slice_s:
             gevent.sleep(0)
             _last_yield[key] = time.perf_counter()
-        data = _read_sliced(resp)
+        data = _read_sliced(resp, *args)
         if not data:
             _last_yield.pop(key, None)
         return data

@@ -6,6 +6,11 @@ not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n b
 first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on time but copies per line.
 Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` returns, then decoded by
 ``SSEDecoder`` and interpreted by ``RequestRecord`` (pure code, below us).
+
+The read timeout: sending and the response headers use the socket's own timeout (gevent arms a
+timer per waiting ``recv``; a few per request). The body is read without it, and one
+``IdleDeadline`` per request (loadgen.deadline) raises ``read_timeout`` when no bytes came for
+``read_timeout_s``: the same idle meaning, without a timer per chunk.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
 from loadgen.config import Shown
+from loadgen.deadline import IdleDeadline, IdleTimeout
 from loadgen.errors import ConfigError, RequestError
 from loadgen.failures import excerpt, server_reason
 from loadgen.records import RequestRecord, RequestResult
@@ -31,10 +37,12 @@ from loadgen.sse import SSEDecoder
 
 # Large reads: at high token rates several events wait in the kernel buffer; one recv takes them all.
 RECV_BYTES = 32 * 1024
-# A gevent read yields to other greenlets only when the kernel buffer is empty: a stream whose
-# bytes keep arriving would parse its whole response in one turn while every other stream's first
-# bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large we yield once,
-# *before* the next read, so no timestamp is taken late. Ordinary servers send ~1 event per read.
+# A read that tries recv first yields to other greenlets only when the kernel buffer is empty: a
+# stream whose bytes keep arriving would parse its whole response in one turn while every other
+# stream's first bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large
+# we yield once, *before* the next read, so no timestamp is taken late, and then try recv first
+# (more is likely waiting). After a smaller read the buffer is almost always empty (one recv took
+# all there was): wait for readability first. Ordinary servers send ~1 event per read.
 YIELD_AFTER_BYTES = 16 * 1024
 ERROR_BODY_BYTES = 64 * 1024
 
@@ -71,11 +79,38 @@ class _Closed(Exception):
     """The peer closed the connection before the response body was complete."""
 
 
-def _read_available(resp) -> bytes:
+def _recv(sock, wait_first: bool) -> bytes:
+    """One ``recv`` of up to RECV_BYTES on a gevent socket, without gevent's per-call timeout.
+
+    gevent's ``sock.recv`` first tries the syscall; on EWOULDBLOCK (raised as an exception) it
+    waits on the socket's read watcher inside a new ``Timeout`` (the socket's timeout). Here we
+    wait on that same watcher with no timeout (the request's IdleDeadline is the timeout), then
+    call the non-blocking recv of the underlying socket: with ``wait_first`` (the buffer is
+    expected empty) no failed syscall and no exception per chunk. A wake-up without data waits again.
+    """
+    raw, ready = sock._sock, sock._read_event
+    if ready is None:  # closed by another greenlet (Locust stopping the user)
+        raise _Closed("connection closed")
+    if not wait_first:
+        try:
+            return raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            pass
+    wait = sock.hub.wait
+    while True:
+        wait(ready)
+        try:
+            return raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            pass
+
+
+def _read_available(resp, wait_first: bool = True) -> bytes:
     """Return the body bytes available now, waiting only until at least one byte has arrived.
 
     Returns b"" at the end of the body. Feeds raw socket bytes through the response's HTTP parser
     (which undoes chunked framing into ``_body_buffer``) and hands over the whole buffer at once.
+    ``wait_first``: see ``_recv`` (False after a large read, when more bytes are likely waiting).
     """
     buf = resp._body_buffer
     while not buf:
@@ -84,7 +119,7 @@ def _read_available(resp) -> bytes:
         sock = resp._sock
         if sock is None:
             raise _Closed("connection closed")
-        data = sock.recv(RECV_BYTES)
+        data = _recv(sock, wait_first)
         resp.feed(data)
         if not data:
             if resp.message_complete or buf:
@@ -148,7 +183,9 @@ def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
     if isinstance(exc, _ConnectError):
         timed_out = isinstance(exc.cause, socket.timeout)
         return RequestError(errors.CONNECT_FAILED, "connect timed out" if timed_out else exc.strerror)
-    if isinstance(exc, socket.timeout | gevent.Timeout):
+    if isinstance(exc, IdleTimeout):  # the body: the request's IdleDeadline
+        return RequestError(errors.READ_TIMEOUT, str(exc))
+    if isinstance(exc, socket.timeout | gevent.Timeout):  # sending or the headers: the socket's timeout
         return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
     if isinstance(exc, _Closed):
         return RequestError(errors.CONNECTION_RESET, str(exc))
@@ -205,6 +242,7 @@ class StreamClient:
             headers=headers,
         )
         _tag_connect_errors(self._http._connection_pool)
+        self._deadline = IdleDeadline(read_timeout_s, clock)
         self._pooled = False  # the last response left its connection in the pool for reuse
 
     def close(self) -> None:
@@ -275,7 +313,7 @@ class StreamClient:
         tokens arrive (live throughput windows). Returns the record's result and the bytes read.
         Never raises for a failed request: failures are in ``result.error_kind``.
         """
-        clock = self._clock
+        clock, deadline = self._clock, self._deadline
         nbytes = 0
         resp = None
         failure: RequestError | None = None
@@ -294,19 +332,23 @@ class StreamClient:
                 )
             else:
                 decoder = SSEDecoder()
+                deadline.start(t)
+                wait_first = True
                 while True:
-                    data = _read_available(resp)
+                    data = _read_available(resp, wait_first)
                     t = clock()
                     if not data:
                         eof = True
                         break
+                    deadline.last_read_s = t
                     nbytes += len(data)
                     for payload in decoder.feed(data):
                         record.on_payload(payload, t)
                     if on_tokens is not None and record.chunk_tokens_seen != seen:
                         on_tokens(record.chunk_tokens_seen - seen)
                         seen = record.chunk_tokens_seen
-                    if len(data) >= YIELD_AFTER_BYTES:
+                    wait_first = len(data) < YIELD_AFTER_BYTES
+                    if not wait_first:
                         gevent.sleep(0)
                 for payload in decoder.flush():
                     record.on_payload(payload, t)
@@ -318,6 +360,7 @@ class StreamClient:
         except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
             failure, t = _transport_failure(exc, connected=resp is not None), clock()
         finally:
+            deadline.cancel()  # first: nothing below may be interrupted by it
             if on_tokens is not None and record.chunk_tokens_seen != seen:
                 on_tokens(record.chunk_tokens_seen - seen)
             if resp is not None:

@@ -17,11 +17,14 @@ locust's stderr + ramp + warmup, for ``--duration`` s):
 
 Printed: the highest stage that holds (chunks/s, chunks per client CPU-second), the target
 (>= 20,000 chunks/s), and at the first stage that does not hold what limited it (the client's
-CPU or loop lag, the simulator, or the rest of the machine). Histogram resolution: the reported
+CPU or loop lag, the simulator, or the rest of the machine). For that stage a reference row:
+bench/refclient.py (raw sockets, no Locust, no histograms) against a fresh simulator with the same
+streams: when it too sees p99 errors over the bound, the machine and the simulator are late, not
+our client. Histogram resolution: the reported
 p99 is its log bucket's middle (loadgen/hist.py, 100 buckets a decade), so a perfect client reports
 a little over 20 ms; the line "resolution" says which true p99 the 2 ms bound admits.
 
-    .venv/bin/python bench/capacity.py [--streams 256,384,448,512,640,768] [--duration 12]
+    .venv/bin/python bench/capacity.py [--streams 256,384,448,512,640,768] [--duration 12] [--locustfile F]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fidelity import reference  # noqa: E402
 from locustproc import BenchLocust  # noqa: E402
 from procstat import TICK, cpu_seconds  # noqa: E402
 from simtools import sim_counters  # noqa: E402
@@ -77,15 +81,19 @@ def sample(locust_pid: int, sim_pid: int, sim_url: str) -> dict:
             "busy_s": machine_busy_s(), **sim_counters(sim_url)}
 
 
-def run(streams: list[int], duration_s: float, workdir: Path) -> list[dict]:
+RAMP_S, WARMUP_S = 3.0, 5.0
+
+
+def run(streams: list[int], duration_s: float, workdir: Path, locustfile: str = "locustfile.py") -> list[dict]:
     """One locust process, one stage per entry of ``streams``; a /proc + simulator sample at the
     edges of every stage's measurement window."""
-    ramp_s, warmup_s = 3.0, 5.0
+    ramp_s, warmup_s = RAMP_S, WARMUP_S
     windows = []
     with running_sim(*SIM_ARGS) as sim:
         run = BenchLocust(sim.url, workdir, "--stages", ",".join(map(str, streams)), "--ramp", str(ramp_s),
                           "--warmup", str(warmup_s), "--stage-duration", str(duration_s),
-                          "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS))
+                          "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS),
+                          locustfile=locustfile)
         try:
             for k in range(len(streams)):
                 t_ramp = run.wait_for(rf"stage {k} C=\d+: ramp", 120)
@@ -141,7 +149,17 @@ def limit_of(row: dict) -> str:
     return f"C={s['concurrency']}: {why} ({shares})"
 
 
-def report(rows: list[dict], max_error_ms: float) -> None:
+def reference_line(streams: int, duration_s: float) -> str:
+    """What a minimal client sees at ``streams`` on a fresh simulator (same timing as a stage)."""
+    with running_sim(*SIM_ARGS) as sim:
+        ref = reference(sim.url, streams, RAMP_S + WARMUP_S, duration_s, OUTPUT_TOKENS, INPUT_TOKENS, RAMP_S)
+    return (f"reference at C={streams} (bench/refclient.py, exact quantiles): TTFT p99 "
+            f"{error_ms(ref['ttft_p99_s']):+.2f} ms, chunk gap p99 {error_ms(ref['gap_p99_s']):+.2f} ms, "
+            f"its CPU {ref['cpu_percent']:.0f}%, {ref['requests']} requests")
+
+
+def report(rows: list[dict], max_error_ms: float) -> dict | None:
+    """Print the table and the verdict; return the first row that did not hold (None: all held)."""
     perfect, admitted = bucket_reading_ms(TRUTH_MS, max_error_ms)
     print(f"truth: TTFT {TRUTH_MS:.0f} ms, per-token ITL {TRUTH_MS:.0f} ms, 1 token per chunk; one client process; "
           f"resolution: a perfect client reports {perfect:.2f} ms, so +{max_error_ms:g} ms admits a true p99 "
@@ -166,7 +184,7 @@ def report(rows: list[dict], max_error_ms: float) -> None:
     if best is None:
         print(f"no stage held TTFT and ITL p99 within {max_error_ms:g} ms"
               + (f"; limited at {limit_of(first_fail)}" if first_fail else ""))
-        return
+        return first_fail
     chunks, per_cpu, c = best
     print(f"one process holds {chunks:,.0f} chunks/s (C={c}) with TTFT and ITL p99 within {max_error_ms:g} ms of "
           f"the truth: {per_cpu:,.0f} chunks per client CPU-second")
@@ -175,6 +193,7 @@ def report(rows: list[dict], max_error_ms: float) -> None:
           + (f"; next stage limited at {limit_of(first_fail)}" if first_fail else "; every stage held")
           + f"; at {per_cpu:,.0f} chunks per CPU-second a dedicated core is ~{per_cpu:,.0f} chunks/s at 100% CPU "
             "(the latency bound needs headroom: see the CPU column)")
+    return first_fail
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,11 +201,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", default="256,384,448,512,640,768")
     ap.add_argument("--duration", type=float, default=12.0, help="measurement seconds per stage")
     ap.add_argument("--max-error-ms", type=float, default=2.0)
+    ap.add_argument("--locustfile", default="locustfile.py", help="another locustfile, to measure a candidate change")
     args = ap.parse_args(argv)
     streams = [int(x) for x in args.streams.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
-        rows = run(streams, args.duration, Path(tmp))
-    report(rows, args.max_error_ms)
+        rows = run(streams, args.duration, Path(tmp), args.locustfile)
+    first_fail = report(rows, args.max_error_ms)
+    if first_fail is not None:
+        print(reference_line(first_fail["stage"]["concurrency"], args.duration), flush=True)
     return 0
 
 

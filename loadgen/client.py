@@ -1,9 +1,11 @@
-"""Streaming HTTP client: the only module that touches sockets and translates transport errors.
+"""Streaming HTTP client: with its socket layer loadgen.gevent_io, the only code that touches
+sockets; the one place that translates transport errors.
 
 One ``StreamClient`` per Locust user, one keep-alive connection each. A stream is read with
-``_read_available``: whatever body bytes the socket has delivered, as soon as they arrive. We do
-not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n bytes and delayed the
-first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on time but copies per line.
+``read_available`` (loadgen.gevent_io): whatever body bytes the socket has delivered, as soon as
+they arrive. We do not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n
+bytes and delayed the first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on
+time but copies per line.
 Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` returns, then decoded by
 ``SSEDecoder`` and interpreted by ``RequestRecord`` (pure code, below us).
 
@@ -32,114 +34,16 @@ from loadgen.config import Shown
 from loadgen.deadline import IdleDeadline, IdleTimeout
 from loadgen.errors import ConfigError, RequestError
 from loadgen.failures import excerpt, server_reason
+from loadgen.gevent_io import YIELD_AFTER_BYTES, Closed, ConnectError, adapt_pool, discard, read_available
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
-# Large reads: at high token rates several events wait in the kernel buffer; one recv takes them all.
-RECV_BYTES = 32 * 1024
-# A read that tries recv first yields to other greenlets only when the kernel buffer is empty: a
-# stream whose bytes keep arriving would parse its whole response in one turn while every other
-# stream's first bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large
-# we yield once, *before* the next read, so no timestamp is taken late, and then try recv first
-# (more is likely waiting). After a smaller read the buffer is almost always empty (one recv took
-# all there was): wait for readability first. Ordinary servers send ~1 event per read.
-YIELD_AFTER_BYTES = 16 * 1024
 ERROR_BODY_BYTES = 64 * 1024
 
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN}
 _CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
 # How a kept-alive connection that the server had already closed fails before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
-
-
-class _ConnectError(OSError):
-    """Opening the connection failed (refused, unreachable, or no answer within the connect
-    timeout: a server whose accept backlog is full drops the SYN). Raised by the pool's socket
-    factory, so a timeout there is told apart from a read timeout on an open connection."""
-
-    def __init__(self, cause: OSError):
-        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__)
-        self.cause = cause
-
-
-def _tag_connect_errors(pool) -> None:
-    """Wrap ``pool._create_socket`` (geventhttpclient's one place that connects) to raise _ConnectError."""
-    create = pool._create_socket
-
-    def create_socket():
-        try:
-            return create()
-        except OSError as exc:
-            raise _ConnectError(exc) from exc
-
-    pool._create_socket = create_socket
-
-
-class _Closed(Exception):
-    """The peer closed the connection before the response body was complete."""
-
-
-def _recv(sock, wait_first: bool) -> bytes:
-    """One ``recv`` of up to RECV_BYTES on a gevent socket, without gevent's per-call timeout.
-
-    gevent's ``sock.recv`` first tries the syscall; on EWOULDBLOCK (raised as an exception) it
-    waits on the socket's read watcher inside a new ``Timeout`` (the socket's timeout). Here we
-    wait on that same watcher with no timeout (the request's IdleDeadline is the timeout), then
-    call the non-blocking recv of the underlying socket: with ``wait_first`` (the buffer is
-    expected empty) no failed syscall and no exception per chunk. A wake-up without data waits again.
-    """
-    raw, ready = sock._sock, sock._read_event
-    if ready is None:  # closed by another greenlet (Locust stopping the user)
-        raise _Closed("connection closed")
-    if not wait_first:
-        try:
-            return raw.recv(RECV_BYTES)
-        except BlockingIOError:
-            pass
-    wait = sock.hub.wait
-    while True:
-        wait(ready)
-        try:
-            return raw.recv(RECV_BYTES)
-        except BlockingIOError:
-            pass
-
-
-def _read_available(resp, wait_first: bool = True) -> bytes:
-    """Return the body bytes available now, waiting only until at least one byte has arrived.
-
-    Returns b"" at the end of the body. Feeds raw socket bytes through the response's HTTP parser
-    (which undoes chunked framing into ``_body_buffer``) and hands over the whole buffer at once.
-    ``wait_first``: see ``_recv`` (False after a large read, when more bytes are likely waiting).
-    """
-    buf = resp._body_buffer
-    while not buf:
-        if resp.message_complete:
-            return b""
-        sock = resp._sock
-        if sock is None:
-            raise _Closed("connection closed")
-        data = _recv(sock, wait_first)
-        resp.feed(data)
-        if not data:
-            if resp.message_complete or buf:
-                break
-            raise _Closed("connection closed mid-stream")
-    out = bytes(buf)
-    del buf[:]
-    return out
-
-
-def _discard(resp) -> None:
-    """Close the response's connection instead of returning it to the pool (body not consumed)."""
-    sock, pool = resp._sock, getattr(resp, "_pool", None)
-    resp._sock = None
-    if sock is not None:
-        if pool is not None:
-            resp._pool = None
-            pool.release_socket(sock)
-        else:
-            sock.close()
 
 
 BODY_EXCERPT_CHARS = 120  # of a non-JSON error body, in a message meant to be one line
@@ -180,14 +84,14 @@ def _http_failure(status: int, body: bytes) -> RequestError:
 
 def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
     """Translate a socket/parser exception into a failure category."""
-    if isinstance(exc, _ConnectError):
+    if isinstance(exc, ConnectError):
         timed_out = isinstance(exc.cause, socket.timeout)
         return RequestError(errors.CONNECT_FAILED, "connect timed out" if timed_out else exc.strerror)
     if isinstance(exc, IdleTimeout):  # the body: the request's IdleDeadline
         return RequestError(errors.READ_TIMEOUT, str(exc))
     if isinstance(exc, socket.timeout | gevent.Timeout):  # sending or the headers: the socket's timeout
         return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
-    if isinstance(exc, _Closed):
+    if isinstance(exc, Closed):
         return RequestError(errors.CONNECTION_RESET, str(exc))
     if isinstance(exc, HTTPConnectionClosed):  # a parse "error" that is only the peer closing
         return RequestError(errors.CONNECTION_RESET, "connection closed before the response")
@@ -241,7 +145,7 @@ class StreamClient:
             network_timeout=read_timeout_s,
             headers=headers,
         )
-        _tag_connect_errors(self._http._connection_pool)
+        adapt_pool(self._http._connection_pool)
         self._deadline = IdleDeadline(read_timeout_s, clock)
         self._pooled = False  # the last response left its connection in the pool for reuse
 
@@ -285,7 +189,7 @@ class StreamClient:
             resp = self._send(method, path, body or b"")
             data = resp.read()
             self._pooled = not resp.should_close()
-        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+        except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
             raise _transport_failure(exc, connected=False) from None
         if resp.status_code != 200:
             raise _http_failure(resp.status_code, data)
@@ -335,7 +239,7 @@ class StreamClient:
                 deadline.start(t)
                 wait_first = True
                 while True:
-                    data = _read_available(resp, wait_first)
+                    data = read_available(resp, wait_first)
                     t = clock()
                     if not data:
                         eof = True
@@ -357,7 +261,7 @@ class StreamClient:
                                        f"event; first line {decoder.foreign_line[:80]!r})")
         except RequestError as exc:  # raised by the decoder/record for malformed data
             failure, t = exc, clock()
-        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+        except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
             failure, t = _transport_failure(exc, connected=resp is not None), clock()
         finally:
             deadline.cancel()  # first: nothing below may be interrupted by it
@@ -367,7 +271,7 @@ class StreamClient:
                 if eof:
                     self._pooled = not resp.should_close()
                 else:
-                    _discard(resp)
+                    discard(resp)
         if failure is not None:
             return record.fail(failure, t), nbytes
         return record.finish(t, eof=True), nbytes

@@ -255,3 +255,27 @@ def test_simulator_slow_stream_is_not_cut_and_a_stalled_one_fails_on_time():
         stalled, arrivals, t_end = sim_stream(sim.url, 8, read_timeout_s=0.5)
     assert stalled.error_kind == errors.READ_TIMEOUT and 1 <= stalled.completion_tokens < 8, stalled
     assert 0.5 <= t_end - arrivals[-1] < 0.5 + LATE_BOUND_S
+
+
+# -- the pool's reuse check (loadgen.gevent_io.is_idle_and_open) ------------------------------------
+def test_the_reuse_check_answers_like_geventhttpclient_without_yielding():
+    """Under Locust's monkey-patching geventhttpclient's check is gevent's select, which yields
+    (gevent.sleep(0)) even with timeout 0: between a request's send time and its send. Ours
+    must not: a greenlet spawned before the check has not run after it."""
+    from gevent import socket as gsocket
+
+    from loadgen.gevent_io import is_idle_and_open
+
+    a, b = gsocket.socketpair()
+    ran = []
+    gevent.spawn(ran.append, 1)
+    assert is_idle_and_open(a) and ran == []  # idle and open; no switch happened
+    b.sendall(b"x")
+    assert not is_idle_and_open(a)  # stray bytes: not reusable
+    a.recv(1)
+    b.close()
+    assert not is_idle_and_open(a)  # the peer's FIN: not reusable
+    a.close()
+    assert not is_idle_and_open(a) and not is_idle_and_open(None)
+    gevent.sleep(0)
+    assert ran == [1]

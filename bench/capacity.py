@@ -3,9 +3,9 @@
 Source: the simulator's ``fixed`` model with ONE token per chunk, TTFT = ITL = 20 ms and
 200-token answers, so the truth is TTFT 20 ms and per-token ITL 20 ms for every request and token,
 and one stream sends 200 chunks per 20 ms + 199 x 20 ms = 4.0 s: ~50 chunks/s. One locust process
-(no ``--processes``), one run, one stage per ``--streams`` value (default 256 .. 768 streams:
-~12.8k .. 38k chunks/s offered). Per stage, over its measurement window (from its ramp marker on
-locust's stderr + ramp + warmup, for ``--duration`` s):
+(no ``--processes``), one run of one stage per ``--streams`` value (default 256 .. 640 streams:
+~12.8k .. 32k chunks/s offered), one simulator for all. Per stage, over its measurement window
+(from its ramp marker on locust's stderr + ramp + warmup, for ``--duration`` s):
 
 - chunks/s = the stage's ``output_tokens_per_s`` (summary.json; one token per chunk)
 - error = reported p99 - truth, TTFT and per-token ITL (ms); the stage *holds* when both are
@@ -24,7 +24,7 @@ our client. Histogram resolution: the reported
 p99 is its log bucket's middle (loadgen/hist.py, 100 buckets a decade), so a perfect client reports
 a little over 20 ms; the line "resolution" says which true p99 the 2 ms bound admits.
 
-    .venv/bin/python bench/capacity.py [--streams 256,384,448,512,640,768] [--duration 12] [--locustfile F]
+    .venv/bin/python bench/capacity.py [--streams 256,320,384,448,512,640] [--duration 12] [--locustfile F]
 """
 
 from __future__ import annotations
@@ -84,37 +84,33 @@ def sample(locust_pid: int, sim_pid: int, sim_url: str) -> dict:
 RAMP_S, WARMUP_S = 3.0, 5.0
 
 
-def run(streams: list[int], duration_s: float, workdir: Path, locustfile: str = "locustfile.py") -> list[dict]:
-    """One locust process, one stage per entry of ``streams``; a /proc + simulator sample at the
-    edges of every stage's measurement window."""
-    ramp_s, warmup_s = RAMP_S, WARMUP_S
-    windows = []
-    with running_sim(*SIM_ARGS) as sim:
-        run = BenchLocust(sim.url, workdir, "--stages", ",".join(map(str, streams)), "--ramp", str(ramp_s),
-                          "--warmup", str(warmup_s), "--stage-duration", str(duration_s),
-                          "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS),
-                          locustfile=locustfile)
-        try:
-            for k in range(len(streams)):
-                t_ramp = run.wait_for(rf"stage {k} C=\d+: ramp", 120)
-                time.sleep(max(0.0, t_ramp + ramp_s + warmup_s + 0.5 - time.perf_counter()))
-                a = sample(run.pid, sim.proc.pid, sim.url)
-                time.sleep(max(0.0, duration_s - 1.0))
-                windows.append((a, sample(run.pid, sim.proc.pid, sim.url)))
-            code = run.wait(120)
-        except BaseException:
-            run.kill()
-            raise
+def run_step(sim, streams: int, duration_s: float, workdir: Path, locustfile: str) -> dict:
+    """One locust process with one stage of ``streams`` users; /proc and the simulator's counters
+    sampled at the edges of its measurement window (ramp marker + ramp + warmup, ``duration_s``).
+    A run per step: the first stage's ramp marker is the only one that marks its stage's start
+    exactly (a later stage's is printed after the previous stage's requests have finished)."""
+    run = BenchLocust(sim.url, workdir / f"c{streams}", "--stages", str(streams), "--ramp", str(RAMP_S),
+                      "--warmup", str(WARMUP_S), "--stage-duration", str(duration_s),
+                      "--input-tokens", str(INPUT_TOKENS), "--output-tokens", str(OUTPUT_TOKENS),
+                      locustfile=locustfile)
+    try:
+        t_ramp = run.wait_for(r"stage 0 C=\d+: ramp", 120)
+        time.sleep(max(0.0, t_ramp + RAMP_S + WARMUP_S + 0.5 - time.perf_counter()))
+        a = sample(run.pid, sim.proc.pid, sim.url)
+        time.sleep(max(0.0, duration_s - 1.0))
+        b = sample(run.pid, sim.proc.pid, sim.url)
+        code = run.wait(120)
+    except BaseException:
+        run.kill()
+        raise
     if code not in (0, 1):
         raise RuntimeError(f"locust exited {code}:\n{run.stderr()[-3000:]}")
-    rows = []
-    for stage, (a, b) in zip(run.summary["stages"], windows, strict=True):
-        wall = b["t"] - a["t"]
-        client, sim_cpu = 100 * (b["client_s"] - a["client_s"]) / wall, 100 * (b["sim_s"] - a["sim_s"]) / wall
-        rows.append({"stage": stage, "client_pct": client, "sim_pct": sim_cpu,
-                     "others_pct": 100 * (b["busy_s"] - a["busy_s"]) / wall - client - sim_cpu,
-                     "overruns": b["overruns"] - a["overruns"], "steps": b["steps"] - a["steps"]})
-    return rows
+    (stage,) = run.summary["stages"]
+    wall = b["t"] - a["t"]
+    client, sim_cpu = 100 * (b["client_s"] - a["client_s"]) / wall, 100 * (b["sim_s"] - a["sim_s"]) / wall
+    return {"stage": stage, "client_pct": client, "sim_pct": sim_cpu,
+            "others_pct": 100 * (b["busy_s"] - a["busy_s"]) / wall - client - sim_cpu,
+            "overruns": b["overruns"] - a["overruns"], "steps": b["steps"] - a["steps"]}
 
 
 def error_ms(reported_s: float | None) -> float:
@@ -198,14 +194,14 @@ def report(rows: list[dict], max_error_ms: float) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--streams", default="256,384,448,512,640,768")
+    ap.add_argument("--streams", default="256,320,384,448,512,640")
     ap.add_argument("--duration", type=float, default=12.0, help="measurement seconds per stage")
     ap.add_argument("--max-error-ms", type=float, default=2.0)
     ap.add_argument("--locustfile", default="locustfile.py", help="another locustfile, to measure a candidate change")
     args = ap.parse_args(argv)
     streams = [int(x) for x in args.streams.split(",")]
-    with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp:
-        rows = run(streams, args.duration, Path(tmp), args.locustfile)
+    with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp, running_sim(*SIM_ARGS) as sim:
+        rows = [run_step(sim, c, args.duration, Path(tmp), args.locustfile) for c in streams]
     first_fail = report(rows, args.max_error_ms)
     if first_fail is not None:
         print(reference_line(first_fail["stage"]["concurrency"], args.duration), flush=True)

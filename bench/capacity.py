@@ -142,7 +142,8 @@ def limit_of(row: dict, max_error_ms: float) -> str:
     """What limited a stage that did not hold, from the CPU shares and the client's self-check.
 
     The client's own limit is a full core (CPU >= 85 %). Else, when our error exceeds the probe's
-    by more than the bound, our client's event loop added it (ours - probe = what we add). Else the
+    by more than the bound, our client process added it (ours - probe: its event loop, GC pauses,
+    per-request accounting). Else the
     probe beside it was as late: the simulator if it ran near a core or missed steps, else the
     machine (the processes waited for a core)."""
     s, lag = row["stage"], (row["stage"].get("client") or {}).get("loop_lag_p99_s") or 0.0
@@ -155,7 +156,7 @@ def limit_of(row: dict, max_error_ms: float) -> str:
     if row["client_pct"] >= 85:
         why = "the client's core"
     elif added_ms > max_error_ms:
-        why = f"our client's event loop (it added {added_ms:.1f} ms at p99 over the probe beside it)"
+        why = f"our client process (it added {added_ms:.1f} ms at p99 over the probe beside it)"
     elif row["sim_pct"] >= 85 or row["overruns"] > 0.01 * max(row["steps"], 1):
         why = "the simulator (the probe beside our client was as late)"
     else:

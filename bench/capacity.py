@@ -3,7 +3,9 @@
 Source: the simulator's ``fixed`` model with ONE token per chunk, TTFT = ITL = 20 ms and
 200-token answers, so the truth is TTFT 20 ms and per-token ITL 20 ms for every request and token,
 and one stream sends 200 chunks per 20 ms + 199 x 20 ms = 4.0 s: ~50 chunks/s. One locust process
-(no ``--processes``), one run of one stage per ``--streams`` value (default 256 .. 640 streams:
+(no ``--processes``; bench/spread_locustfile.py: the real locustfile with each user's first request
+spread over a second, so Locust's batch starts do not make the simulator parse bursts of requests,
+see that file), one run of one stage per ``--streams`` value (default 256 .. 640 streams:
 ~12.8k .. 32k chunks/s offered), one simulator for all. Per stage, over its measurement window
 (from its ramp marker on locust's stderr + ramp + warmup, for ``--duration`` s):
 
@@ -23,9 +25,11 @@ A probe runs beside every stage: bench/refclient.py (raw sockets, no Locust, no 
 quantiles) with ``--probe-streams`` (64) streams on the same simulator at the same time. It sees
 what the simulator and this machine do to any client in that moment; our error minus the probe's
 is what our client adds. (A shared box is noisy from second to second: a reference run at another
-time cannot tell the two apart.) The probe's chunks are not in our chunks/s. Histogram resolution: the reported
-p99 is its log bucket's middle (loadgen/hist.py, 100 buckets a decade), so a perfect client reports
-a little over 20 ms; the line "resolution" says which true p99 the 2 ms bound admits.
+time cannot tell the two apart.) The probe's chunks are not in our chunks/s.
+
+Histogram resolution: the reported p99 is its log bucket's middle (loadgen/hist.py, 100 buckets a
+decade), so a perfect client reports a little over 20 ms; the line "resolution" says which true
+p99 the 2 ms bound admits.
 
     .venv/bin/python bench/capacity.py [--streams 256,320,384,448,512,640] [--duration 12] [--locustfile F]
                                        [--probe-streams 64]
@@ -170,10 +174,11 @@ def probe_errors_ms(row: dict) -> tuple[float, float]:
     return error_ms(p["ttft_p99_s"]), error_ms(p["gap_p99_s"])
 
 
-def report(rows: list[dict], max_error_ms: float) -> None:
+def report(rows: list[dict], max_error_ms: float, locustfile: str) -> None:
     """Print the table, the chunks per CPU-second and the verdict."""
     perfect, admitted = bucket_reading_ms(TRUTH_MS, max_error_ms)
-    print(f"truth: TTFT {TRUTH_MS:.0f} ms, per-token ITL {TRUTH_MS:.0f} ms, 1 token per chunk; one client process; "
+    print(f"truth: TTFT {TRUTH_MS:.0f} ms, per-token ITL {TRUTH_MS:.0f} ms, 1 token per chunk; one client process "
+          f"({locustfile}); "
           f"resolution: a perfect client reports {perfect:.2f} ms, so +{max_error_ms:g} ms admits a true p99 "
           f"<= {admitted:.2f} ms")
     print(f"{'C':>5} {'chunks/s':>9} {'TTFT p99 err':>12} {'ITL p99 err':>11} {'probe TTFT/gap':>15} "
@@ -215,13 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", default="256,320,384,448,512,640")
     ap.add_argument("--duration", type=float, default=12.0, help="measurement seconds per stage")
     ap.add_argument("--max-error-ms", type=float, default=2.0)
-    ap.add_argument("--locustfile", default="locustfile.py", help="another locustfile, to measure a candidate change")
+    ap.add_argument("--locustfile", default="bench/spread_locustfile.py",
+                    help="locustfile.py: Locust's batch starts as they are; another file: a candidate change")
     ap.add_argument("--probe-streams", type=int, default=64, help="streams of the raw reference client beside each stage")
     args = ap.parse_args(argv)
     streams = [int(x) for x in args.streams.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as tmp, running_sim(*SIM_ARGS) as sim:
         rows = [run_step(sim, c, args.duration, Path(tmp), args.locustfile, args.probe_streams) for c in streams]
-    report(rows, args.max_error_ms)
+    report(rows, args.max_error_ms, args.locustfile)
     return 0
 
 

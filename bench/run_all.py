@@ -10,7 +10,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
                                      256 and 1024 streams, next to the client's self-check
   capacity  bench/capacity.py        the chunks/s ONE client process holds with reported TTFT and
                                      ITL p99 within 2 ms of the truth (1 token per chunk, streams
-                                     stepped 256..640, a run each), chunks per client CPU-second (~3 min)
+                                     stepped 128..640, a run each, a raw probe client beside), chunks per
+                                     client CPU-second (~3.5 min)
   memory    bench/memory.py          (c) RSS of one process with 1024 streaming users
   sim       bench/bench_sim.py       (d) the simulator's emission rate per simulator CPU-second
   soak      bench/soak.py            (e) RSS / exporter series / scrape time per simulated hour

@@ -237,7 +237,8 @@ class StreamClient:
             else:
                 decoder = SSEDecoder()
                 deadline.start(t)
-                wait_first = True
+                # body bytes parsed with the headers came without our recv: more may be right behind
+                buffered, wait_first = bool(resp._body_buffer), True
                 while True:
                     data = read_available(resp, wait_first)
                     t = clock()
@@ -251,8 +252,9 @@ class StreamClient:
                     if on_tokens is not None and record.chunk_tokens_seen != seen:
                         on_tokens(record.chunk_tokens_seen - seen)
                         seen = record.chunk_tokens_seen
-                    wait_first = len(data) < YIELD_AFTER_BYTES
-                    if not wait_first:
+                    big = len(data) >= YIELD_AFTER_BYTES
+                    wait_first, buffered = not (big or buffered), False
+                    if big:
                         gevent.sleep(0)
                 for payload in decoder.flush():
                     record.on_payload(payload, t)

@@ -25,8 +25,9 @@ RECV_BYTES = 32 * 1024
 # stream whose bytes keep arriving would parse its whole response in one turn while every other
 # stream's first bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large
 # we yield once, *before* the next read, so no timestamp is taken late, and then try recv first
-# (more is likely waiting). After a smaller read the buffer is almost always empty (one recv took
-# all there was): wait for readability first. Ordinary servers send ~1 event per read.
+# (more is likely waiting). After a smaller read the buffer is almost always empty (our recv took
+# all there was): wait for readability first. Ordinary servers send ~1 event per read. The body
+# bytes parsed with the headers did not come from our recv: the read after them tries recv first.
 YIELD_AFTER_BYTES = 16 * 1024
 
 

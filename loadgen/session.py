@@ -263,9 +263,10 @@ class Session:
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:
         """Master: a worker that stopped reporting is recorded as lost, with what it had running
-        (its samples reported so far stay counted; see ``Fleet.drop_lost``). Open loop: a lost
-        worker's share of the rate is not sent for the rest of the stage; the stage records it
-        (``StageInfo.lose_part``: a lower offered rate, flagged ``worker_lost``)."""
+        booked against the stages it ran in (``loadgen.worker_loss``; what it reported stays
+        counted). Open loop: a lost worker's share of the rate is not sent for the rest of the
+        stage; the stage records it (``StageInfo.lose_part``: a lower offered rate, flagged
+        ``worker_lost``)."""
         rt = self.rt
         for lost in self.fleet.drop_lost():
             info = self.stage_info.get(rt.stage)
@@ -274,14 +275,12 @@ class Session:
             for k, n in lost.running.items():
                 if k is not None and k in self.stage_info:
                     self.stage_info[k].add_lost(n)
-            current = self.stage_info.get(rt.stage)
+            died_in = self.stage_info.get(lost.stage)  # where it was last heard (loadgen.worker_loss)
             self.worker_losses.append({
-                "worker": lost.client_id, "at": iso(time.time()), "stage": rt.stage,
-                "concurrency": current.concurrency if current else None, "phase": str(rt.kind),
-                "inflight_lost": lost.requests,
+                "worker": lost.client_id, "at": iso(time.time()), "stage": lost.stage,
+                "concurrency": died_in.concurrency if died_in else None, **lost.record(self.fleet.wall_iso),
             })
-            say(f"llm-loadgen: worker {lost.client_id} lost during stage {rt.stage} ({rt.kind}); "
-                f"{lost.requests} requests it was running are lost; carrying on")
+            say(f"llm-loadgen: {lost.describe()}")
 
     # -- stop paths --------------------------------------------------------------------------------
     def fatal(self, code: int, message: str) -> None:

@@ -8,7 +8,7 @@ lost. On a worker, the ``Fleet`` instead ships reports and writes the worker's l
 Wire (Locust custom messages and report hooks; msgpack-safe dicts):
 - master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts", "sent_t"}``, re-sent
   every tick so late joiners catch up; a worker drops a seq it already passed. ``sent_t`` is the
-  master's clock at sending, echoed back in reports. Open loop: ``rate`` is the
+  master's clock at sending, echoed back in reports to measure the round trip. Open loop: ``rate`` is the
   stage's offered requests/s and ``parts`` the client ids sharing it (fixed at the stage's ramp); a
   worker sends part ``parts.index(its id)`` of ``len(parts)``, one not listed sends nothing. Closed
   loop: ``rate`` None, ``parts`` [].
@@ -20,10 +20,13 @@ Wire (Locust custom messages and report hooks; msgpack-safe dicts):
   Deltas are additive and never resent, so master totals are exactly the sum of every worker's
   samples (= the sum of the ledgers in ``<results-dir>/workers/<client id>.json``).
 - worker -> master ``llm_fatal`` (text): the worker found the target unusable; the owner stops.
+- at a stop, master -> workers ``llm_final`` (no data), worker -> master ``llm_final_report``
+  (Locust's whole report payload, the ``llm`` report above included): ``loadgen.final_reports``.
 
 A worker that stops reporting is *lost*: its samples so far stay counted, its in-flight requests
 are lost and no longer hold back the stages they belong to; what is booked, and how it is known,
-is ``loadgen.worker_loss`` (heartbeats, the last report, the master's phase timeline).
+is ``loadgen.worker_loss`` (heartbeats, the last report, the master's phase timeline). So is a
+worker alive at the stop whose final report never came.
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ import time
 from pathlib import Path
 
 from loadgen.compat import Compat
+from loadgen.final_reports import FinalReports, install_final_reports
 from loadgen.health import StageHealth, worst_of
 from loadgen.results import iso
 from loadgen.stats import StageStats
 from loadgen.worker_loss import (
+    NO_FINAL_REPORT,
     STOPPED_REPORTING,
     LostWorker,
     PhaseTimeline,
@@ -71,6 +76,7 @@ class Fleet:
         # master: what it last heard from each worker and its own phases, to book a loss
         self.evidence: dict[str, WorkerEvidence] = {}
         self.timeline = PhaseTimeline()
+        self.finals = FinalReports(rt.environment.runner, self.live_workers, clock) if self.master else None
         self.echo: tuple[float, float] | None = None  # worker: (sent_t, our clock on arrival)
 
     @property
@@ -113,6 +119,8 @@ class Fleet:
         self.phase_seq_by_worker[client_id] = data["phase_seq"]
         self.health_now_by_worker[client_id] = data["health_now"]
         self._evidence(client_id, now).reported(now, data["inflight"], users)
+        if data.get("echo"):
+            self.finals.round_trip(client_id, now, *data["echo"])
 
     def heard(self, client_id: str, users: int | None) -> None:
         """Master: a heartbeat of ``client_id`` arrived; ``users``: its user count known now."""
@@ -165,16 +173,19 @@ class Fleet:
         return [c.id for c in self.rt.environment.runner.clients.values() if c.state != STATE_MISSING]
 
     def drop_lost(self) -> list[LostWorker]:
-        """Master: forget the workers that are no longer connected and book each
-        (``loadgen.worker_loss.book_loss``)."""
+        """Master: forget the workers that are lost -- no longer connected, or alive at the stop
+        without their final report -- and book each (``loadgen.worker_loss.book_loss``). A worker
+        whose final report arrived is done, not lost."""
         if not self.master:
             return []
         live = set(self.live_workers())
         closed_loop = not self.rt.scenario.open_loop
         lost = []
-        for cid in [c for c in self.evidence if c not in live]:
+        done, missing = self.finals.received, self.finals.missing
+        for cid in [c for c in self.evidence if (c not in live or c in missing) and c not in done]:
             ev = self.evidence.pop(cid)
-            lost.append(book_loss(cid, ev, self.timeline, closed_loop, HEARTBEAT_S, STOPPED_REPORTING))
+            reason = NO_FINAL_REPORT if cid in missing else STOPPED_REPORTING
+            lost.append(book_loss(cid, ev, self.timeline, closed_loop, HEARTBEAT_S, reason))
             self.inflight_by_worker.pop(cid, None)
             self.phase_seq_by_worker.pop(cid, None)
             self.health_now_by_worker.pop(cid, None)
@@ -242,9 +253,10 @@ class Fleet:
 def install_fleet(rt) -> Fleet:
     """Wire this process's ``Fleet`` into Locust's report hooks and custom messages.
 
-    Worker: reports, the phase message, the ledger at quit, and
-    ``rt.fatal`` tells the master. Master: merges reports, hears heartbeats; a worker's
-    ``llm_fatal`` becomes ``rt.fatal`` (whose handler the owner installs).
+    Worker: reports, the phase message, its final report when asked, the ledger at quit, and
+    ``rt.fatal`` tells the master. Master: merges reports, hears heartbeats, collects the final
+    reports at a stop (``loadgen.final_reports``); a worker's ``llm_fatal`` becomes ``rt.fatal``
+    (whose handler the owner installs).
     """
     fleet = Fleet(rt)
     events, runner = rt.environment.events, rt.environment.runner
@@ -290,8 +302,10 @@ def install_fleet(rt) -> Fleet:
 
     if runner is not None and rt.is_worker:
         runner.register_message(PHASE_MESSAGE, _on_phase)
+        install_final_reports(runner, False, None)
         rt.on_fatal = _tell_master
     elif runner is not None and rt.is_master:
         runner.register_message(FATAL_MESSAGE, _on_fatal)
+        install_final_reports(runner, True, fleet.finals)
     return fleet
 

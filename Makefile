@@ -33,9 +33,10 @@ llama-server: install
 docker-tools:
 	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
 
-# The whole suite except the container deploy test, which has its own target (CI runs both).
+# The whole suite except the container deploy test, which has its own target (CI runs both): the
+# unit tests, then the integration files two at a time (scripts/run_tests.py; TEST_JOBS=1: serial).
 test: install system-tools
-	$(PY) -m pytest -q -ra --ignore-glob='tests/test_deploy_docker*'
+	$(PY) scripts/run_tests.py $(ARGS)
 
 # The image built and the compose stack run for real (root; skips with the reason elsewhere):
 # starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.

@@ -38,7 +38,6 @@ from loadgen.stage_guard import StageGuard
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
-WORKER_REPORT_WAIT_S = 3.5  # Locust workers report every 3 s
 
 
 def say(line: str) -> None:
@@ -275,12 +274,13 @@ class Session:
     def on_runner_stopped(self) -> None:
         """Web UI: the runner stopped (the sweep ended, or the Stop button). The run is over while
         the UI stays up: final results with plots, ``ended_at``, the exit code, the final table;
-        the LLM tabs say "finished". A master waits one worker-report interval first, so the
-        workers' last reports are in."""
+        the LLM tabs say "finished". A master first collects every live worker's final report
+        (``loadgen.final_reports``, as a headless stop does) and books a worker that sent none."""
         if not self.started or self.finished_wall is not None:
             return
-        if self.rt.is_master:
-            gevent.sleep(WORKER_REPORT_WAIT_S)
+        if self.fleet.finals is not None:
+            self.fleet.finals.stop()
+            self.check_workers()
         self._conclude()
         self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
         self.finished_wall = time.time()

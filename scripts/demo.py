@@ -94,7 +94,7 @@ def main() -> int:
         cmd = [
             sys.executable, "-m", "locust", "--headless", "-f", str(ROOT / "locustfile.py"),
             "--host", sim.url, "--scenario", str(ROOT / "config" / "demo.yaml"),
-            "--results-dir", RESULTS, "--only-summary", "--loglevel", "WARNING",
+            "--results-dir", RESULTS, "--loglevel", "WARNING",
             *slo_args(float(TIME_SCALE)), *extra,
         ]
         code = subprocess.call(cmd, cwd=ROOT)

@@ -102,14 +102,9 @@ def decide(
             f"(lower input/output tokens, or check guard.kv_capacity_tokens)"
         )
         return GuardDecision(concurrency, False, None, projected, capacity, action, True, msg)
-    if action == "abort":
-        msg = f"{head}; refusing it (use --guard-action clamp or lower stages.max to {fit})"
-        return GuardDecision(concurrency, False, None, projected, capacity, action, True, msg)
-    if action == "clamp":
-        msg = f"{head}; clamped to concurrency {fit} (use stages.max {fit} to make this the plan)"
-        return GuardDecision(concurrency, True, fit, projected, capacity, action, True, msg)
-    msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
-    return GuardDecision(concurrency, True, concurrency, projected, capacity, action, True, msg)
+    return _breach(concurrency, fit, projected, capacity, action, head,
+                   f"use --guard-action clamp or lower stages.max to {fit}",
+                   f"clamped to concurrency {fit} (use stages.max {fit} to make this the plan)")
 
 
 def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int | None,
@@ -139,14 +134,20 @@ def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int 
         return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, False, msg)
     fit = _round_down(max_fitting_rate(capacity, input_tokens + output_tokens, mean_duration_s, margin))
     head = f"rate {rate_per_s:g}/s: projected KV tokens {need} exceed capacity {capacity:,}"
+    return _breach(rate_per_s, fit, projected, capacity, action, head,
+                   f"use --guard-action clamp, or rates up to {fit:g}/s", f"clamped to {fit:g}/s")
+
+
+def _breach(load: float, fit: float, projected: float, capacity: int, action: str, head: str,
+            abort_hint: str, clamped: str) -> GuardDecision:
+    """A stage over capacity, as ``action`` says: abort refuses it (``abort_hint``: the fix),
+    clamp runs the largest load that fits (``fit``; ``clamped`` says so), warn runs it flagged."""
     if action == "abort":
-        msg = f"{head}; refusing it (use --guard-action clamp, or rates up to {fit:g}/s)"
-        return GuardDecision(rate_per_s, False, None, projected, capacity, action, True, msg)
+        return GuardDecision(load, False, None, projected, capacity, action, True, f"{head}; refusing it ({abort_hint})")
     if action == "clamp":
-        msg = f"{head}; clamped to {fit:g}/s"
-        return GuardDecision(rate_per_s, True, fit, projected, capacity, action, True, msg)
+        return GuardDecision(load, True, fit, projected, capacity, action, True, f"{head}; {clamped}")
     msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
-    return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, True, msg)
+    return GuardDecision(load, True, load, projected, capacity, action, True, msg)
 
 
 def _round_down(x: float, digits: int = 3) -> float:

@@ -75,6 +75,16 @@ def is_client_bound(summary: dict, cpu_percent_max: float, loop_lag_p99_s_max: f
     return cpu >= cpu_percent_max or lag >= loop_lag_p99_s_max
 
 
+def stage_client_bound(client: dict, lateness_p99_s: float | None, check) -> bool:
+    """A stage's ``client_bound`` flag: the load-generating processes' health (``client``, from
+    ``worst_of``; no CPU figure -> not judged) is over ``check``'s limits (``is_client_bound``), or,
+    open loop, the send lateness p99 >= ``check.lateness_p99_s_max`` (the schedule slipped).
+    ``check`` is the scenario's ``client_check``."""
+    judged = client.get("cpu_percent") is not None and is_client_bound(
+        client, check.cpu_percent_max, check.loop_lag_p99_s_max)
+    return judged or (lateness_p99_s is not None and lateness_p99_s >= check.lateness_p99_s_max)
+
+
 def worst_of(summaries: list[dict]) -> dict:
     """Combine the ``StageHealth.summary()`` of several processes into one judged by the worst.
 

@@ -17,24 +17,24 @@ import time
 
 import gevent
 
-from loadgen import errors, results
+from loadgen import errors
 from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
 from loadgen.exporter_feed import ExporterFeed
 from loadgen.flags import cut_flag
-from loadgen.guard import OverCapacityRule, decide, decide_rate
-from loadgen.health import is_client_bound
-from loadgen.mix import scenario_mix
+from loadgen.guard import OverCapacityRule
+from loadgen.health import stage_client_bound
 from loadgen.phases import Phase
 from loadgen.preflight import StartRefused, preflight
 from loadgen.probes import FailureNotices, ProbeLedger
 from loadgen.report.files import write_results
-from loadgen.report.knee import find_knee, find_rate_knee
+from loadgen.report.knee import run_knee
 from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
+from loadgen.stage_guard import StageGuard
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
@@ -55,7 +55,6 @@ class Session:
         rt.on_fatal = lambda message: self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
         self.started_wall = time.time()
         self.server = None  # preflight.ServerInfo, once the start check passed
-        self.capacity = None  # server_probe.Capacity
         self.watch: ServerWatch | None = None
         self.stage_info: dict[int, StageInfo] = {}
         self.rows: list[dict] = []
@@ -72,8 +71,12 @@ class Session:
         self.console = StageConsole(say)
         self.probes = ProbeLedger(rt)  # requests sent outside the stages (loadgen.probes)
         self.notices = FailureNotices(rt, say)
-        # open loop, for the KV guard: E2E mean of the last finished stage (or the start probe)
-        self.expected_duration_s: float | None = None
+        self.kv = StageGuard(rt, fleet, say)  # the KV guard's numbers; the plan calls kv.decide
+
+    @property
+    def capacity(self):
+        """``server_probe.Capacity`` from the start check (None before it)."""
+        return self.kv.capacity
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> bool:
@@ -99,7 +102,7 @@ class Session:
         self.probes.count(self.server.probes)
         rt.use_model(self.server.model)
         rt.compat = self.server.compat
-        self.capacity = cap = self.server.capacity
+        self.kv.capacity = cap = self.server.capacity
         if sc.guard.watch and cap.flavor:
             g = sc.guard
             rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
@@ -112,8 +115,8 @@ class Session:
             self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
         if self.exporter is not None:
             say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
-        if self.exit_code is None and sc.open_loop and cap.tokens and sc.rate.probe_requests:
-            self._probe()
+        if self.exit_code is None:
+            self.kv.probe(self.probes)
         return self.exit_code is None
 
     def flush_locust_events(self) -> None:
@@ -121,37 +124,6 @@ class Session:
 
     def say_new_failures(self) -> None:
         self.notices.say_new()
-
-    def _probe(self) -> None:
-        """Open loop with a known capacity: time a few sequential requests, so the first stage's
-        KV guard has a request duration (later stages use the previous stage's E2E mean)."""
-        from loadgen.open_loop import probe_duration_s
-
-        sc = self.rt.scenario
-        try:
-            self.expected_duration_s, results = probe_duration_s(self.rt, sc.rate.probe_requests)
-        except Exception as exc:  # the first stage runs unguarded, and says so
-            say(f"llm-loadgen: warning: the KV guard's probe failed ({self.rt.redact(str(exc))[:200]}); "
-                "the first rate stage runs unguarded")
-            return
-        self.probes.count(tuple((r, True) for r in results), sc.output_tokens)
-        if self.expected_duration_s is not None:
-            say(f"llm-loadgen: probe: {sc.rate.probe_requests} sequential requests, E2E mean "
-                f"{self.expected_duration_s:.3g} s (the KV guard's duration for the first rate stage)")
-
-    def decide(self, load: float):
-        sc = self.rt.scenario
-        capacity = self.capacity.tokens if self.capacity else None
-        mix = scenario_mix(sc, self.rt.dataset)  # per request: loadgen.mix (mean, burst, longest history)
-        if sc.open_loop:
-            in_flight = load * (self.expected_duration_s or 1.0)  # Little's law: L = rate x W
-            return decide_rate(load, self.expected_duration_s, capacity, *mix.split(in_flight),
-                               sc.guard.margin, sc.guard.action)
-        return decide(load, capacity, *mix.split(load), sc.guard.margin, sc.guard.action)
-
-    def load_processes(self, rate_per_s: float | None = None) -> int:
-        """Open loop: dispatcher users wanted, one per load-generating process (live workers)."""
-        return max(len(self.fleet.live_workers()), 1) if self.fleet.master else 1
 
     # -- sweep events --------------------------------------------------------------------------------
     def on_event(self, ev, now: float) -> str | None:
@@ -200,11 +172,8 @@ class Session:
         info.window_s, info.users = ev.t - info.open_t, ev.users
         self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
         self.close_seq[k] = self.rt.phase_seq + 1  # the next phase, sent in the same shape tick
-        stats = self.rt.collector.stages.get(k)
-        if info.rate_per_s is not None and stats is not None and stats.e2e_s.count:
-            # Little's law W for the next stage's KV guard: this stage's E2E mean so far (requests
-            # finished by the close), never below the lower rates' (latency grows with the rate)
-            self.expected_duration_s = max(stats.e2e_s.mean, self.expected_duration_s or 0.0)
+        if info.rate_per_s is not None:
+            self.kv.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
         if not self.watch:
             return None
         server = info.server = self.watch.end_stage(k)
@@ -217,28 +186,22 @@ class Session:
 
     def _finalize(self, k: int, forced: bool, flag: str = "drain_timeout") -> None:
         rt, sc = self.rt, self.rt.scenario
-        info = self.stage_info[k]
+        info, stats = self.stage_info[k], rt.collector.stages.get(k)
         client = self.fleet.stage_health(k)
-        bound = client["cpu_percent"] is not None and is_client_bound(
-            client, sc.client_check.cpu_percent_max, sc.client_check.loop_lag_p99_s_max)
-        stats = rt.collector.stages.get(k)
-        if stats is not None and info.rate_per_s is not None:
-            late = stats.schedule_lateness_s.quantile(0.99) if stats.schedule_lateness_s.count else None
-            bound = bound or (late is not None and late >= sc.client_check.lateness_p99_s_max)
-        # forced: still running, or already killed by the stop (Locust stops users before `quitting`)
-        stats = rt.collector.stages.get(k)
-        cancelled = stats.cancelled_requests if stats is not None else 0  # merged from every process
-        unfinished = self.fleet.inflight(k) + cancelled if forced else None
+        open_loop = stats is not None and info.rate_per_s is not None and stats.schedule_lateness_s.count
+        bound = stage_client_bound(client, stats.schedule_lateness_s.quantile(0.99) if open_loop else None,
+                                   sc.client_check)
+        # forced: still running, or already killed by the stop (Locust stops users before `quitting`);
+        # cancelled requests are merged from every process
+        unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
         if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
             unfinished = None
-        row = stage_row(info, rt.collector.stages.get(k), self.guard, client, bound, unfinished, flag, sc.slo)
+        row = stage_row(info, stats, self.guard, client, bound, unfinished, flag, sc.slo)
         self.rows.append(row)
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
-        varied = sc.workload.dataset or sc.workload.turns > 1 or sc.input.dist != "fixed" or sc.output.dist != "fixed"
-        expected = ("each request's expected",) * 2 if varied else (sc.input_tokens, sc.output_tokens)
-        for line in stage_warnings(row, *expected):
+        for line in stage_warnings(row, *sc.expected_lengths()):
             say(line)
         if not self._rows_pending():
             self.console.flush()
@@ -366,13 +329,7 @@ class Session:
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> float | None:
         """The concurrency knee, or in open-loop mode the highest offered rate sustained."""
-        if self.rt.scenario.open_loop:
-            return find_rate_knee(self.rows, self.rt.scenario.knee.threshold)
-        return find_knee(self.rows, self.rt.scenario.knee.threshold)
-
-    def slo_outcomes(self) -> list[tuple[int, bool]]:
-        """(concurrency, passed) of every final stage, for the plan's SLO search."""
-        return results.slo_outcomes(self.rows)
+        return run_knee(self.rows, self.rt.scenario.open_loop, self.rt.scenario.knee.threshold)
 
     def summary(self, final: bool = False) -> dict:
         rt = self.rt

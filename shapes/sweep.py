@@ -15,6 +15,7 @@ from locust import LoadTestShape
 
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
+from loadgen.results import slo_outcomes
 from shapes.sweep_plan import Observation, SweepPlan, Tick
 
 log = logging.getLogger("llm_loadgen")
@@ -32,11 +33,11 @@ class SweepShape(LoadTestShape):
         st = rt.scenario.stages
         return SweepPlan(
             rt.scenario.loads(),
-            users_for=self.session.load_processes if rt.scenario.open_loop else None,
+            users_for=self.session.kv.load_processes if rt.scenario.open_loop else None,
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            decide=self.session.decide, slo=rt.scenario.slo,
+            decide=self.session.kv.decide, slo=rt.scenario.slo,
         )
 
     def _step(self, rt, now: float) -> Tick:
@@ -51,7 +52,7 @@ class SweepShape(LoadTestShape):
             stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
-            slo_outcomes=session.slo_outcomes,
+            slo_outcomes=lambda: slo_outcomes(session.rows),
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.server_probe import parse_metrics
+from tests.procs import stop_process
 from tests.promtools import free_port
 from tests.runlocust import ROOT
 
@@ -136,13 +137,7 @@ class LlamaServer:
         return json.loads(body)["tokens"]
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
+        stop_process(self._proc)
         self._proc = None
         if not self._log.closed:
             self._log.close()

@@ -25,6 +25,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from tests.procs import stop_process
+
 # Concrete values for Grafana's built-in macros (scrape interval 1 s: $__rate_interval >= 4 scrapes).
 DEFAULT_MACROS = {"__rate_interval": "5s", "__interval": "2s", "__range": "30s",
                   "__range_s": "30", "__interval_ms": "2000"}
@@ -101,13 +103,7 @@ class PrometheusProcess:
         return path.read_bytes()[-n:].decode(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
+        stop_process(self._proc)
         self._proc = None
         if self._tmp is not None:
             self._log.close()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.sim.launch import running_sim
+from tests.procs import stop_process
 from tests.promtools import (
     PrometheusProcess,
     label_values,
@@ -61,14 +62,7 @@ def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path, load:
                      "--exporter-port", str(port), "--results-dir", str(results))
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def stop():
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-    stack.callback(stop)
+    stack.callback(stop_process, proc, 20)
 
 
 @pytest.fixture(scope="module")

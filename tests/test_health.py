@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from loadgen.health import HealthMonitor, StageHealth, is_client_bound, worst_of
+from loadgen.health import HealthMonitor, StageHealth, is_client_bound, stage_client_bound, worst_of
 
 
 class Clock:
@@ -168,3 +168,18 @@ def test_connect_backoff_is_shared_doubles_and_resets():
     assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     b.reset()
     assert b.failed() == 0.05
+
+
+@pytest.mark.parametrize("client, late, bound", [
+    ({"cpu_percent": 50, "loop_lag_p99_s": 0.001}, None, False),
+    ({"cpu_percent": 95, "loop_lag_p99_s": 0.001}, None, True),
+    ({"cpu_percent": None, "loop_lag_p99_s": 9.0}, None, False),  # no CPU figure: not judged
+    ({"cpu_percent": 50, "loop_lag_p99_s": 0.001}, 0.004, False),
+    ({"cpu_percent": 50, "loop_lag_p99_s": 0.001}, 0.005, True),  # open loop: the schedule slipped
+    ({"cpu_percent": None, "loop_lag_p99_s": None}, 0.010, True),
+])
+def test_a_stage_is_client_bound_by_health_or_by_send_lateness(client, late, bound):
+    from types import SimpleNamespace
+
+    check = SimpleNamespace(cpu_percent_max=90, loop_lag_p99_s_max=0.02, lateness_p99_s_max=0.005)
+    assert stage_client_bound(client, late, check) is bound

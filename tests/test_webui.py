@@ -87,7 +87,7 @@ def ui(tmp_path, monkeypatch):
     rt = Runtime(env, load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path)}))
     env.llm = rt
     env.llm_run = Session(rt, Fleet(rt))
-    env.llm_run.capacity = Capacity(300, "scenario", None, None, "test")
+    env.llm_run.kv.capacity = Capacity(300, "scenario", None, None, "test")
     now = [0.0]
     install_webui(env, clock=lambda: now[0])
     env.web_ui.start()

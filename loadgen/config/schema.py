@@ -305,6 +305,13 @@ class Scenario:
         value = self.input_tokens if which == "input" else self.output_tokens
         return LengthDist(c.dist, value if c.dist == "fixed" else None, c.mean, c.std, c.min, c.max)
 
+    def expected_lengths(self) -> tuple[int, int] | tuple[str, str]:
+        """(input, output) tokens every request is sent with, for the token-mismatch warning; words
+        when requests vary (a dataset, several turns, a length distribution)."""
+        varied = self.workload.dataset or self.workload.turns > 1 or self.input.dist != "fixed" \
+            or self.output.dist != "fixed"
+        return ("each request's expected",) * 2 if varied else (self.input_tokens, self.output_tokens)
+
     def loads(self) -> list[float]:
         """Each stage's load: requests/s in open-loop mode, else the concurrency."""
         rates = self.rate.rates()

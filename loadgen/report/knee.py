@@ -117,6 +117,12 @@ def find_rate_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
     return None
 
 
+def run_knee(stages: list[dict], open_loop: bool, threshold: float = DEFAULT_THRESHOLD) -> float | None:
+    """A run's knee: the highest offered rate sustained (open loop, ``find_rate_knee``), else the
+    concurrency knee (``find_knee``)."""
+    return find_rate_knee(stages, threshold) if open_loop else find_knee(stages, threshold)
+
+
 def knee_of(summary: dict) -> int | None:
     """The knee recorded in the summary; computed from the stages when the summary has none."""
     knee = summary.get("knee")

@@ -50,7 +50,7 @@ test-unit: install
 test-llamacpp: llama-server
 	$(PY) -m pytest -q -ra tests/test_llamacpp.py
 
-# The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~2-3 min.
+# The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~3 min.
 demo: install
 	$(PY) scripts/demo.py $(ARGS)
 

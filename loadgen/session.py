@@ -323,7 +323,8 @@ class Session:
                                    threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
         if self.run_dir is not None:
             code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
-            say(f"llm-loadgen: {self.stop_reason}; results in {self.run_dir}/{code}")
+            words = errors.STOP_WORDS.get(self.stop_reason, self.stop_reason)
+            say(f"llm-loadgen: {words}; results in {self.run_dir}/{code}")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> float | None:

@@ -64,6 +64,9 @@ def test_a_parent_resolves_to_its_newest_run(tmp_path):
     (tmp_path / LATEST).unlink()
     (tmp_path / LATEST).symlink_to("gone")
     assert resolve_run_dir(tmp_path) == new
+    # a summary.json at the results directory's root, from a version before run folders, is stale
+    shutil.copy(FIXTURES / "summary_seeds_sweep.json", tmp_path / "summary.json")
+    assert resolve_run_dir(tmp_path) == new
     empty = tmp_path / "empty"
     empty.mkdir()
     assert resolve_run_dir(empty) == empty

@@ -66,15 +66,26 @@ def run_stage(concurrency: int, tokens_per_chunk: int, workdir: Path, duration_s
             "sim_steps": after["steps"] - before["steps"], "sim_overruns": after["overruns"] - before["overruns"]}
 
 
+def reference_cmd(url: str, streams: int, warmup_s: float, duration_s: float, output_tokens: int = OUTPUT_TOKENS,
+                  input_tokens: int = INPUT_TOKENS, ramp_s: float = 0.0) -> list[str]:
+    """The bench/refclient.py command for that load: ``streams`` started evenly over ``ramp_s``,
+    measuring after ``warmup_s`` for ``duration_s``. It prints one JSON line (``reference_result``)."""
+    return [sys.executable, str(Path(__file__).resolve().parent / "refclient.py"), url, "--streams", str(streams),
+            "--seconds", str(warmup_s + duration_s), "--warmup", str(warmup_s), "--tokens", str(output_tokens),
+            "--input-tokens", str(input_tokens), "--ramp", str(ramp_s)]
+
+
+def reference_result(returncode: int, stdout: str, stderr: str) -> dict:
+    if returncode != 0:
+        raise RuntimeError(f"refclient failed ({returncode}): {stderr[-2000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
 def reference(url: str, streams: int, warmup_s: float, duration_s: float) -> dict:
     """bench/refclient.py in its own process, same load and timing as the locust stage."""
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "refclient.py"), url,
-                          "--streams", str(streams), "--seconds", str(warmup_s + duration_s), "--warmup",
-                          str(warmup_s), "--tokens", str(OUTPUT_TOKENS), "--input-tokens", str(INPUT_TOKENS)],
-                         capture_output=True, text=True, timeout=warmup_s + duration_s + 180)
-    if out.returncode != 0:
-        raise RuntimeError(f"refclient failed ({out.returncode}): {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run(reference_cmd(url, streams, warmup_s, duration_s), capture_output=True, text=True,
+                         timeout=warmup_s + duration_s + 180)
+    return reference_result(out.returncode, out.stdout, out.stderr)
 
 
 def _per(v: float | None, n: int) -> float | None:

@@ -99,7 +99,8 @@ class BenchLocust:
 
     @property
     def summary(self) -> dict:
-        return json.loads((self.results_dir / "latest" / "summary.json").read_text())  # the run's folder
+        """summary.json of the run, in its own run folder (``latest``, loadgen/report/runs.py)."""
+        return json.loads((self.results_dir / "latest" / "summary.json").read_text())
 
 
 class Sampler(threading.Thread):

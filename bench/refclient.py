@@ -49,6 +49,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=8.0)
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--input-tokens", type=int, default=256)
+    ap.add_argument("--ramp", type=float, default=0.0,
+                    help="start the streams evenly over this many seconds (like locust's ramp), not all at once")
     args = ap.parse_args()
     body = {"model": "m", "prompt": list(range(1000, 1000 + args.input_tokens)), "max_tokens": args.tokens,
             "min_tokens": args.tokens, "ignore_eos": True, "stream": True}
@@ -58,7 +60,8 @@ def main() -> int:
     gaps: list[np.ndarray] = []
     failures = [0]
 
-    def user() -> None:
+    def user(i: int) -> None:
+        gevent.sleep(args.ramp * i / args.streams)
         conn = Connection(args.url)
         while time.perf_counter() < stop_at:
             resp = conn.request("POST", "/v1/completions", body)
@@ -75,7 +78,7 @@ def main() -> int:
                 gaps.append(np.diff(ts))
         conn.close()
 
-    gevent.joinall([gevent.spawn(user) for _ in range(args.streams)], timeout=args.seconds + 120)
+    gevent.joinall([gevent.spawn(user, i) for i in range(args.streams)], timeout=args.seconds + 120)
     g = np.concatenate(gaps) if gaps else np.empty(0)
     cpu = os.times()
     print(json.dumps({

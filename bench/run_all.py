@@ -8,6 +8,9 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
                                      as shipped and with a candidate fairness change ("fair")
   fidelity  bench/fidelity.py        (b) reported TTFT / ITL vs the simulator's known answer at
                                      256 and 1024 streams, next to the client's self-check
+  capacity  bench/capacity.py        the chunks/s ONE client process holds with reported TTFT and
+                                     ITL p99 within 2 ms of the truth (1 token per chunk, streams
+                                     stepped 256..640, a run each), chunks per client CPU-second (~3 min)
   memory    bench/memory.py          (c) RSS of one process with 1024 streaming users
   sim       bench/bench_sim.py       (d) the simulator's emission rate per simulator CPU-second
   soak      bench/soak.py            (e) RSS / exporter series / scrape time per simulated hour
@@ -35,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SECTIONS = ("datapath", "ingest", "fidelity", "memory", "sim", "soak", "open_loop", "workers")
+SECTIONS = ("datapath", "ingest", "fidelity", "capacity", "memory", "sim", "soak", "open_loop", "workers")
 
 
 def _script(name: str, *args: str) -> int:
@@ -56,6 +59,10 @@ def run_section(name: str, args) -> int:
         import fidelity
 
         return fidelity.main(["--stages", "256,1024", "--tokens-per-chunk", "1,4"])
+    if name == "capacity":
+        import capacity
+
+        return capacity.main([])
     if name == "memory":
         import memory
 

@@ -1,11 +1,18 @@
-"""Streaming HTTP client: the only module that touches sockets and translates transport errors.
+"""Streaming HTTP client: with its socket layer loadgen.gevent_io, the only code that touches
+sockets; the one place that translates transport errors.
 
 One ``StreamClient`` per Locust user, one keep-alive connection each. A stream is read with
-``_read_available``: whatever body bytes the socket has delivered, as soon as they arrive. We do
-not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n bytes and delayed the
-first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on time but copies per line.
+``read_available`` (loadgen.gevent_io): whatever body bytes the socket has delivered, as soon as
+they arrive. We do not use geventhttpclient's ``read(n)`` / ``iter_content(n)``, which wait for n
+bytes and delayed the first event by seconds in Locust 2.47 (FIELD_NOTES); ``readline`` is on
+time but copies per line.
 Each read is timestamped with ``time.perf_counter()`` the moment ``recv`` returns, then decoded by
 ``SSEDecoder`` and interpreted by ``RequestRecord`` (pure code, below us).
+
+The read timeout: sending and the response headers use the socket's own timeout (gevent arms a
+timer per waiting ``recv``; a few per request). The body is read without it, and one
+``IdleDeadline`` per request (loadgen.deadline) raises ``read_timeout`` when no bytes came for
+``read_timeout_s``: the same idle meaning, without a timer per chunk.
 """
 
 from __future__ import annotations
@@ -24,87 +31,19 @@ from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
 from loadgen.config import Shown
+from loadgen.deadline import IdleDeadline, IdleTimeout
 from loadgen.errors import ConfigError, RequestError
 from loadgen.failures import excerpt, server_reason
+from loadgen.gevent_io import YIELD_AFTER_BYTES, Closed, ConnectError, adapt_pool, discard, read_available
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
-# Large reads: at high token rates several events wait in the kernel buffer; one recv takes them all.
-RECV_BYTES = 32 * 1024
-# A gevent read yields to other greenlets only when the kernel buffer is empty: a stream whose
-# bytes keep arriving would parse its whole response in one turn while every other stream's first
-# bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large we yield once,
-# *before* the next read, so no timestamp is taken late. Ordinary servers send ~1 event per read.
-YIELD_AFTER_BYTES = 16 * 1024
 ERROR_BODY_BYTES = 64 * 1024
 
 _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, errno.ENOTCONN}
 _CONNECT_ERRNOS = {errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
 # How a kept-alive connection that the server had already closed fails before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
-
-
-class _ConnectError(OSError):
-    """Opening the connection failed (refused, unreachable, or no answer within the connect
-    timeout: a server whose accept backlog is full drops the SYN). Raised by the pool's socket
-    factory, so a timeout there is told apart from a read timeout on an open connection."""
-
-    def __init__(self, cause: OSError):
-        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__)
-        self.cause = cause
-
-
-def _tag_connect_errors(pool) -> None:
-    """Wrap ``pool._create_socket`` (geventhttpclient's one place that connects) to raise _ConnectError."""
-    create = pool._create_socket
-
-    def create_socket():
-        try:
-            return create()
-        except OSError as exc:
-            raise _ConnectError(exc) from exc
-
-    pool._create_socket = create_socket
-
-
-class _Closed(Exception):
-    """The peer closed the connection before the response body was complete."""
-
-
-def _read_available(resp) -> bytes:
-    """Return the body bytes available now, waiting only until at least one byte has arrived.
-
-    Returns b"" at the end of the body. Feeds raw socket bytes through the response's HTTP parser
-    (which undoes chunked framing into ``_body_buffer``) and hands over the whole buffer at once.
-    """
-    buf = resp._body_buffer
-    while not buf:
-        if resp.message_complete:
-            return b""
-        sock = resp._sock
-        if sock is None:
-            raise _Closed("connection closed")
-        data = sock.recv(RECV_BYTES)
-        resp.feed(data)
-        if not data:
-            if resp.message_complete or buf:
-                break
-            raise _Closed("connection closed mid-stream")
-    out = bytes(buf)
-    del buf[:]
-    return out
-
-
-def _discard(resp) -> None:
-    """Close the response's connection instead of returning it to the pool (body not consumed)."""
-    sock, pool = resp._sock, getattr(resp, "_pool", None)
-    resp._sock = None
-    if sock is not None:
-        if pool is not None:
-            resp._pool = None
-            pool.release_socket(sock)
-        else:
-            sock.close()
 
 
 BODY_EXCERPT_CHARS = 120  # of a non-JSON error body, in a message meant to be one line
@@ -145,12 +84,14 @@ def _http_failure(status: int, body: bytes) -> RequestError:
 
 def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
     """Translate a socket/parser exception into a failure category."""
-    if isinstance(exc, _ConnectError):
+    if isinstance(exc, ConnectError):
         timed_out = isinstance(exc.cause, socket.timeout)
         return RequestError(errors.CONNECT_FAILED, "connect timed out" if timed_out else exc.strerror)
-    if isinstance(exc, socket.timeout | gevent.Timeout):
+    if isinstance(exc, IdleTimeout):  # the body: the request's IdleDeadline
+        return RequestError(errors.READ_TIMEOUT, str(exc))
+    if isinstance(exc, socket.timeout | gevent.Timeout):  # sending or the headers: the socket's timeout
         return RequestError(errors.READ_TIMEOUT, "no bytes within the read timeout")
-    if isinstance(exc, _Closed):
+    if isinstance(exc, Closed):
         return RequestError(errors.CONNECTION_RESET, str(exc))
     if isinstance(exc, HTTPConnectionClosed):  # a parse "error" that is only the peer closing
         return RequestError(errors.CONNECTION_RESET, "connection closed before the response")
@@ -204,7 +145,8 @@ class StreamClient:
             network_timeout=read_timeout_s,
             headers=headers,
         )
-        _tag_connect_errors(self._http._connection_pool)
+        adapt_pool(self._http._connection_pool)
+        self._deadline = IdleDeadline(read_timeout_s, clock)
         self._pooled = False  # the last response left its connection in the pool for reuse
 
     def close(self) -> None:
@@ -247,7 +189,7 @@ class StreamClient:
             resp = self._send(method, path, body or b"")
             data = resp.read()
             self._pooled = not resp.should_close()
-        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+        except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
             raise _transport_failure(exc, connected=False) from None
         if resp.status_code != 200:
             raise _http_failure(resp.status_code, data)
@@ -275,7 +217,7 @@ class StreamClient:
         tokens arrive (live throughput windows). Returns the record's result and the bytes read.
         Never raises for a failed request: failures are in ``result.error_kind``.
         """
-        clock = self._clock
+        clock, deadline = self._clock, self._deadline
         nbytes = 0
         resp = None
         failure: RequestError | None = None
@@ -294,19 +236,23 @@ class StreamClient:
                 )
             else:
                 decoder = SSEDecoder()
+                deadline.start(t)
+                wait_first = True
                 while True:
-                    data = _read_available(resp)
+                    data = read_available(resp, wait_first)
                     t = clock()
                     if not data:
                         eof = True
                         break
+                    deadline.last_read_s = t
                     nbytes += len(data)
                     for payload in decoder.feed(data):
                         record.on_payload(payload, t)
                     if on_tokens is not None and record.chunk_tokens_seen != seen:
                         on_tokens(record.chunk_tokens_seen - seen)
                         seen = record.chunk_tokens_seen
-                    if len(data) >= YIELD_AFTER_BYTES:
+                    wait_first = len(data) < YIELD_AFTER_BYTES
+                    if not wait_first:
                         gevent.sleep(0)
                 for payload in decoder.flush():
                     record.on_payload(payload, t)
@@ -315,16 +261,17 @@ class StreamClient:
                                        f"event; first line {decoder.foreign_line[:80]!r})")
         except RequestError as exc:  # raised by the decoder/record for malformed data
             failure, t = exc, clock()
-        except (OSError, HTTPParseError, gevent.Timeout, _Closed) as exc:
+        except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
             failure, t = _transport_failure(exc, connected=resp is not None), clock()
         finally:
+            deadline.cancel()  # first: nothing below may be interrupted by it
             if on_tokens is not None and record.chunk_tokens_seen != seen:
                 on_tokens(record.chunk_tokens_seen - seen)
             if resp is not None:
                 if eof:
                     self._pooled = not resp.should_close()
                 else:
-                    _discard(resp)
+                    discard(resp)
         if failure is not None:
             return record.fail(failure, t), nbytes
         return record.finish(t, eof=True), nbytes

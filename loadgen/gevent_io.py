@@ -1,0 +1,134 @@
+"""How loadgen.client drives geventhttpclient's sockets: the pool's two adaptations and body reads.
+
+Used by loadgen.client only (which translates every exception raised here into a RequestError).
+
+- ``adapt_pool``: connect failures are tagged (``ConnectError``) so a connect timeout is told apart
+  from a read timeout; the pool's check of a kept-alive socket before reuse does not yield.
+  geventhttpclient checks with ``select.select([sock], [], [], 0.0)``, which Locust's monkey-patching
+  makes gevent's select, and that calls ``gevent.sleep(0)`` even with timeout 0: every request
+  went to the back of the event loop's queue between its send time (``record.sent_s``) and its send,
+  so the loop's whole turn was counted in TTFT. The original select answers the same question.
+- ``read_available``: the body bytes the socket has now, waiting (on the socket's read watcher,
+  without a per-read timer) until at least one byte came. The read timeout of the body is the
+  request's ``loadgen.deadline.IdleDeadline``.
+"""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+_select = monkey.get_original("select", "select")
+
+# Large reads: at high token rates several events wait in the kernel buffer; one recv takes them all.
+RECV_BYTES = 32 * 1024
+# A read that tries recv first yields to other greenlets only when the kernel buffer is empty: a
+# stream whose bytes keep arriving would parse its whole response in one turn while every other
+# stream's first bytes wait to be stamped (bench: flood TTFT p50 15-38 ms). After a read this large
+# we yield once, *before* the next read, so no timestamp is taken late, and then try recv first
+# (more is likely waiting). After a smaller read the buffer is almost always empty (one recv took
+# all there was): wait for readability first. Ordinary servers send ~1 event per read.
+YIELD_AFTER_BYTES = 16 * 1024
+
+
+class ConnectError(OSError):
+    """Opening the connection failed (refused, unreachable, or no answer within the connect
+    timeout: a server whose accept backlog is full drops the SYN). Raised by the pool's socket
+    factory, so a timeout there is told apart from a read timeout on an open connection."""
+
+    def __init__(self, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause) or type(cause).__name__)
+        self.cause = cause
+
+
+class Closed(Exception):
+    """The peer closed the connection before the response body was complete."""
+
+
+def is_idle_and_open(sock) -> bool:
+    """A kept-alive socket may be reused: open, and nothing to read (a readable idle socket has
+    the server's FIN or stray bytes). geventhttpclient's rule, asked without yielding."""
+    try:
+        if sock is None or sock.fileno() < 0:
+            return False
+        readable, _, _ = _select([sock], [], [], 0.0)
+    except (OSError, ValueError):
+        return False
+    return not readable
+
+
+def adapt_pool(pool) -> None:
+    """Wrap ``pool._create_socket`` (geventhttpclient's one place that connects) to raise
+    ConnectError, and replace its reuse check ``_is_socket_alive`` with ``is_idle_and_open``."""
+    create = pool._create_socket
+
+    def create_socket():
+        try:
+            return create()
+        except OSError as exc:
+            raise ConnectError(exc) from exc
+
+    pool._create_socket = create_socket
+    pool._is_socket_alive = is_idle_and_open
+
+
+def recv(sock, wait_first: bool) -> bytes:
+    """One ``recv`` of up to RECV_BYTES on a gevent socket, without gevent's per-call timeout.
+
+    gevent's ``sock.recv`` first tries the syscall; on EWOULDBLOCK (raised as an exception) it
+    waits on the socket's read watcher inside a new ``Timeout`` (the socket's timeout). Here we
+    wait on that same watcher with no timeout (the request's IdleDeadline is the timeout), then
+    call the non-blocking recv of the underlying socket: with ``wait_first`` (the buffer is
+    expected empty) no failed syscall and no exception per chunk. A wake-up without data waits again.
+    """
+    raw, ready = sock._sock, sock._read_event
+    if ready is None:  # closed by another greenlet (Locust stopping the user)
+        raise Closed("connection closed")
+    if not wait_first:
+        try:
+            return raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            pass
+    wait = sock.hub.wait
+    while True:
+        wait(ready)
+        try:
+            return raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            pass
+
+
+def read_available(resp, wait_first: bool = True) -> bytes:
+    """Return the body bytes available now, waiting only until at least one byte has arrived.
+
+    Returns b"" at the end of the body. Feeds raw socket bytes through the response's HTTP parser
+    (which undoes chunked framing into ``_body_buffer``) and hands over the whole buffer at once.
+    ``wait_first``: see ``recv`` (False after a large read, when more bytes are likely waiting).
+    """
+    buf = resp._body_buffer
+    while not buf:
+        if resp.message_complete:
+            return b""
+        sock = resp._sock
+        if sock is None:
+            raise Closed("connection closed")
+        data = recv(sock, wait_first)
+        resp.feed(data)
+        if not data:
+            if resp.message_complete or buf:
+                break
+            raise Closed("connection closed mid-stream")
+    out = bytes(buf)
+    del buf[:]
+    return out
+
+
+def discard(resp) -> None:
+    """Close the response's connection instead of returning it to the pool (body not consumed)."""
+    sock, pool = resp._sock, getattr(resp, "_pool", None)
+    resp._sock = None
+    if sock is not None:
+        if pool is not None:
+            resp._pool = None
+            pool.release_socket(sock)
+        else:
+            sock.close()

@@ -33,9 +33,10 @@ llama-server: install
 docker-tools:
 	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
 
-# The whole suite except the container deploy test, which has its own target (CI runs both).
+# The whole suite except the container deploy test, which has its own target (CI runs both): the
+# unit tests, then the integration files two at a time (scripts/run_tests.py; TEST_JOBS=1: serial).
 test: install system-tools
-	$(PY) -m pytest -q -ra --ignore-glob='tests/test_deploy_docker*'
+	$(PY) scripts/run_tests.py $(ARGS)
 
 # The image built and the compose stack run for real (root; skips with the reason elsewhere):
 # starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.
@@ -49,7 +50,7 @@ test-unit: install
 test-llamacpp: llama-server
 	$(PY) -m pytest -q -ra tests/test_llamacpp.py
 
-# The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~2-3 min.
+# The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~3 min.
 demo: install
 	$(PY) scripts/demo.py $(ARGS)
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class BenchLocust:
-    """One locust run in the background; ``results_dir`` gets summary.json and the logs."""
+    """One locust run in the background; ``results_dir`` gets the run's folder (``latest``) and the logs."""
 
     def __init__(self, host: str, results_dir: Path, *args: str, processes: int = 0,
                  exporter_port: int = 0, env: dict | None = None, locustfile: str = "locustfile.py"):
@@ -100,8 +100,7 @@ class BenchLocust:
     @property
     def summary(self) -> dict:
         """summary.json of the run, in its own run folder (``latest``, loadgen/report/runs.py)."""
-        path = self.results_dir / "latest" / "summary.json"
-        return json.loads((path if path.exists() else self.results_dir / "summary.json").read_text())
+        return json.loads((self.results_dir / "latest" / "summary.json").read_text())
 
 
 class Sampler(threading.Thread):

@@ -1,6 +1,6 @@
 """Many workers: 8 x 128 users (1,024 streams) and 16 x 640 (10,240 streams) on one master.
 
-    .venv/bin/python bench/many_workers.py [--runs 8x128,16x640] [--what-if auto|never|always]
+    .venv/bin/python bench/many_workers.py [--runs 8x128,16x640] [--what-if auto|never|always] [--drain-s S]
 
 Each run: one simulator (``fixed``: TTFT 500 ms, then 1 token a second; 8-token requests live
 7.5 s, so 10,240 streams are ~10,900 chunks/s and ~1,370 requests/s), one master on 127.0.0.1 at
@@ -11,8 +11,11 @@ Checked (FAIL lines otherwise; exit 1):
 - the run completed (exit 0) and no worker missed its heartbeats;
 - every stage's users equal its concurrency, exactly;
 - the master's totals equal the sum of the worker ledgers (``<results-dir>/workers/*.json``):
-  requests, errors, tokens and every histogram's count;
-- tokens the simulator generated (its ``generation_tokens_total``) = tokens the master received.
+  requests, errors, tokens, requests cut at the stop (``cancelled_requests``) and every histogram's
+  count -- every worker's final report merged (loadgen/final_reports.py);
+- tokens the simulator generated (its ``generation_tokens_total``) = tokens the master received
+  (with a drain cut short, ``--drain-s``: up to one more per request the stop cut, its last token
+  still on the wire).
 
 Figures:
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -108,13 +112,20 @@ def ledger_sum(results: Path) -> tuple[int, StageStats]:
 
 def merge_problems(summary: dict, n_ledgers: int, workers: int, total: StageStats) -> list[str]:
     """What differs between the master's totals (less its own start probes) and the sum of the
-    worker ledgers; the same comparison as the multi-host tests'."""
-    got = {**from_workers(summary), "ledgers": n_ledgers}
-    want = {**ledger_totals(total), "ledgers": workers}
+    worker ledgers; the same comparison as the multi-host tests', and the requests cut at the stop."""
+    got = {**from_workers(summary), "ledgers": n_ledgers,
+           "cancelled_requests": summary["totals"].get("cancelled_requests", 0)}
+    want = {**ledger_totals(total), "ledgers": workers, "cancelled_requests": total.cancelled_requests}
     return [f"{k}: master {got.get(k)} != ledgers {v}" for k, v in want.items() if got.get(k) != v]
 
 
-def run(workers: int, users_per_worker: int, workdir: Path, memo_options: bool = False) -> dict:
+def final_reports_s(stderr: str) -> str | None:
+    """How long the stop waited for the workers' final reports (the master's INFO line)."""
+    m = re.search(r"final reports from \d+ workers in ([\d.]+) s", stderr)
+    return m.group(1) if m else None
+
+
+def run(workers: int, users_per_worker: int, workdir: Path, memo_options: bool = False, drain_s: float = 60) -> dict:
     peak = workers * users_per_worker
     stages = [peak // 2, peak]
     raise_fd_limit(peak + 4096)
@@ -127,7 +138,7 @@ def run(workers: int, users_per_worker: int, workdir: Path, memo_options: bool =
             sim.url, out, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
             "--expect-workers", str(workers), "--scenario", "config/smoke.yaml", "--input-tokens", "64",
             "--output-tokens", str(OUTPUT_TOKENS), "--stages", ",".join(map(str, stages)), "--ramp", str(RAMP_S),
-            "--warmup", "2", "--stage-duration", "8", "--set", "stages.max_warmup_s=30", "--set", "stages.drain_s=60",
+            "--warmup", "2", "--stage-duration", "8", "--set", "stages.max_warmup_s=30", "--set", f"stages.drain_s={drain_s:g}",
             "--loglevel", "INFO", locustfile="bench/master_probe.py")
         logs = [open(out / f"worker{i}.stderr", "w") for i in range(workers)]  # noqa: SIM115
         procs = [subprocess.Popen(
@@ -162,6 +173,7 @@ def run(workers: int, users_per_worker: int, workdir: Path, memo_options: bool =
         "workers_missing": master.stderr().count("failed to send heartbeat"), "summary": summary,
         "merge_problems": merge_problems(summary, n_ledgers, workers, total),
         "probe": json.loads(probe_path.read_text()) if probe_path.exists() else None,
+        "drain_s": drain_s, "final_reports_s": final_reports_s(master.stderr()),
         "run_s": run_s, "master_cpu_s": cpu_s[0], "sim_cpu_percent": 100.0 * cpu_s[1] / run_s,
         "workers_cpu_percent": 100.0 * sum(cpu_s[2:]) / run_s,
         "busiest_worker_cpu_percent": 100.0 * max(cpu_s[2:]) / run_s,
@@ -207,7 +219,7 @@ def report(r: dict) -> bool:
               f"{ms['ttft_p50_s']:>9.0f} {ms['ttft_p99_s']:>6.0f} {ms['itl_p50_s']:>8.0f} {ms['itl_p99_s']:>6.0f} "
               f"{c['cpu_percent'] or 0:>5.0f} {(c['loop_lag_p99_s'] or 0) * 1e3:>7.1f}ms  {','.join(st['flags']) or '-'}")
     t, pre = s["totals"], s.get("preflight") or {}
-    received = t["received_output_tokens"]
+    received, cut = t["received_output_tokens"], t.get("cancelled_requests", 0)
     probe_tokens = pre.get("output_tokens", 0) + pre.get("failed_output_tokens", 0)  # no window counts them
     checks = {
         f"the run completed (exit {r['exit_code']}, {r['workers_missing']} missed-heartbeat events)":
@@ -215,7 +227,8 @@ def report(r: dict) -> bool:
         "users exact in every stage": all(st["users"] == st["concurrency"] for st in s["stages"]),
         "master totals == sum of worker ledgers": not r["merge_problems"],
         f"simulator generated {r['sim_generated']:,.0f} tokens == received {received:,} + the start probes' "
-        f"{probe_tokens}": r["sim_generated"] == received + probe_tokens,
+        f"{probe_tokens}{f' (+ up to {cut:,}: requests cut at the stop)' if cut else ''}":
+            0 <= r["sim_generated"] - received - probe_tokens <= cut,
     }
     for name, held in checks.items():
         print(f"  {'ok  ' if held else 'FAIL'} {name}")
@@ -226,6 +239,8 @@ def report(r: dict) -> bool:
     print(f"  CPU over {r['run_s']:.0f} s of run: simulator {r['sim_cpu_percent']:.0f}%, workers {r['workers_cpu_percent']:.0f}% in all "
           f"(busiest {r['busiest_worker_cpu_percent']:.0f}%); {t['requests']:,} requests, histogram counts "
           f"{t['histogram_counts']['ttft_s']:,} TTFT / {t['histogram_counts']['itl_token_s']:,} ITL")
+    print(f"  the stop: {cut:,} requests cut (drain_s {r['drain_s']:g}), every worker's final report in "
+          f"{r['final_reports_s'] if r['final_reports_s'] is not None else '?'} s (loadgen/final_reports.py)")
     n = probe["reports"] if probe else 0
     if n:
         listeners_ms = 1e3 * probe["listeners_cpu_s"] / n
@@ -243,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", metavar="DIR", help="write the runs' results and logs here and keep them")
     ap.add_argument("--what-if", choices=("auto", "never", "always"), default="auto",
                     help="also run with the workers' option defaults memoized: when a run lost workers (auto)")
+    ap.add_argument("--drain-s", type=float, default=60.0,
+                    help="stages.drain_s; a short one (e.g. 1) cuts requests at the stop, which the workers' "
+                         "final reports must still ship (default 60: the drain finishes)")
     ap.add_argument("--no-reference", action="store_true",
                     help="skip the raw reference client at the largest stream count")
     args = ap.parse_args(argv)
@@ -250,10 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-many-workers-") as tmp:
         for workers, users in shapes:
-            shipped = run(workers, users, Path(args.keep or tmp))
+            shipped = run(workers, users, Path(args.keep or tmp), drain_s=args.drain_s)
             ok &= report(shipped)
             if args.what_if == "always" or (args.what_if == "auto" and shipped["workers_missing"]):
-                report(run(workers, users, Path(args.keep or tmp), memo_options=True))
+                report(run(workers, users, Path(args.keep or tmp), memo_options=True, drain_s=args.drain_s))
         if shapes and not args.no_reference:
             reference(max(w * u for w, u in shapes))
     return 0 if ok else 1

@@ -6,58 +6,66 @@ many requests are in flight, how healthy was the worst client during a stage, wh
 lost. On a worker, the ``Fleet`` instead ships reports and writes the worker's ledger.
 
 Wire (Locust custom messages and report hooks; msgpack-safe dicts):
-- master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts"}``, re-sent every tick
-  so late joiners catch up; a worker drops a seq it already passed. Open loop: ``rate`` is the
+- master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts", "sent_t"}``, re-sent
+  every tick so late joiners catch up; a worker drops a seq it already passed. ``sent_t`` is the
+  master's clock at sending, echoed back in reports to measure the round trip. Open loop: ``rate`` is the
   stage's offered requests/s and ``parts`` the client ids sharing it (fixed at the stage's ramp); a
   worker sends part ``parts.index(its id)`` of ``len(parts)``, one not listed sends nothing. Closed
   loop: ``rate`` None, ``parts`` [].
 - worker -> master report (``report_to_master`` every 3 s and once at quit) under ``data["llm"]``:
   ``{"delta": Collector.take_delta(), "health": HealthMonitor.take_delta(), "inflight": {stage: n}
-  (absolute), "phase_seq": int, "health_now": [cpu %, loop lag s]}``. Deltas are additive and never
-  resent, so master totals are exactly the sum of every worker's samples (= the sum of the ledgers
-  in ``<results-dir>/workers/<client id>.json``).
+  (absolute), "phase_seq": int, "health_now": [cpu %, loop lag s], "echo": [sent_t, held_s] or
+  None}``; ``echo``: the newest ``llm_phase``'s ``sent_t`` and how long the worker held it, so
+  the master's round trip = its clock now - sent_t - held_s (no clocks compared across hosts).
+  Deltas are additive and never resent, so master totals are exactly the sum of every worker's
+  samples (= the sum of the ledgers in ``<results-dir>/workers/<client id>.json``).
 - worker -> master ``llm_fatal`` (text): the worker found the target unusable; the owner stops.
+- at a stop, master -> workers ``llm_final`` (no data), worker -> master ``llm_final_report``
+  (Locust's whole report payload, the ``llm`` report above included): ``loadgen.final_reports``.
 
 A worker that stops reporting is *lost*: its samples so far stay counted, its in-flight requests
-are lost (``drop_lost``) and no longer hold back the stages they belong to.
+are lost and no longer hold back the stages they belong to; what is booked, and how it is known,
+is ``loadgen.worker_loss`` (heartbeats, the last report, the master's phase timeline). So is a
+worker alive at the stop whose final report never came.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 from loadgen.compat import Compat
+from loadgen.final_reports import FinalReports, install_final_reports
 from loadgen.health import StageHealth, worst_of
+from loadgen.results import iso
 from loadgen.stats import StageStats
+from loadgen.worker_loss import (
+    NO_FINAL_REPORT,
+    STOPPED_REPORTING,
+    LostWorker,
+    PhaseTimeline,
+    WorkerEvidence,
+    book_loss,
+)
 
 log = logging.getLogger("llm_loadgen")
 
 PHASE_MESSAGE = "llm_phase"
 FATAL_MESSAGE = "llm_fatal"  # worker -> master: this target cannot be load-tested
+HEARTBEAT_S = 1.0  # Locust's HEARTBEAT_INTERVAL: a live worker is heard at least this often
 LOCAL = "local"  # the health table's key for a local run's own process
 
-
-@dataclass(frozen=True)
-class LostWorker:
-    """A worker that stopped reporting, with what it had running (``{stage or None: requests}``)."""
-
-    client_id: str
-    running: dict
-
-    @property
-    def requests(self) -> int:
-        return sum(self.running.values())
+__all__ = ["Fleet", "LostWorker", "install_fleet"]
 
 
 class Fleet:
     """Per-worker tables (master), or this process's own figures (local runner); see the module
     docstring. ``rt`` is this process's ``Runtime`` (collector, phase, health monitor)."""
 
-    def __init__(self, rt):
-        self.rt = rt
+    def __init__(self, rt, clock=time.monotonic):
+        self.rt, self.clock = rt, clock
         self.inflight_by_worker: dict[str, dict] = {}  # absolute, from each worker's latest report
         self.phase_seq_by_worker: dict[str, int] = {}
         self.health_now_by_worker: dict[str, list] = {}  # [cpu %, loop lag s] from the latest report
@@ -65,6 +73,11 @@ class Fleet:
         self.workers_seen: set[str] = set()
         self.ledger = StageStats()  # worker: every total shipped to the master
         self.parts: list[str] = []  # master, open loop: the client ids sharing this stage's rate
+        # master: what it last heard from each worker and its own phases, to book a loss
+        self.evidence: dict[str, WorkerEvidence] = {}
+        self.timeline = PhaseTimeline()
+        self.finals = FinalReports(rt.environment.runner, self.live_workers, clock) if self.master else None
+        self.echo: tuple[float, float] | None = None  # worker: (sent_t, our clock on arrival)
 
     @property
     def master(self) -> bool:
@@ -82,6 +95,7 @@ class Fleet:
             "inflight": dict(rt.collector.inflight),
             "phase_seq": rt.phase_seq,
             "health_now": [rt.health.cpu_percent_now, rt.health.loop_lag_now_s],
+            "echo": None if self.echo is None else [self.echo[0], self.clock() - self.echo[1]],
         }
 
     def write_ledger(self) -> None:
@@ -95,14 +109,32 @@ class Fleet:
             log.warning("could not write the worker ledger %s: %s", path, exc)
 
     # -- master side -------------------------------------------------------------------------------
-    def merge_report(self, client_id: str, data: dict) -> None:
-        """Master: merge one worker report."""
+    def merge_report(self, client_id: str, data: dict, users: int | None = None) -> None:
+        """Master: merge one worker report (``users``: the user count Locust's report carries)."""
+        now = self.clock()
         self.workers_seen.add(client_id)
         self.rt.collector.merge_delta(data["delta"])
         self.merge_health(client_id, data["health"])
         self.inflight_by_worker[client_id] = data["inflight"]
         self.phase_seq_by_worker[client_id] = data["phase_seq"]
         self.health_now_by_worker[client_id] = data["health_now"]
+        self._evidence(client_id, now).reported(now, data["inflight"], users)
+        if data.get("echo"):
+            self.finals.round_trip(client_id, now, *data["echo"])
+
+    def heard(self, client_id: str, users: int | None) -> None:
+        """Master: a heartbeat of ``client_id`` arrived; ``users``: its user count known now."""
+        now = self.clock()
+        self._evidence(client_id, now).heard(now, users)
+
+    def _evidence(self, client_id: str, now: float) -> WorkerEvidence:
+        if client_id not in self.evidence:
+            self.evidence[client_id] = WorkerEvidence(first_t=now, heard_t=now)
+        return self.evidence[client_id]
+
+    def wall_iso(self, t: float | None) -> str | None:
+        """A time of ``clock`` as ISO wall-clock time (None stays None)."""
+        return None if t is None else iso(time.time() - (self.clock() - t))
 
     def merge_health(self, client_id: str, health: dict) -> None:
         """Fold one process's health delta into the per-stage, per-process table."""
@@ -117,10 +149,14 @@ class Fleet:
     def broadcast_phase(self) -> None:
         """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
         rt, runner = self.rt, self.rt.environment.runner
-        if self.master and runner.clients:
+        if not self.master:
+            return
+        now = self.clock()
+        self.timeline.note(now, rt.phase_seq, rt.stage, rt.kind)
+        if runner.clients:
             runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq,
                                                  "compat": rt.compat.to_dict() if rt.compat else None,
-                                                 "rate": rt.rate_per_s, "parts": self.parts})
+                                                 "rate": rt.rate_per_s, "parts": self.parts, "sent_t": now})
 
     def assign_parts(self) -> int:
         """Open loop, at a stage's ramp: the processes that share its rate (master: the live
@@ -137,16 +173,22 @@ class Fleet:
         return [c.id for c in self.rt.environment.runner.clients.values() if c.state != STATE_MISSING]
 
     def drop_lost(self) -> list[LostWorker]:
-        """Master: forget workers that are no longer connected; what each had running."""
+        """Master: forget the workers that are lost -- no longer connected, or alive at the stop
+        without their final report -- and book each (``loadgen.worker_loss.book_loss``). A worker
+        whose final report arrived is done, not lost."""
         if not self.master:
             return []
         live = set(self.live_workers())
+        closed_loop = not self.rt.scenario.open_loop
         lost = []
-        for cid in [c for c in self.inflight_by_worker if c not in live]:
-            running = {k: int(n) for k, n in self.inflight_by_worker.pop(cid).items() if n}
+        done, missing = self.finals.received, self.finals.missing
+        for cid in [c for c in self.evidence if (c not in live or c in missing) and c not in done]:
+            ev = self.evidence.pop(cid)
+            reason = NO_FINAL_REPORT if cid in missing else STOPPED_REPORTING
+            lost.append(book_loss(cid, ev, self.timeline, closed_loop, HEARTBEAT_S, reason))
+            self.inflight_by_worker.pop(cid, None)
             self.phase_seq_by_worker.pop(cid, None)
             self.health_now_by_worker.pop(cid, None)
-            lost.append(LostWorker(cid, running))
         return lost
 
     # -- the owner's questions -------------------------------------------------------------------------
@@ -211,9 +253,10 @@ class Fleet:
 def install_fleet(rt) -> Fleet:
     """Wire this process's ``Fleet`` into Locust's report hooks and custom messages.
 
-    Worker: reports, the phase message, the ledger at quit, and ``rt.fatal`` tells the master.
-    Master: merges reports; a worker's ``llm_fatal`` becomes ``rt.fatal`` (whose handler the
-    owner installs).
+    Worker: reports, the phase message, its final report when asked, the ledger at quit, and
+    ``rt.fatal`` tells the master. Master: merges reports, hears heartbeats, collects the final
+    reports at a stop (``loadgen.final_reports``); a worker's ``llm_fatal`` becomes ``rt.fatal``
+    (whose handler the owner installs).
     """
     fleet = Fleet(rt)
     events, runner = rt.environment.events, rt.environment.runner
@@ -225,7 +268,13 @@ def install_fleet(rt) -> Fleet:
     @events.worker_report.add_listener
     def _on_worker_report(client_id, data, **_):
         if "llm" in data:
-            fleet.merge_report(client_id, data["llm"])
+            fleet.merge_report(client_id, data["llm"], data.get("user_count"))
+
+    @events.heartbeat_sent.add_listener  # on the master: a worker's heartbeat arrived (Locust 2.47)
+    def _on_heartbeat(client_id, **_):
+        if rt.is_master:
+            node = runner.clients.get(client_id)
+            fleet.heard(client_id, node.user_count if node is not None else None)
 
     @events.quit.add_listener
     def _on_quit(**_):
@@ -234,6 +283,8 @@ def install_fleet(rt) -> Fleet:
 
     def _on_phase(environment, msg, **_):
         d = msg.data
+        if d.get("sent_t") is not None:
+            fleet.echo = (d["sent_t"], fleet.clock())
         if d.get("compat") and rt.compat is None:  # what the master's start check found the server accepts
             rt.compat = Compat.from_dict(d["compat"])
         if d["seq"] > rt.phase_seq:
@@ -251,7 +302,10 @@ def install_fleet(rt) -> Fleet:
 
     if runner is not None and rt.is_worker:
         runner.register_message(PHASE_MESSAGE, _on_phase)
+        install_final_reports(runner, False, None)
         rt.on_fatal = _tell_master
     elif runner is not None and rt.is_master:
         runner.register_message(FATAL_MESSAGE, _on_fatal)
+        install_final_reports(runner, True, fleet.finals)
     return fleet
+

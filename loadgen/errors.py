@@ -22,6 +22,15 @@ EXIT_SERVER_UNUSABLE = 4  # connection refused at start, or not an OpenAI-compat
 EXIT_INTERNAL = 5  # a bug of ours stopped the sweep; completed stages are written
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; results gathered so far are written
 
+# summary.json's run.stop_reason, as the console's last line says it
+STOP_WORDS = {
+    "completed": "completed",
+    "interrupted": "interrupted",
+    "guard_abort": "stopped by the KV guard (the next stage does not fit)",
+    "server_over_capacity": "stopped: the server was over capacity (guard.abort_on_over_capacity)",
+    "error": "stopped by the error above",
+}
+
 # Stable failure categories. They are Locust stats error names, exporter label values and
 # summary.json keys, so renaming one is a breaking change.
 HTTP_4XX = "http_4xx"

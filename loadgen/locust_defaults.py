@@ -6,14 +6,19 @@
   asking for more (another address, ``*``, ``0.0.0.0``; also through ``LOCUST_WEB_HOST`` /
   ``LOCUST_MASTER_BIND_HOST``) works and prints a warning naming the safer way (README: "Exposing
   the web UI and the master").
-- **A quiet headless console.** Locust prints its stats table every ~2 s in a headless run; the
-  run's own progress line and stage rows say what matters. ``--print-stats`` brings Locust's table
-  back (Locust's ``--only-summary`` is what we set otherwise).
+- **A quiet headless console that ends with the stage table.** Locust prints its stats table every
+  ~2 s in a headless run, and its final tables (requests, percentiles, errors: all stages lumped
+  together) at shutdown, after the run's own final stage table and flag legend, burying them. The
+  run's progress line and stage rows say what matters, so a headless run prints neither: its last
+  lines are the stage table, the legend and where the results are. ``--print-stats`` brings back
+  both of Locust's (periodic and final), ``--only-summary`` the final ones; ``--csv``, ``--html`` and
+  ``--json`` are untouched.
 - **No spawn-rate warning.** The sweep shape chooses every spawn rate (C / stages.ramp_s); Locust's
   "spawn rate is very high (>100)" warning would blame the user for a rate they never chose. Nor,
   below ``--loglevel DEBUG``, Locust's INFO lines per stage ("Shape test updating to",
   "Ramping to", "All users spawned", a master's "Sending spawn jobs"): the stage's own ramp line
-  says it.
+  says it; nor, headless, its "Shutting down (exit code N)" after the final table (the run's last
+  line, "results in ... (exit code N)", says it).
 """
 
 from __future__ import annotations
@@ -57,33 +62,62 @@ def exposure_warnings(options, web_ui: bool, master: bool) -> list[str]:
     return out
 
 
+class _DropAll(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_LOCUST_TABLES = _DropAll()
+STATS_LOGGER = "locust.stats_logger"  # Locust prints its stats tables through this logger only
+
+
 def quiet_console(options) -> None:
-    """A headless run without ``--print-stats``: no periodic Locust stats table."""
-    if options is not None and getattr(options, "headless", False) and not getattr(options, "print_stats", False):
+    """A headless run: no periodic Locust stats table unless ``--print-stats``; no final Locust
+    tables unless ``--print-stats`` or ``--only-summary`` (module docstring). Decided once from the
+    options as the user gave them (``options.llm_locust_tables``: (periodic, final) wanted), so a
+    second call keeps it."""
+    logger = logging.getLogger(STATS_LOGGER)
+    logger.removeFilter(_LOCUST_TABLES)
+    if options is None or not getattr(options, "headless", False):
+        return
+    if getattr(options, "llm_locust_tables", None) is None:
+        periodic = bool(getattr(options, "print_stats", False))
+        options.llm_locust_tables = (periodic, periodic or bool(getattr(options, "only_summary", False)))
+    periodic, final = options.llm_locust_tables
+    if not periodic:
         options.only_summary = True
+    if not final:
+        logger.addFilter(_LOCUST_TABLES)
 
 
 PER_STAGE_INFO = ("Shape test updating to", "Ramping to", "All users spawned", "Sending spawn jobs")
+EXIT_INFO = "Shutting down (exit code"  # locust.main, after our final table; our last line has the code
 
 
 class _RunnerNoise(logging.Filter):
-    """Drops the spawn-rate warning, and the per-stage INFO lines unless ``keep_info``."""
+    """Drops the spawn-rate warning; unless ``keep_info``, the per-stage INFO lines and, in a
+    headless run, Locust's "Shutting down (exit code N)" (the run's last line says the code)."""
 
     keep_info = False
+    headless = False
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
         if msg.startswith(SPAWN_RATE_WARNING):
             return False
-        return self.keep_info or record.levelno != logging.INFO or not msg.startswith(PER_STAGE_INFO)
+        if self.keep_info or record.levelno != logging.INFO:
+            return True
+        return not (msg.startswith(PER_STAGE_INFO) or (self.headless and msg.startswith(EXIT_INFO)))
 
 
 _FILTER = _RunnerNoise()
 
 
 def drop_runner_noise(options) -> None:
-    """Install the filter on Locust's runner logger (module docstring); idempotent."""
+    """Install the filter on Locust's runner and main loggers (module docstring); idempotent."""
     _FILTER.keep_info = str(getattr(options, "loglevel", "INFO")).upper() == "DEBUG"
-    logger = logging.getLogger("locust.runners")
-    if _FILTER not in logger.filters:
-        logger.addFilter(_FILTER)
+    _FILTER.headless = bool(getattr(options, "headless", False))
+    for name in ("locust.runners", "locust.main"):
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)

@@ -94,6 +94,12 @@ def _init(environment, **_):
 
         @environment.events.quitting.add_listener
         def _quitting(environment, **_):
+            if fleet.finals is not None and session.finished_wall is None:
+                # a master: every live worker's final report in (it stops the run first), and a
+                # worker that did not deliver booked, before the stages are concluded
+                fleet.finals.stop()
+                shape = environment.shape_class
+                session.check_workers(shape.get_run_time() if shape is not None else None)
             session.on_quitting()
 
         @environment.events.quit.add_listener

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -211,9 +212,17 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
         where = f"the environment variable {key_env}" if key_env else "api_key_env"
         message = f"{host} refused the request (GET /v1/models: {exc.message}); check the API key in {where}"
     else:
-        message = (f"GET /v1/models failed ({exc}); set the model with --model or `model:` in the "
-                   "scenario")
+        fix = _v1_suffix_fix(host, exc) or "set the model with --model or `model:` in the scenario"
+        message = f"GET /v1/models failed ({exc}); {fix}"
     return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
+
+
+def _v1_suffix_fix(host: str, exc: RequestError) -> str | None:
+    """The fix for a --host ending in /v1 (the OpenAI SDK's base URL) whose /v1/models was not
+    found: every path would get /v1 twice (/v1/v1/models, /v1/v1/completions), --model or not."""
+    if exc.status == 404 and urlsplit(host).path.rstrip("/").endswith("/v1"):
+        return f"--host ends in /v1, which llm-loadgen adds itself: pass --host {server_root(host)}"
+    return None
 
 
 def check_context(scenario, dataset, max_model_len: int) -> None:
@@ -255,7 +264,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         model = scenario.model
         if models.error is not None:
             exc = models.error
-            if model is None or exc.kind == errors.CONNECT_FAILED:
+            if model is None or exc.kind == errors.CONNECT_FAILED or _v1_suffix_fix(host, exc):
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
                 f"going on with model {model!r}")

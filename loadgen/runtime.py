@@ -25,7 +25,7 @@ from loadgen.compat import Compat
 from loadgen.config import Scenario, scenario_from_options
 from loadgen.dataset import DatasetRequest, load_dataset
 from loadgen.failures import FailFast
-from loadgen.health import HealthMonitor
+from loadgen.health import HealthMonitor, settle_heap
 from loadgen.inflight import InflightMeter
 from loadgen.phases import Phase
 from loadgen.stats import Collector
@@ -90,6 +90,8 @@ class Runtime:
         else:
             self.phase_seq = seq
         self.stage, self.kind = stage, Phase(kind)
+        if self.kind is Phase.WARMUP:
+            settle_heap()
         self.measuring = stage if self.kind is Phase.MEASURE else None
         self.inflight.measure(self.measuring, time.perf_counter())
 

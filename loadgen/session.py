@@ -38,7 +38,6 @@ from loadgen.stage_guard import StageGuard
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
 log = logging.getLogger("llm_loadgen")
-WORKER_REPORT_WAIT_S = 3.5  # Locust workers report every 3 s
 
 
 def say(line: str) -> None:
@@ -226,9 +225,10 @@ class Session:
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:
         """Master: a worker that stopped reporting is recorded as lost, with what it had running
-        (its samples reported so far stay counted; see ``Fleet.drop_lost``). Open loop: a lost
-        worker's share of the rate is not sent for the rest of the stage; the stage records it
-        (``StageInfo.lose_part``: a lower offered rate, flagged ``worker_lost``)."""
+        booked against the stages it ran in (``loadgen.worker_loss``; what it reported stays
+        counted). Open loop: a lost worker's share of the rate is not sent for the rest of the
+        stage; the stage records it (``StageInfo.lose_part``: a lower offered rate, flagged
+        ``worker_lost``)."""
         rt = self.rt
         for lost in self.fleet.drop_lost():
             info = self.stage_info.get(rt.stage)
@@ -237,14 +237,12 @@ class Session:
             for k, n in lost.running.items():
                 if k is not None and k in self.stage_info:
                     self.stage_info[k].add_lost(n)
-            current = self.stage_info.get(rt.stage)
+            died_in = self.stage_info.get(lost.stage)  # where it was last heard (loadgen.worker_loss)
             self.worker_losses.append({
-                "worker": lost.client_id, "at": iso(time.time()), "stage": rt.stage,
-                "concurrency": current.concurrency if current else None, "phase": str(rt.kind),
-                "inflight_lost": lost.requests,
+                "worker": lost.client_id, "at": iso(time.time()), "stage": lost.stage,
+                "concurrency": died_in.concurrency if died_in else None, **lost.record(self.fleet.wall_iso),
             })
-            say(f"llm-loadgen: worker {lost.client_id} lost during stage {rt.stage} ({rt.kind}); "
-                f"{lost.requests} requests it was running are lost; carrying on")
+            say(f"llm-loadgen: {lost.describe()}")
 
     # -- stop paths --------------------------------------------------------------------------------
     def fatal(self, code: int, message: str) -> None:
@@ -276,12 +274,13 @@ class Session:
     def on_runner_stopped(self) -> None:
         """Web UI: the runner stopped (the sweep ended, or the Stop button). The run is over while
         the UI stays up: final results with plots, ``ended_at``, the exit code, the final table;
-        the LLM tabs say "finished". A master waits one worker-report interval first, so the
-        workers' last reports are in."""
+        the LLM tabs say "finished". A master first collects every live worker's final report
+        (``loadgen.final_reports``, as a headless stop does) and books a worker that sent none."""
         if not self.started or self.finished_wall is not None:
             return
-        if self.rt.is_master:
-            gevent.sleep(WORKER_REPORT_WAIT_S)
+        if self.fleet.finals is not None:
+            self.fleet.finals.stop()
+            self.check_workers()
         self._conclude()
         self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
         self.finished_wall = time.time()
@@ -324,7 +323,8 @@ class Session:
                                    threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
         if self.run_dir is not None:
             code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
-            say(f"llm-loadgen: {self.stop_reason}; results in {self.run_dir}/{code}")
+            words = errors.STOP_WORDS.get(self.stop_reason, self.stop_reason)
+            say(f"llm-loadgen: {words}; results in {self.run_dir}/{code}")
 
     # -- results -------------------------------------------------------------------------------------
     def knee(self) -> float | None:

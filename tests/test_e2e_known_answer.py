@@ -7,7 +7,7 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.runlocust import run_locust
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against a known answer: alone
 
 SHORT = ("--input-tokens", "64", "--output-tokens", "100", "--warmup", "1", "--stage-duration", "6")
 

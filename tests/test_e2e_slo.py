@@ -16,7 +16,7 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.runlocust import run_locust
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.timeout(240)]  # TPOT vs the analytic answer
 
 ANALYTIC_MAX_C = 35  # the largest C with 10 ms + 1 ms x C <= 45 ms
 RUN = ("--scenario", "config/smoke.yaml", "--input-tokens", "16", "--output-tokens", "40",

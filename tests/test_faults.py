@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
 OUT = 20  # output tokens per request in the simulator runs
 SHORT = ("--scenario", "config/smoke.yaml", "--warmup", "1", "--set", "request.read_timeout_s=1")
+LOCUST_SUMMARY = "--only-summary"  # Locust's own final tables (a headless run drops them otherwise)
 
 
 # -- harness shared with the other issue-7 test files ----------------------------------------------
@@ -150,7 +151,7 @@ def sim_run(tmp_path_factory):
     with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5", *rates) as sim:
         poller = Poller(f"http://127.0.0.1:{port}")
         try:
-            run = run_locust_coop(sim.url, tmp / "res", *SHORT, "--output-tokens", str(OUT),
+            run = run_locust_coop(sim.url, tmp / "res", *SHORT, LOCUST_SUMMARY, "--output-tokens", str(OUT),
                                   "--stages", "4,8", "--stage-duration", "4", "--exporter-port", str(port))
         finally:
             poller.stop()
@@ -320,7 +321,7 @@ class ScriptedServer:
         return dict(failures), ok, failed_tokens
 
 
-SCRIPTED_RUN = (*SHORT, "--output-tokens", "5", "--input-tokens", "64", "--stages", "2,4",
+SCRIPTED_RUN = (*SHORT, LOCUST_SUMMARY, "--output-tokens", "5", "--input-tokens", "64", "--stages", "2,4",
                 "--stage-duration", "2", "--kv-capacity-tokens", "1000000")
 
 
@@ -395,7 +396,7 @@ def _html_everywhere(sock) -> None:
 @pytest.mark.parametrize("extra", [(), ("--model", "m")], ids=["discover-model", "model-given"])
 def test_a_server_that_is_not_openai_compatible_stops_the_run_with_one_clear_message(tmp_path, extra):
     with raw_server(_html_everywhere) as url:
-        run = run_locust_coop(url, tmp_path / "res", *SHORT, "--stages", "2",
+        run = run_locust_coop(url, tmp_path / "res", *SHORT, LOCUST_SUMMARY, "--stages", "2",
                               "--kv-capacity-tokens", "1000000", *extra, timeout_s=60)
     assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
     lines = [ln for ln in run.stderr.splitlines() if "OpenAI-compatible" in ln]

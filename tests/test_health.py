@@ -183,3 +183,27 @@ def test_a_stage_is_client_bound_by_health_or_by_send_lateness(client, late, bou
 
     check = SimpleNamespace(cpu_percent_max=90, loop_lag_p99_s_max=0.02, lateness_p99_s_max=0.005)
     assert stage_client_bound(client, late, check) is bound
+
+
+def test_a_stages_warmup_moves_the_heap_out_of_the_collectors_way():
+    import gc
+    from pathlib import Path
+
+    from locust.env import Environment
+
+    from loadgen.config import load_scenario
+    from loadgen.phases import Phase
+    from loadgen.runtime import Runtime
+
+    root = Path(__file__).resolve().parents[1]
+    rt = Runtime(Environment(), load_scenario(root / "config" / "smoke.yaml", {}))
+    gc.unfreeze()
+    try:
+        rt.set_phase(0, Phase.RAMP)
+        assert gc.get_freeze_count() == 0, "a ramp (users still spawning) leaves the heap alone"
+        kept = [object() for _ in range(1000)]  # long-lived: e.g. the users just spawned
+        rt.set_phase(0, Phase.WARMUP)
+        assert gc.get_freeze_count() >= len(kept), "every survivor is in the permanent generation"
+        assert gc.get_count()[0] < 100, "the young generation starts empty"
+    finally:
+        gc.unfreeze()

@@ -218,10 +218,12 @@ def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
         for line in proc.stderr:
             if "stage 1 C=2: ramp" in line:
                 break
-        deadline = time.monotonic() + 20
-        while server.metric("llamacpp:requests_processing") < 2 and time.monotonic() < deadline:
+        deadline, processing = time.monotonic() + 20, 0.0
+        while time.monotonic() < deadline:  # one read decides: a stream may end between two reads
+            if (processing := server.metric("llamacpp:requests_processing")) >= 2:
+                break
             time.sleep(0.05)
-        assert server.metric("llamacpp:requests_processing") == 2, "stage 1's two streams never ran"
+        assert processing == 2, "stage 1's two streams never ran at once"
         proc.send_signal(signal.SIGINT)
         err = proc.stderr.read()
         code = proc.wait(timeout=60)

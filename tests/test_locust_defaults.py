@@ -9,7 +9,13 @@ import pytest
 from locust.argument_parser import parse_options
 
 import loadgen.locust_plugin  # noqa: F401  (registers our options on Locust's parser)
-from loadgen.locust_defaults import drop_runner_noise, exposure_warnings, is_loopback, quiet_console
+from loadgen.locust_defaults import (
+    STATS_LOGGER,
+    drop_runner_noise,
+    exposure_warnings,
+    is_loopback,
+    quiet_console,
+)
 
 LOCUSTFILE = ["-f", "locustfile.py"]
 
@@ -46,20 +52,42 @@ def test_a_warning_for_each_listener_beyond_loopback():
     assert "listens on 10.0.0.5 (--web-host) with a login page" in line
 
 
-@pytest.mark.parametrize("headless,print_stats,quiet", [(True, False, True), (True, True, False),
-                                                         (False, False, False)])
-def test_headless_console_drops_locusts_periodic_table_unless_asked(headless, print_stats, quiet):
-    opts = SimpleNamespace(headless=headless, print_stats=print_stats, only_summary=False)
-    quiet_console(opts)
-    assert opts.only_summary is quiet
+def _locust_table_printed() -> bool:
+    record = logging.LogRecord(STATS_LOGGER, logging.INFO, __file__, 1, "Aggregated  42  0(0.00%)", None, None)
+    return all(f.filter(record) for f in logging.getLogger(STATS_LOGGER).filters)
 
 
-def _passes(level: int, msg: str) -> bool:
-    record = logging.LogRecord("locust.runners", level, __file__, 1, msg, None, None)
-    return all(f.filter(record) for f in logging.getLogger("locust.runners").filters)
+@pytest.mark.parametrize("headless,print_stats,only_summary,periodic,final", [
+    (True, False, False, False, False),  # the default: the run's own table is the last thing printed
+    (True, True, False, True, True),  # --print-stats: Locust's tables, every 2 s and at the end
+    (True, False, True, False, True),  # --only-summary: Locust's final tables only
+    (False, False, False, True, True),  # the web UI: Locust's behaviour untouched
+])
+def test_headless_console_drops_locusts_tables_unless_asked(headless, print_stats, only_summary, periodic, final):
+    opts = SimpleNamespace(headless=headless, print_stats=print_stats, only_summary=only_summary)
+    try:
+        quiet_console(opts)
+        # Locust's main.py spawns its periodic printer only when only_summary is false
+        assert (not opts.only_summary and (print_stats or not headless)) is periodic
+        assert _locust_table_printed() is final
+        quiet_console(opts)  # a second call: the options now say only_summary, the decision stays
+        assert _locust_table_printed() is final
+    finally:
+        quiet_console(None)
+    assert _locust_table_printed()
+
+
+def _passes(level: int, msg: str, logger: str = "locust.runners") -> bool:
+    record = logging.LogRecord(logger, level, __file__, 1, msg, None, None)
+    return all(f.filter(record) for f in logging.getLogger(logger).filters)
 
 
 def test_spawn_rate_warning_and_per_stage_info_are_dropped():
+    drop_runner_noise(SimpleNamespace(loglevel="INFO", headless=True))
+    assert not _passes(logging.INFO, "Shutting down (exit code 3)", "locust.main")  # our last line has it
+    assert _passes(logging.INFO, "Starting Locust 2.47.0", "locust.main")
+    drop_runner_noise(SimpleNamespace(loglevel="INFO", headless=False))  # the web UI: Locust's line stays
+    assert _passes(logging.INFO, "Shutting down (exit code 3)", "locust.main")
     drop_runner_noise(SimpleNamespace(loglevel="INFO"))
     assert not _passes(logging.WARNING, "Your selected spawn rate is very high (>100), and this is ...")
     assert not _passes(logging.INFO, "Ramping to 4 users at a rate of 4.00 per second")

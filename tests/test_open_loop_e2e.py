@@ -18,7 +18,7 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.runlocust import run_locust
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against a known answer: alone
 
 E2E_S = 0.2 + 49 * 0.02
 COMMON = ("--scenario", "config/smoke.yaml", "--input-tokens", "64", "--output-tokens", "50")

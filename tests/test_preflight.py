@@ -88,6 +88,20 @@ def test_model_given_goes_on_with_a_warning_and_reads_models_once(tmp_path):
     assert [p for p, _ in hits].count("/v1/models") == 1
 
 
+@pytest.mark.parametrize("model", [None, "m"])
+def test_a_host_ending_in_v1_stops_at_once_naming_the_root_to_pass(tmp_path, model):
+    # the OpenAI SDK's base URL ends in /v1; we add /v1/... ourselves: /v1/v1/models is not found,
+    # and with --model every stream would be /v1/v1/completions (a 404 each)
+    routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
+    with serve(routes) as (url, hits), pytest.raises(StartRefused) as refused:
+        run_preflight(url + "/v1/", scenario(tmp_path, model=model))
+    assert refused.value.exit_code == errors.EXIT_SERVER_UNUSABLE
+    line = str(refused.value)
+    assert line.startswith("GET /v1/models failed (") and "HTTP 404" in line and "--model" not in line
+    assert line.endswith(f"); --host ends in /v1, which llm-loadgen adds itself: pass --host {url}")
+    assert [p for p, _ in hits] == ["/v1/v1/models"]
+
+
 def test_discovered_model_and_the_context_check(tmp_path):
     routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
     with serve(routes) as (url, hits):

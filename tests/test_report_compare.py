@@ -123,6 +123,7 @@ def test_cli_compare_writes_text_plots_html(two_runs, tmp_path, capsys):
         (lambda t: ["build", str(t / "bad")], "invalid JSON"),
         (lambda t: ["compare", str(t / "good"), str(t / "nope")], "not found"),
         (lambda t: ["compare", str(t / "good")], "at least two"),
+        (lambda t: ["compare", str(t / "good"), str(t / "good")], "#1 and #2 are the same run"),
     ],
 )
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, argv_of, needle):

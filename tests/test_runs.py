@@ -64,6 +64,9 @@ def test_a_parent_resolves_to_its_newest_run(tmp_path):
     (tmp_path / LATEST).unlink()
     (tmp_path / LATEST).symlink_to("gone")
     assert resolve_run_dir(tmp_path) == new
+    # a summary.json at the results directory's root, from a version before run folders, is stale
+    shutil.copy(FIXTURES / "summary_seeds_sweep.json", tmp_path / "summary.json")
+    assert resolve_run_dir(tmp_path) == new
     empty = tmp_path / "empty"
     empty.mkdir()
     assert resolve_run_dir(empty) == empty
@@ -93,7 +96,26 @@ def test_compare_says_what_differs_between_runs(tmp_path):
         "warning: the runs differ in scenario: #1 completions 1000/1000 tokens, #2 completions 200/200 tokens",
         f"warning: the runs differ in model: #1 {runs[0][1]['run']['model']}, #2 other-model",
     ]
-    assert differences(load_runs([a, a])) == []
+    assert differences([runs[0], runs[0]]) == []
+
+
+def test_compare_refuses_to_compare_a_run_with_itself_and_names_the_run_folders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    older, newest = _run(tmp_path / "results", "20251201-094000_x"), _run(tmp_path / "results", "20251201-095000_x")
+    (tmp_path / "results" / LATEST).symlink_to(newest.name)
+    fix = "name the two run folders to compare, e.g. compare results/20251201-094000_x results/20251201-095000_x"
+    for pair in (["results", "results"], ["results", "results/latest"], ["results", str(newest)],
+                 [str(newest), "results/latest"]):
+        with pytest.raises(ConfigError) as err:
+            load_runs(pair)
+        assert str(err.value) == (f"compare: #1 and #2 are the same run, {newest} (a results directory stands "
+                                  f"for its newest run), got {pair!r} ({fix})")
+    with pytest.raises(ConfigError, match=r"#2 and #3 are the same run"):
+        load_runs([older, "results", newest])
+    assert [label for label, _ in load_runs([older, "results"])] == [older.name, "results"]  # two runs: fine
+    alone = _run(tmp_path / "other", "20251201-094000_y")
+    with pytest.raises(ConfigError, match="holds no other run: pass two different run folders"):
+        load_runs(["other", alone])
 
 
 def test_report_build_and_compare_take_the_parent_and_survive_a_closed_pipe(tmp_path):

@@ -18,7 +18,7 @@ from loadgen.guard import decide
 from loadgen.phases import Phase
 from loadgen.runtime import Runtime
 from loadgen.session import Session
-from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
+from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 from tests.test_webui import run_request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +107,14 @@ def test_the_web_uis_stop_button_finishes_the_run_and_a_stage_cut_in_warmup_is_n
     assert [(st["index"], st["status"]) for st in view["stages"]] == [(0, "done"), (1, "stopped, not measured")]
     assert view["phase"]["kind"] == Phase.DONE
     assert any("interrupted; results in" in ln for ln in lines(capsys))
+
+
+def test_the_last_line_says_why_the_run_stopped_in_words(session, tmp_path, capsys):
+    s = session
+    s.started, s.run_dir = True, tmp_path / "run"
+    s.run_dir.mkdir()
+    s.on_event(SweepDone("guard_abort"), 0.0)
+    s.on_quitting()
+    last = lines(capsys)[-1]
+    assert last == f"llm-loadgen: stopped by the KV guard (the next stage does not fit); results in {s.run_dir}/ (exit code 3)"
+    assert json.loads((s.run_dir / "summary.json").read_text())["run"]["stop_reason"] == "guard_abort"

@@ -15,12 +15,13 @@ import os
 from html import escape
 from pathlib import Path
 
+from loadgen.errors import ConfigError
 from loadgen.metrics import STAGE_METRICS
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, save_figures, series
-from loadgen.report.runs import LATEST, resolve_run_dir
+from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
 
@@ -44,11 +45,33 @@ def run_labels(dirs: list[Path], summaries: list[dict], given: list[Path] | None
 
 def load_runs(dirs: list[str | os.PathLike]) -> list[tuple[str, dict]]:
     """[(label, summary)] for each run folder (or results directory: its newest run); raises
-    ConfigError on a bad directory."""
+    ConfigError on a bad directory, or when two arguments are the same run (``same_run_error``)."""
     given = [Path(d) for d in dirs]
     paths = [resolve_run_dir(d) for d in given]
     summaries = [load_summary(p) for p in paths]
+    if (error := same_run_error(given, paths)) is not None:
+        raise error
     return list(zip(run_labels(paths, summaries, given), summaries, strict=True))
+
+
+def same_run_error(given: list[Path], paths: list[Path]) -> ConfigError | None:
+    """The error for the first two arguments that resolve to one run folder (``paths[i]`` is what
+    ``given[i]`` resolved to): the same folder twice, or a results directory and its own newest run
+    (``results results``, ``results results/latest``) would compare a run with itself. The fix
+    names the run folders to pass instead: the two newest in that run's results directory."""
+    seen: dict[Path, int] = {}
+    for j, path in enumerate(paths):
+        i = seen.setdefault(path.resolve(), j)
+        if i == j:
+            continue
+        run = path.resolve()
+        newest = [os.path.relpath(p) for p in run_folders(run.parent)[-2:]]
+        fix = ("name the two run folders to compare, e.g. compare " + " ".join(newest) if len(newest) == 2
+               else f"{run.parent} holds no other run: pass two different run folders")
+        return ConfigError("compare", [str(given[i]), str(given[j])],
+                           f"#{i + 1} and #{j + 1} are the same run, {run} (a results directory stands for "
+                           "its newest run)", fix)
+    return None
 
 
 # What makes two runs comparable: (what, how to read it from a summary). Stage lists may differ

@@ -79,13 +79,15 @@ def run_folders(root: Path) -> list[Path]:
 
 
 def resolve_run_dir(path: str | os.PathLike) -> Path:
-    """A run folder as given, or the newest run of a results directory; the path unchanged when it
-    is neither (the caller's check names it)."""
+    """The newest run of a results directory (its ``latest``, else its newest run folder), or a
+    run folder as given; the path unchanged when it is neither (the caller's check names it).
+    A results directory that also holds a summary.json of its own (written there by a version
+    before run folders) still means its newest run, not that stale file."""
     path = Path(path)
-    if (path / SUMMARY).is_file():
-        return path
     latest = path / LATEST
     if (latest / SUMMARY).is_file():
         return latest.resolve()
     runs = run_folders(path)
-    return runs[-1] if runs else path
+    if runs:
+        return runs[-1]
+    return path

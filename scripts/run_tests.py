@@ -1,0 +1,123 @@
+"""`make test`: the unit tests in one pytest process, then the integration test files side by side.
+
+Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
+on the CPU, so two files run at once take about half the wall time. pytest-xdist cannot be used:
+locust monkey-patches threading with gevent at import, and xdist's worker threads then block
+forever. Instead, each integration file runs in its own pytest process, ``--jobs`` of them at once,
+slowest first (per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the
+largest files first). A file marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: it measures
+timing against a known answer) runs with no other file beside it.
+
+Each file's output is printed whole when it fails, and as one line when it passes. The exit code
+is 0 only when every pytest process passed (or had no test to run).
+
+    .venv/bin/python scripts/run_tests.py [--jobs 2] [pytest args, e.g. -k ttft]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMES = ROOT / ".pytest_cache" / "llm-loadgen-file-seconds.json"
+EXCLUDED = ("test_deploy_docker",)  # make test-deploy runs these
+NO_TESTS = 5  # pytest's exit code when nothing was collected (a file whose tests are all unit tests)
+
+
+def integration_files() -> list[Path]:
+    files = sorted((ROOT / "tests").glob("test_*.py"))
+    return [f for f in files if not f.name.startswith(EXCLUDED) and "mark.integration" in f.read_text()]
+
+
+def is_solo(path: Path) -> bool:
+    return re.search(r"pytest\.mark\.solo\b", path.read_text()) is not None
+
+
+def run_order(files: list[Path], seconds: dict[str, float]) -> list[Path]:
+    """Solo files first (one after the other, alone), then the others slowest first: known files
+    by their last time, unknown ones by size (a fair proxy)."""
+    return sorted(files, key=lambda f: (is_solo(f), seconds.get(f.name, -1.0), f.stat().st_size), reverse=True)
+
+
+def summary_line(output: str) -> str:
+    lines = [ln.strip("= ") for ln in output.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+class Job:
+    def __init__(self, name: str, args: list[str]):
+        self.name, self.args = name, args
+        self.log = (ROOT / ".pytest_cache" / f"run-{name.replace('/', '_')}.log").open("w+")
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=ROOT,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+    def finish(self) -> tuple[bool, float, str]:
+        seconds = time.monotonic() - self.started
+        self.log.seek(0)
+        output = self.log.read()
+        self.log.close()
+        return self.proc.returncode in (0, NO_TESTS), seconds, output
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
+                    help="integration files at once (default 2, or $TEST_JOBS)")
+    opts, extra = ap.parse_known_args(argv)
+    if opts.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {opts.jobs}")
+    TIMES.parent.mkdir(exist_ok=True)
+    seconds = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    common = ["-q", "-ra", "-p", "no:cacheprovider", *extra]
+    failed: list[str] = []
+    t0 = time.monotonic()
+
+    def report(job: Job) -> None:
+        ok, took, output = job.finish()
+        seconds[Path(job.name).name] = round(took, 1)
+        print(f"{'ok  ' if ok else 'FAIL'} {job.name:<46} {took:6.1f} s  {summary_line(output)}", flush=True)
+        if not ok:
+            failed.append(job.name)
+            print(output, flush=True)
+
+    print("unit tests (not integration), one process:", flush=True)
+    unit = Job("unit", [*common, "-m", "not integration", *(f"--ignore-glob=tests/{e}*" for e in EXCLUDED)])
+    unit.proc.wait()
+    report(unit)
+
+    queue = run_order(integration_files(), seconds)
+    print(f"integration tests: {len(queue)} files, {opts.jobs} at a time (solo files alone):", flush=True)
+    running: list[Job] = []
+    while queue or running:
+        for job in [j for j in running if j.proc.poll() is not None]:
+            running.remove(job)
+            report(job)
+        solo_running = any(is_solo(ROOT / j.name) for j in running)
+        while queue and len(running) < opts.jobs and not solo_running:
+            nxt = queue[0]
+            if is_solo(nxt) and running:
+                break  # wait until the others finished
+            queue.pop(0)
+            running.append(Job(f"tests/{nxt.name}", [*common, "-m", "integration", f"tests/{nxt.name}"]))
+            solo_running = is_solo(nxt)
+        time.sleep(0.2)
+
+    TIMES.write_text(json.dumps(seconds, indent=1, sort_keys=True))
+    took = time.monotonic() - t0
+    if failed:
+        print(f"FAILED after {took:.0f} s: {', '.join(failed)}", flush=True)
+        return 1
+    print(f"all passed in {took:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

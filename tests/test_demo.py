@@ -1,0 +1,46 @@
+"""scripts/demo.py's own output: the server-time table, and the line on client-bound stages."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+demo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(demo)
+
+
+def stage(c: int, flags=(), lag_s: float = 0.002, tok_s: float = 30_000.0) -> dict:
+    return {"concurrency": c, "flags": list(flags), "client": {"cpu_percent": 40.0, "loop_lag_p99_s": lag_s},
+            "output_tokens_per_s": tok_s, "ttft_p99_s": 0.05, "tpot_p50_s": 0.004,
+            "goodput_output_tokens_per_s": 0.0, "slo": {"attainment": 0.0}, "search": False}
+
+
+def test_no_line_when_no_stage_was_client_bound():
+    assert demo.client_bound_line([stage(128, ["knee"]), stage(256)], 10) is None
+
+
+def test_the_line_names_the_stages_their_lag_what_it_touches_and_the_cause():
+    stages = [stage(128), stage(256, ["client_bound", "slo_fail"], 0.0385), stage(512, ["client_bound"], 0.2483)]
+    line = demo.client_bound_line(stages, 10)
+    assert line == ("C=256, C=512 client-bound: the load generator, not the server, limited them (tokens "
+                    "read up to 38, 248 ms late, 10x that in server time): their TTFT/ITL p99 are partly the "
+                    "client's, their tok/s is not; cause: the 10x simulator on a small machine (README "
+                    "'How many workers')")
+    assert "\n" not in line
+
+
+def test_the_server_time_table_marks_client_bound_stages_and_ends_with_the_line(tmp_path, capsys):
+    summary = {"stages": [stage(64), stage(512, ["client_bound", "slo_fail"], 0.05)],
+               "knee": {"concurrency": 64}, "slo": {"max_concurrency": 64, "bracket": [64, 512]},
+               "guard": {"max_concurrency": 785, "capacity_tokens": 1_570_000, "stopped_before": 1024}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    demo.print_simulated_time(tmp_path / "summary.json", 10.0)
+    lines = capsys.readouterr().out.strip().splitlines()
+    rows = {ln.split()[0]: ln for ln in lines if ln.strip()[:1].isdigit()}
+    assert rows["512"].endswith("(client-bound)") and "client-bound" not in rows["64"]
+    assert "     3,000" in rows["512"] and "500 ms" in rows["512"]  # tok/s / 10, TTFT p99 x 10
+    assert lines[-1] == "demo: " + demo.client_bound_line(summary["stages"], 10.0)
+    assert "demo:   KV ceiling     C=785 (1,570,000 tokens; the guard stopped before C=1024)" in lines

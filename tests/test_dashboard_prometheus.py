@@ -32,6 +32,7 @@ from tests.runlocust import ROOT, locust_cmd
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.solo,  # its runs' windows must hold data when Prometheus is queried: alone (flaked beside test_multihost)
     pytest.mark.timeout(150),
     pytest.mark.skipif(prometheus_binary() is None,
                        reason="prometheus not installed: run scripts/ensure-prometheus.sh"),

@@ -78,7 +78,10 @@ def settle_heap() -> None:
     ``client_bound``. Called as a stage's warmup starts (its users are spawned, nothing counts
     yet): one collection now, then ``gc.freeze()`` moves every survivor to the permanent
     generation, which later collections skip. What a stage allocates per request is short-lived
-    and still collected by the young generations."""
+    and still collected by the young generations. The previous stage's frozen objects are
+    unfrozen first, so the one collection also frees those that died since (users a smaller
+    SLO-search stage stopped): freezing never keeps garbage longer than one stage."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
 

@@ -94,20 +94,21 @@ def main(argv: list[str] | None = None) -> int:
     report(unit)
 
     queue = run_order(integration_files(), seconds)
+    solo = {f.name for f in queue if is_solo(f)}
     print(f"integration tests: {len(queue)} files, {opts.jobs} at a time (solo files alone):", flush=True)
     running: list[Job] = []
     while queue or running:
         for job in [j for j in running if j.proc.poll() is not None]:
             running.remove(job)
             report(job)
-        solo_running = any(is_solo(ROOT / j.name) for j in running)
+        solo_running = any(Path(j.name).name in solo for j in running)
         while queue and len(running) < opts.jobs and not solo_running:
             nxt = queue[0]
-            if is_solo(nxt) and running:
+            if nxt.name in solo and running:
                 break  # wait until the others finished
             queue.pop(0)
             running.append(Job(f"tests/{nxt.name}", [*common, "-m", "integration", f"tests/{nxt.name}"]))
-            solo_running = is_solo(nxt)
+            solo_running = nxt.name in solo
         time.sleep(0.2)
 
     TIMES.write_text(json.dumps(seconds, indent=1, sort_keys=True))

@@ -207,3 +207,27 @@ def test_a_stages_warmup_moves_the_heap_out_of_the_collectors_way():
         assert gc.get_count()[0] < 100, "the young generation starts empty"
     finally:
         gc.unfreeze()
+
+
+def test_the_next_warmup_frees_what_died_while_frozen():
+    import gc
+    import weakref
+
+    from loadgen.health import settle_heap
+
+    class Node:
+        pass
+
+    gc.unfreeze()
+    try:
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle: only the collector frees it
+        alive = weakref.ref(a)
+        settle_heap()  # frozen while alive (a user of this stage)
+        del a, b  # its stage's user stopped
+        gc.collect()
+        assert alive() is not None, "a frozen cycle is skipped by ordinary collections"
+        settle_heap()  # the next stage's warmup
+        assert alive() is None, "the next warmup frees it"
+    finally:
+        gc.unfreeze()

@@ -154,7 +154,8 @@ def refusal_line(host: str, path: str, ff, model: str | None) -> str:
 def build_body(scenario, model: str, prompt, compat: Compat, output_tokens: int | None = None) -> bytes:
     """The JSON body of one streaming request that forces exactly M = ``output_tokens`` tokens
     (default: the scenario's; ``max_tokens = min_tokens = M``, ``ignore_eos``), less the fields
-    ``compat`` drops."""
+    ``compat`` drops. A token-ID prompt (``loadgen.prompts.TokenIds``, a numpy array) is written
+    as a JSON array of integers."""
     m = scenario.output_tokens if output_tokens is None else output_tokens
     body: dict = {"model": model, "max_tokens": m, "min_tokens": m, "ignore_eos": True, "stream": True,
                   "stream_options": {"include_usage": True}}
@@ -162,7 +163,8 @@ def build_body(scenario, model: str, prompt, compat: Compat, output_tokens: int 
         body["stream_options"]["continuous_usage_stats"] = True
     body["messages" if scenario.endpoint == "chat" else "prompt"] = prompt
     body.update(scenario.request.extra_body)
-    return orjson.dumps(_without(body, compat.dropped_fields))
+    raw = orjson.dumps(_without(body, compat.dropped_fields), option=orjson.OPT_SERIALIZE_NUMPY)  # TokenIds
+    return bytes(memoryview(raw))  # exact size: orjson's result keeps its growth buffer (~32 bytes a token)
 
 
 def _without(body: dict, dropped: tuple[str, ...]) -> dict:

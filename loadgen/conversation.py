@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from loadgen.workload import Ask, Workload
 
 
@@ -30,14 +32,19 @@ class Conversation:
         self.workload, self.turns = workload, turns
         self.turn = 0
         self.history = None  # what turn ``turn`` resends before its new message
+        self._sent = None  # the prompt of the turn in flight (the caller may drop it from its Ask)
 
     def next(self) -> Ask:
-        new = self.workload.next()
+        ask = self._turn_ask(self.workload.next())
+        self._sent = ask.prompt
+        return ask
+
+    def _turn_ask(self, new: Ask) -> Ask:
         if self.turn == 0 or self.history is None:
             return replace(new, turn=0)
         kind = self.workload.maker.kind
-        if kind == "token_ids" and isinstance(new.prompt, list) and all(isinstance(t, int) for t in new.prompt):
-            prompt = self.history + new.prompt
+        if kind == "token_ids" and isinstance(new.prompt, np.ndarray):
+            prompt = np.concatenate([self.history, new.prompt])
             return replace(new, prompt=prompt, input_tokens=len(prompt), turn=self.turn)
         if kind == "chat":
             message = new.prompt if isinstance(new.prompt, list) else [{"role": "user", "content": str(new.prompt)}]
@@ -46,16 +53,18 @@ class Conversation:
 
     def answered(self, ask: Ask, ok: bool, completion_tokens: int | None) -> None:
         """The turn's outcome: the history grows by the prompt and its reply, or the conversation
-        ends (a failure, or the K-th turn)."""
+        ends (a failure, or the K-th turn). The prompt is the one this conversation sent (``ask``
+        may come back without it, loadgen.workload.Ask.sent)."""
+        sent, self._sent = self._sent, None
         if not ok or ask.turn + 1 >= self.turns:
             self.turn, self.history = 0, None
             return
         maker = self.workload.maker
         n = completion_tokens or ask.output_tokens
-        if maker.kind == "token_ids" and isinstance(ask.prompt, list):
-            self.history = ask.prompt + maker.fresh_ids(n)
-        elif maker.kind == "chat" and isinstance(ask.prompt, list):
-            self.history = ask.prompt + [{"role": "assistant", "content": maker.text(n)}]
+        if maker.kind == "token_ids" and isinstance(sent, np.ndarray):
+            self.history = np.concatenate([sent, maker.fresh_ids(n)])
+        elif maker.kind == "chat" and isinstance(sent, list):
+            self.history = sent + [{"role": "assistant", "content": maker.text(n)}]
         else:
-            self.history = f"{ask.prompt} {maker.text(n)}"
+            self.history = f"{sent} {maker.text(n)}"
         self.turn = ask.turn + 1

@@ -8,8 +8,8 @@ Pure: no I/O, no clock; seeded. A ``LengthDist`` draws integers, clamped to [min
 - ``lognormal``: round(LogNormal with the given arithmetic ``mean`` and ``std``), clamped; the
                  parameters of the underlying normal are sigma^2 = ln(1 + std^2/mean^2),
                  mu = ln(mean) - sigma^2/2
-- ``empirical``: (input, output) pairs drawn uniformly from a list (a joint distribution: a long
-                 prompt keeps its own output length), see ``PairSampler``
+- empirical (input, output) pairs, a joint distribution: a dataset of ``input_tokens`` /
+  ``output_tokens`` lines (loadgen.dataset), not a distribution here
 
 Clamping moves the mean of normal/lognormal when much of the mass lies outside [min, max];
 ``LengthDist.describe()`` says what was asked, the report shows what was sent.
@@ -38,7 +38,8 @@ class LengthDist:
         """(field, value, what is wrong + fix) for every bad field; empty when valid."""
         out: list[tuple[str, object, str]] = []
         if self.kind not in KINDS:
-            return [("kind", self.kind, f"must be one of {', '.join(KINDS)} (or give pairs: empirical)")]
+            return [("kind", self.kind, f"must be one of {', '.join(KINDS)} (an empirical list of (input, output) "
+                                        "pairs: --dataset with input_tokens and output_tokens lines)")]
         if self.min < 1:
             out.append(("min", self.min, "must be >= 1"))
         if self.max is not None and self.max < self.min:
@@ -82,34 +83,28 @@ class LengthDist:
 
 
 class LengthSampler:
-    """(input, output) lengths one at a time from two independent distributions, seeded."""
+    """(input, output) lengths one at a time from two independent distributions, seeded.
+
+    Draws ``BATCH`` inputs then ``BATCH`` outputs at a time and keeps them as two int64 arrays
+    (16 bytes a pair; a list of Python int pairs is ~120), since every user holds one. Two fixed
+    lengths draw nothing (and make no generator)."""
 
     BATCH = 512
 
     def __init__(self, inputs: LengthDist, outputs: LengthDist, seed: tuple):
         self.inputs, self.outputs = inputs, outputs
-        self._rng = np.random.default_rng([int(x) & 0xFFFFFFFF for x in seed])
-        self._buf: list[tuple[int, int]] = []
+        self._fixed = (inputs.value, outputs.value) if inputs.kind == outputs.kind == "fixed" else None
+        self._rng = None if self._fixed else np.random.default_rng([int(x) & 0xFFFFFFFF for x in seed])
+        self._ins = self._outs = np.empty(0, dtype=np.int64)
+        self._i = 0
 
     def next(self) -> tuple[int, int]:
-        if not self._buf:
-            pairs = zip(self.inputs.draw(self._rng, self.BATCH).tolist(),
-                        self.outputs.draw(self._rng, self.BATCH).tolist(), strict=True)
-            self._buf = list(pairs)[::-1]
-        return self._buf.pop()
-
-
-class PairSampler:
-    """Empirical joint lengths: (input, output) pairs drawn uniformly with replacement, seeded."""
-
-    def __init__(self, pairs: list[tuple[int, int]], seed: tuple):
-        if not pairs:
-            raise ValueError("an empirical length list needs at least one (input, output) pair")
-        self.pairs = list(pairs)
-        self._rng = np.random.default_rng([int(x) & 0xFFFFFFFF for x in seed])
-        self._idx: list[int] = []
-
-    def next(self) -> tuple[int, int]:
-        if not self._idx:
-            self._idx = self._rng.integers(0, len(self.pairs), 512).tolist()[::-1]
-        return self.pairs[self._idx.pop()]
+        if self._fixed is not None:
+            return self._fixed
+        if self._i == len(self._ins):
+            self._ins = self.inputs.draw(self._rng, self.BATCH)
+            self._outs = self.outputs.draw(self._rng, self.BATCH)
+            self._i = 0
+        i = self._i
+        self._i += 1
+        return int(self._ins[i]), int(self._outs[i])

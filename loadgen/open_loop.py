@@ -73,6 +73,7 @@ class RateUser(LLMUser):
         try:
             ask = self.prompts.next() if line is None else self.prompts.from_line(line)
             body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
+            ask = ask.sent()  # the body carries the prompt while it streams
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
             send_request(self, client, body, RequestRecord(due_s, ask.output_tokens, sc.endpoint), stage, ask)
         finally:

@@ -1,7 +1,11 @@
 """Synthetic prompts of exactly N tokens, with no tokenizer.
 
 Completions: the prompt is a list of token IDs, which vLLM and SGLang accept as-is, so its length is
-exactly N by construction. IDs are drawn uniformly from ``token_id_range`` by a seeded generator
+exactly N by construction. A token-ID prompt is held as an int32 numpy array (``TokenIds``: 4 bytes
+a token; a list of Python ints costs ~36, and every user holds its prompt while the request is in
+flight); the request body writes it as a JSON array (``loadgen.compat.build_body``). IDs are drawn
+as int64 and stored as int32 (every vocabulary fits), so the same seed gives the same IDs as when
+prompts were lists. IDs are drawn uniformly from ``token_id_range`` by a seeded generator
 that is unique per (seed, process, user), so every request differs and prefix caching cannot flatter
 the server; ``shared_prefix_tokens`` leading IDs are common to all requests when a user wants to
 measure prefix caching on purpose.
@@ -18,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+
+TokenIds = np.ndarray  # a token-ID prompt: a 1-D int32 array
+TOKEN_ID_DTYPE = np.int32
 
 # Common short English words; each is a single token (with its leading space) in the BPE
 # vocabularies of Llama, Qwen, Mistral and GPT tokenizers.
@@ -43,13 +50,13 @@ class TokenIdPrompts:
         prefix_rng = np.random.default_rng(shared_seed)
         self._prefix = prefix_rng.integers(self.lo, self.hi, shared_prefix_tokens, dtype=np.int64)
 
-    def next(self, n_tokens: int | None = None) -> list[int]:
+    def next(self, n_tokens: int | None = None) -> TokenIds:
         """A prompt of ``n_tokens`` (default: the constructor's), the shared prefix first."""
         n = self.n_tokens if n_tokens is None else n_tokens
         tail = self._rng.integers(self.lo, self.hi, max(n - len(self._prefix), 0), dtype=np.int64)
         if len(self._prefix):
             tail = np.concatenate([self._prefix[:n], tail])
-        return tail.tolist()
+        return tail.astype(TOKEN_ID_DTYPE)
 
 
 def fit_word_count(target: int, measure: Callable[[int], int], max_rounds: int = 6) -> tuple[int, int]:
@@ -98,7 +105,7 @@ class TextPrompts(ChatPrompts):
 
 
 def hashed_prefix_prompt(n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int,
-                         id_range: tuple[int, int], rng: np.random.Generator, salt: int = 0) -> list[int]:
+                         id_range: tuple[int, int], rng: np.random.Generator, salt: int = 0) -> TokenIds:
     """A token-ID prompt of exactly ``n_tokens`` whose block i is a function of ``hash_ids[i]`` alone
     (Mooncake traces: equal leading ids = a shared prefix, so a server's prefix cache sees what it saw
     in the trace). Tokens beyond the blocks the ids cover are fresh from ``rng``."""
@@ -108,4 +115,4 @@ def hashed_prefix_prompt(n_tokens: int, hash_ids: tuple[int, ...], block_tokens:
     ids = np.concatenate(blocks)[:n_tokens] if blocks else np.empty(0, dtype=np.int64)
     if len(ids) < n_tokens:
         ids = np.concatenate([ids, rng.integers(lo, hi, n_tokens - len(ids), dtype=np.int64)])
-    return ids.tolist()
+    return ids.astype(TOKEN_ID_DTYPE)

@@ -213,6 +213,7 @@ class LLMUser(User):
         sc = rt.scenario
         ask = self.prompts.next()
         body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
+        ask = ask.sent()  # the body carries the prompt while it streams
         stage = rt.measuring
         record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
         result = send_request(self, self.client, body, record, stage, ask)

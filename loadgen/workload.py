@@ -22,19 +22,21 @@ max(1, round((n - b) / a)); the fixed-length case keeps the exact word count fou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from loadgen.dataset import DatasetRequest
 from loadgen.lengths import LengthDist, LengthSampler
-from loadgen.prompts import WORDS, TokenIdPrompts, hashed_prefix_prompt
+from loadgen.prompts import TOKEN_ID_DTYPE, WORDS, TokenIdPrompts, TokenIds, hashed_prefix_prompt
+
+_VOCAB = np.array(WORDS)  # shared by every user's PromptMaker (read only)
 
 
 @dataclass(frozen=True)
 class Ask:
-    """One request as planned. ``prompt`` is what the body carries (token IDs, text, or chat
-    messages); ``input_tokens`` the prompt tokens expected in the server's usage (None: unknown,
+    """One request as planned. ``prompt`` is what the body carries (token IDs as ``TokenIds``, text,
+    or chat messages); ``input_tokens`` the prompt tokens expected in the server's usage (None: unknown,
     the prompt was given); ``output_tokens`` the output length forced."""
 
     prompt: object
@@ -43,6 +45,11 @@ class Ask:
     turn: int = 0  # 0-based turn of a conversation (loadgen.conversation)
     timestamp_ms: float | None = None  # a trace line's send time, ms from the trace's start
     line: int | None = None  # the dataset line it came from
+
+    def sent(self) -> Ask:
+        """This Ask once its body is built: without the prompt, which the body carries. A user
+        holds its request while it streams; holding the prompt too would double that."""
+        return replace(self, prompt=None)
 
 
 @dataclass(frozen=True)
@@ -78,19 +85,27 @@ class PromptMaker:
             raise ValueError("text prompts need a TextFit (calibration against the server)")
         self.kind, self.id_range, self.fit = kind, tuple(id_range), fit
         self._ids = TokenIdPrompts(1, self.id_range, seed_key, shared_prefix_tokens, shared_seed)
-        self._rng = np.random.default_rng(np.random.SeedSequence([*seed_key, 0x7E47]))
-        self._vocab = np.array(WORDS)
+        self._seed_key = seed_key
+        self._rng_made: np.random.Generator | None = None
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """Text words, replies and trace tails (made on first use: ~4 KB that a token-ID user of
+        fixed lengths never needs)."""
+        if self._rng_made is None:
+            self._rng_made = np.random.default_rng(np.random.SeedSequence([*self._seed_key, 0x7E47]))
+        return self._rng_made
 
     def text(self, words: int) -> str:
-        return " ".join(self._vocab[self._rng.integers(0, len(self._vocab), words)].tolist())
+        return " ".join(_VOCAB[self._rng.integers(0, len(_VOCAB), words)].tolist())
 
-    def ids(self, n_tokens: int) -> list[int]:
+    def ids(self, n_tokens: int) -> TokenIds:
         return self._ids.next(n_tokens)
 
-    def fresh_ids(self, n_tokens: int) -> list[int]:
+    def fresh_ids(self, n_tokens: int) -> TokenIds:
         """IDs with no shared prefix (a conversation's synthetic reply)."""
         lo, hi = self.id_range
-        return self._rng.integers(lo, hi, n_tokens, dtype=np.int64).tolist()
+        return self._rng.integers(lo, hi, n_tokens, dtype=np.int64).astype(TOKEN_ID_DTYPE)
 
     def make(self, n_tokens: int) -> tuple[object, int | None]:
         """(prompt, expected input tokens) for a prompt of ``n_tokens``."""
@@ -99,7 +114,7 @@ class PromptMaker:
         text = self.text(self.fit.words(n_tokens))
         return ([{"role": "user", "content": text}] if self.kind == "chat" else text), n_tokens
 
-    def hashed(self, n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int, salt: int) -> list[int]:
+    def hashed(self, n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int, salt: int) -> TokenIds:
         return hashed_prefix_prompt(n_tokens, hash_ids, block_tokens, self.id_range, self._rng, salt)
 
 
@@ -141,7 +156,7 @@ class Workload:
         else a draw from the output distribution."""
         out = r.output_tokens or default_output or self._lengths.next()[1]
         if r.input_tokens is None:
-            prompt = list(r.prompt) if isinstance(r.prompt, tuple) else r.prompt
+            prompt = np.array(r.prompt, dtype=np.int64) if isinstance(r.prompt, tuple) else r.prompt  # any ID
             if r.messages is not None:
                 prompt = [dict(m) for m in r.messages]
             elif self.maker.kind == "chat":

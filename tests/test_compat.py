@@ -8,6 +8,7 @@ import pytest
 from loadgen.compat import Compat, adapt, build_body, fit_range, initial, likely_fix
 from loadgen.config.build import build_scenario
 from loadgen.config.schema import default_document
+from loadgen.prompts import TokenIdPrompts
 
 
 def scenario(**over):
@@ -28,6 +29,12 @@ def test_default_body_forces_the_length():
     assert (b["max_tokens"], b["min_tokens"], b["ignore_eos"], b["stream"]) == (1000, 1000, True, True)
     assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert b["prompt"] == [1, 2, 3] and b["model"] == "m"
+
+
+def test_a_token_id_array_is_written_as_a_json_list_of_integers():
+    ids = TokenIdPrompts(5, (100, 200), (1, 2)).next()  # TokenIds: an int64 array, not a list
+    raw = build_body(scenario(), "m", ids, Compat())
+    assert orjson.loads(raw)["prompt"] == ids.tolist() and b'"prompt":[' in raw
 
 
 def test_dropped_fields_are_gone_and_empty_stream_options_too():

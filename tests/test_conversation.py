@@ -23,15 +23,17 @@ def convo(kind: str = "token_ids", turns: int = 3) -> Conversation:
 def test_token_ids_grow_by_prompt_reply_and_new_message():
     c = convo()
     a0 = c.next()
-    c.answered(a0, True, 4)
+    assert isinstance(a0.prompt, np.ndarray) and a0.prompt.dtype == np.int32  # TokenIds: 4 bytes a token
+    assert a0.sent().prompt is None and a0.sent().output_tokens == a0.output_tokens
+    c.answered(a0.sent(), True, 4)  # as users answer: the body carried the prompt, the conversation kept it
     a1 = c.next()
-    assert a1.turn == 1 and a1.prompt[:10] == a0.prompt and len(a1.prompt) == 10 + 4 + 10 == a1.input_tokens
-    c.answered(a1, True, 4)
+    assert a1.turn == 1 and a1.prompt[:10].tolist() == a0.prompt.tolist() and len(a1.prompt) == 10 + 4 + 10 == a1.input_tokens
+    c.answered(a1.sent(), True, 4)
     a2 = c.next()
-    assert a2.turn == 2 and a2.prompt[:24] == a1.prompt and a2.input_tokens == 38
+    assert a2.turn == 2 and a2.prompt[:24].tolist() == a1.prompt.tolist() and a2.input_tokens == 38
     c.answered(a2, True, 4)  # the K-th turn: a new conversation starts
     a3 = c.next()
-    assert a3.turn == 0 and len(a3.prompt) == 10 and a3.prompt != a0.prompt
+    assert a3.turn == 0 and len(a3.prompt) == 10 and a3.prompt.tolist() != a0.prompt.tolist()
 
 
 def test_a_failed_turn_ends_the_conversation():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.lengths import LengthDist, LengthSampler, PairSampler
+from loadgen.lengths import LengthDist, LengthSampler
 
 
 def draws(dist, n=40_000, seed=1):
@@ -43,16 +43,6 @@ def test_sampler_is_seeded_and_independent_per_seed():
     sa = [a.next() for _ in range(1000)]
     assert sa == [b.next() for _ in range(1000)] and sa != [c.next() for _ in range(1000)]
     assert all(o == 5 for _, o in sa)
-
-
-def test_pairs_keep_inputs_and_outputs_together():
-    pairs = [(100, 10), (5000, 20), (300, 900)]
-    s = PairSampler(pairs, (3,))
-    got = [s.next() for _ in range(3000)]
-    assert set(got) == set(pairs)
-    assert abs(got.count((5000, 20)) - 1000) < 120  # uniform over the list
-    with pytest.raises(ValueError, match="at least one"):
-        PairSampler([], (0,))
 
 
 @pytest.mark.parametrize("dist,field", [

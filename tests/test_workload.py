@@ -33,7 +33,7 @@ def test_token_id_prompts_have_exactly_each_drawn_length():
 def test_draws_are_seeded_per_user():
     def first(key, n=20):
         w = ids_workload(key)
-        return [(a.input_tokens, a.prompt[:3]) for a in (w.next() for _ in range(n))]
+        return [(a.input_tokens, a.prompt[:3].tolist()) for a in (w.next() for _ in range(n))]
 
     assert first((0, 0, 1)) == first((0, 0, 1))  # same seed, process and user: the same requests
     assert first((0, 0, 1)) != first((0, 0, 2))
@@ -69,7 +69,7 @@ def test_dataset_in_order_cycling_with_given_and_synthesized_prompts():
     assert [a.line for a in asks] == [1, 2, 3, 4, 1, 2, 3, 4]
     assert (len(asks[0].prompt), asks[0].input_tokens, asks[0].output_tokens) == (40, 40, 8)
     assert (asks[1].prompt, asks[1].input_tokens, asks[1].output_tokens) == ("hello there", None, 16)
-    assert (asks[2].prompt, asks[2].input_tokens, asks[2].output_tokens) == ([5, 6, 7], 3, 5)
+    assert (asks[2].prompt.tolist(), asks[2].input_tokens, asks[2].output_tokens) == ([5, 6, 7], 3, 5)
     assert len(asks[3].prompt) == 30 and asks[3].input_tokens == 30
 
 
@@ -77,9 +77,9 @@ def test_hash_ids_share_token_blocks_across_users():
     a = DatasetRequest(1, 40, 4, hash_ids=(7, 8))
     b = DatasetRequest(2, 40, 4, hash_ids=(7, 9))
     pa = Workload(PromptMaker("token_ids", RANGE, (0, 0, 1)), UNIFORM, FIXED_OUT, (0, 0, 1), DatasetCursor([a]),
-                  block_tokens=16).next().prompt
+                  block_tokens=16).next().prompt.tolist()
     pb = Workload(PromptMaker("token_ids", RANGE, (0, 0, 2)), UNIFORM, FIXED_OUT, (0, 0, 2), DatasetCursor([b]),
-                  block_tokens=16).next().prompt
+                  block_tokens=16).next().prompt.tolist()
     assert pa[:16] == pb[:16] and pa[16:32] != pb[16:32]
 
 

@@ -26,18 +26,12 @@ from loadgen.flags import meaning
 from loadgen.report.__main__ import main as report_main
 from loadgen.report.runs import LATEST, run_folders
 from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, run_locust
+from tests.runlocust import ROOT, SMOKE, fixed_sim, run_locust
 from tests.test_faults import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-SMOKE = ("--scenario", "config/smoke.yaml", "--output-tokens", "20", "--warmup", "1", "--stage-duration", "2")
-
-
-@pytest.fixture(scope="module")
-def fixed():
-    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as s:
-        yield s
+fixed = fixed_sim  # the module's simulator
 
 
 @pytest.fixture(scope="module")

@@ -37,19 +37,30 @@ class StageConsole:
         self._held.clear()
 
     def progress(self, now: float, stage: int | None, kind: Phase, concurrency: int | None, stats,
-                 open_t: float | None, rows_pending: bool) -> None:
+                 open_t: float | None, rows_pending: bool, inflight: int | None = None) -> None:
         """Every PROGRESS_EVERY_S of a phase that lasts that long (never while a row is pending):
-        ``stage k C=c: <phase> <s in it> s``; while measuring also the window so far: requests,
-        errors and output tok/s = window output tokens / (now - window open)."""
+        ``progress_line`` with ``inflight`` requests in flight now and, while measuring, the window
+        so far (``stats`` since ``open_t``)."""
         if now - self._phase_t < PROGRESS_EVERY_S or now - self._progress_t < PROGRESS_EVERY_S:
             return
         if stage is None or kind in (Phase.IDLE, Phase.DONE) or rows_pending:
             return
         self._progress_t = now
-        line = f"llm-loadgen: stage {stage} C={concurrency if concurrency is not None else '?'}: {kind} " \
-               f"{now - self._phase_t:.0f} s"
-        if kind is Phase.MEASURE and open_t is not None and stats is not None:
-            window_s = max(now - open_t, 1e-9)
-            line += (f", {stats.requests_ok:,} requests, {stats.error_count:,} errors, "
-                     f"{stats.window_output_tokens / window_s:,.0f} out tok/s so far")
-        self.say(line)
+        window_s = now - open_t if kind is Phase.MEASURE and open_t is not None and stats is not None else None
+        self.say(progress_line(stage, concurrency, kind, now - self._phase_t, inflight, stats, window_s))
+
+
+def progress_line(stage: int, concurrency: int | None, kind: Phase, phase_s: float, inflight: int | None,
+                  stats=None, window_s: float | None = None) -> str:
+    """``stage k C=c: <phase> <s in it> s, <n> in flight``; with a window (``stats`` of the
+    ``window_s`` so far) also its ok requests and errors, or "none finished yet" while none has
+    (users in step: every request is still running), and output tok/s = window output tokens /
+    window_s (tokens count as they arrive)."""
+    line = f"llm-loadgen: stage {stage} C={concurrency if concurrency is not None else '?'}: {kind} {phase_s:.0f} s"
+    if inflight is not None:
+        line += f", {inflight:,} in flight"
+    if window_s is not None:
+        done = (f"{stats.requests_ok:,} ok, {stats.error_count:,} errors" if stats.requests_ok or stats.error_count
+                else "none finished yet")
+        line += f", {done}, {stats.window_output_tokens / max(window_s, 1e-9):,.0f} out tok/s so far"
+    return line

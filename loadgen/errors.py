@@ -4,6 +4,7 @@
     ├── ConfigError              a user mistake in a scenario file or option -> exit code 2, one line
     ├── ServerUnusableError      the target cannot be load-tested (refused, not OpenAI-compatible)
     └── RequestError             one LLM request failed; ``kind`` is one of FAILURE_KINDS
+        └── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
 
 Transport errors (socket, HTTP parser) are translated into RequestError in exactly one place:
 ``loadgen.client``. Everything above the client sees only these types.
@@ -133,3 +134,13 @@ class RequestError(LoadgenError):
         self.message = message
         self.status = status
         super().__init__(f"{kind}: {message}" if message else kind)
+
+
+class SchemeMismatch(RequestError):
+    """The server speaks the other protocol than --host's scheme says (the start check finds it):
+    ``spoken`` is "http" (an https:// URL for a plain-HTTP server) or "https". Kind CONNECT_FAILED:
+    no request gets through, whatever else is changed."""
+
+    def __init__(self, spoken: str, message: str):
+        super().__init__(CONNECT_FAILED, message)
+        self.spoken = spoken

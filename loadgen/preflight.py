@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 import orjson
 
 from loadgen import errors
-from loadgen.client import StreamClient, check_host
+from loadgen.client import StreamClient, check_host, check_scheme, plain_http_refused, with_scheme
 from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
 from loadgen.dataset import too_long
-from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
+from loadgen.errors import ConfigError, LoadgenError, RequestError, SchemeMismatch, ServerUnusableError
 from loadgen.failures import is_client_refusal
 from loadgen.mix import known_input, scenario_mix, too_long_message
 from loadgen.prompts import TokenIdPrompts
@@ -204,7 +204,9 @@ def probe(host: str, *, api_key: str | None = None, configured_capacity: int | N
 
 def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     """The one line for a /v1/models failure that stops the run (no model to fall back on)."""
-    if exc.kind == errors.CONNECT_FAILED:
+    if isinstance(exc, SchemeMismatch):
+        message = f"cannot connect to {host}: {exc.message}; use --host {with_scheme(host, exc.spoken)}"
+    elif exc.kind == errors.CONNECT_FAILED:
         message = f"cannot connect to {host} ({exc.message}); is the server running? check --host"
     elif exc.kind == errors.NOT_OPENAI:
         message = not_openai_message(host, f"GET {MODELS_PATH}: {exc.message}" if exc.status else exc.message)
@@ -260,10 +262,16 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     models_client, root_client = _clients(host, api_key, (req.connect_timeout_s, req.read_timeout_s),
                                           PROBE_TIMEOUT_S)
     try:
+        https = urlsplit(host).scheme == "https"  # a plain-HTTP server may never answer its handshake: ask first
+        if https and (exc := check_scheme(host, req.connect_timeout_s)) is not None:
+            raise _refusal(host, exc, scenario.api_key_env)
         models = read_models(models_client)
         model = scenario.model
         if models.error is not None:
             exc = models.error
+            if not https and plain_http_refused(exc):  # a TLS server behind http://?
+                found = check_scheme(host, req.connect_timeout_s)
+                exc = found if isinstance(found, SchemeMismatch) else exc
             if model is None or exc.kind == errors.CONNECT_FAILED or _v1_suffix_fix(host, exc):
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "

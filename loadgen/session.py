@@ -220,7 +220,7 @@ class Session:
         info = self.stage_info.get(rt.stage) if rt.stage is not None else None
         self.console.progress(now, rt.stage, rt.kind, info.concurrency if info else None,
                               rt.collector.stages.get(rt.stage), info.open_t if info else None,
-                              self._rows_pending())
+                              self._rows_pending(), self.fleet.inflight_total())
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:

@@ -1,4 +1,5 @@
-"""Run the real `locust --headless -f locustfile.py` in a subprocess, bounded in time."""
+"""Run the real `locust --headless -f locustfile.py` in a subprocess, bounded in time; the short
+smoke run (``SMOKE``) and the module-scoped simulator it runs against (``fixed_sim``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,24 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from loadgen.report.runs import resolve_run_dir
+from loadgen.sim.launch import running_sim
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A short run: the smoke scenario, 20 output tokens, 1 s warmup, 2 s windows; the test adds --stages.
+SMOKE = ("--scenario", "config/smoke.yaml", "--output-tokens", "20", "--warmup", "1", "--stage-duration", "2")
+
+
+@pytest.fixture(scope="module")
+def fixed_sim():
+    """One simulator per test module for SMOKE runs: fixed timing, TTFT 20 ms, ITL 5 ms (20 tokens:
+    0.12 s a request; --output-tokens 400: 2 s). A module binds it under its own name
+    (``sim = fixed_sim``), as tests.dockerhost's ``host``."""
+    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as sim:
+        yield sim
 
 
 def run_dir(results_dir: Path) -> Path:

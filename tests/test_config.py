@@ -535,6 +535,27 @@ def test_bad_cli_values_name_the_option(args, key, value):
     assert message.startswith(f"{key}: ") and f"got {value}" in message, message
 
 
+@pytest.mark.parametrize("args, fix", [
+    (["--slo", "ttft=2"], "did you mean --slo ttft_s=2?"),  # the flag's own NAME=VALUE form
+    (["--slo", "tpot_s=0.05,attain=0.9"], "did you mean --slo attainment=0.9?"),
+    (["--slo", "duration_s=5"], "did you mean --set stages.duration_s=5?"),  # not a key of --slo's section
+    (["--set", "slo.ttft=2"], "did you mean --set slo.ttft_s=2?"),
+    (["--set", "stages.facter= 3"], "did you mean --set stages.factor=3?"),
+])
+def test_did_you_mean_is_spelled_the_way_the_user_wrote_it(args, fix):
+    with pytest.raises(ConfigError) as info:
+        scenario_from_options(_parse(args))
+    assert info.value.fix == fix
+
+
+def test_did_you_mean_in_a_file_is_the_scenario_key(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("slo:\n  ttft: 2\n")
+    with pytest.raises(ConfigError) as info:
+        scenario_from_options(_parse(["--scenario", str(f)]))
+    assert str(info.value) == "slo.ttft: unknown key, got 2 (did you mean slo.ttft_s?)"
+
+
 def test_choice_options_get_our_one_line_error_not_argparse_usage():
     with pytest.raises(ConfigError) as info:
         scenario_from_options(_parse(["--guard-action", "stop"]))

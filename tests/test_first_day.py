@@ -26,18 +26,13 @@ from loadgen.flags import meaning
 from loadgen.report.__main__ import main as report_main
 from loadgen.report.runs import LATEST, run_folders
 from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, run_locust
+from tests.runlocust import ROOT, SMOKE, fixed_sim, run_locust
 from tests.test_faults import free_port
+from tests.tlsserver import self_signed_cert, tls_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-SMOKE = ("--scenario", "config/smoke.yaml", "--output-tokens", "20", "--warmup", "1", "--stage-duration", "2")
-
-
-@pytest.fixture(scope="module")
-def fixed():
-    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as s:
-        yield s
+fixed = fixed_sim  # the module's simulator
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +203,41 @@ def test_a_static_file_server_stops_the_run_with_exit_4_in_one_line(static_serve
     assert summary["run"]["exit_code"] == errors.EXIT_SERVER_UNUSABLE
     failed = sum((summary["totals"]["errors"] or {}).values())
     assert failed <= 8, summary["totals"]  # a handful of requests, not hundreds a second
+
+
+# -- the wrong scheme: https:// for a plain-HTTP server, http:// for a TLS server -------------------
+
+LONG_CONNECT = ("--set", "request.connect_timeout_s=60")  # what a stalled handshake would wait
+
+
+def refusal_line(run) -> str:
+    assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
+    (line,) = [ln for ln in llm_lines(run.stderr) if ln.startswith("llm-loadgen: cannot connect to")]
+    return line
+
+
+def test_https_for_the_plain_simulator_stops_at_once_naming_tls_and_the_fix(fixed, tmp_path):
+    """The simulator reads a request head up to its blank line: it never answers a ClientHello, and
+    the start check used to wait the whole connect timeout, then say only "connect timed out"."""
+    https = fixed.url.replace("http://", "https://")
+    t0 = time.monotonic()
+    run = run_locust(https, tmp_path / "res", *SMOKE, "--stages", "1", *LONG_CONNECT)
+    took_s = time.monotonic() - t0
+    assert refusal_line(run) == (f"llm-loadgen: cannot connect to {https}: TLS handshake failed: the server speaks "
+                                 f"plain HTTP (it answered a plain request with HTTP 404); use --host {fixed.url}")
+    assert took_s < 60 and "timed out" not in run.stderr  # decided by the check, not by the timeout
+
+
+def test_http_for_a_tls_server_stops_naming_tls_and_the_fix(tmp_path):
+    cert = self_signed_cert(tmp_path)
+    if cert is None:
+        pytest.skip("no openssl command to make a test certificate")
+    with tls_server(*cert) as https:
+        plain = https.replace("https://", "http://")
+        run = run_locust(plain, tmp_path / "res", *SMOKE, "--stages", "1", "--model", "m", *LONG_CONNECT)
+    # with --model too: no request gets through, so the start check stops the run
+    assert refusal_line(run) == (f"llm-loadgen: cannot connect to {plain}: the server speaks TLS, not plain HTTP "
+                                 f"(it completed a TLS handshake); use --host {https}")
 
 
 # -- the web UI: a run that finishes, on 127.0.0.1 only ----------------------------------------------

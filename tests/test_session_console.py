@@ -11,13 +11,15 @@ import pytest
 from locust import User, task
 from locust.env import Environment
 
+from loadgen import errors
 from loadgen.config import load_scenario
-from loadgen.console import PROGRESS_EVERY_S
+from loadgen.console import PROGRESS_EVERY_S, progress_line
 from loadgen.distributed import Fleet
 from loadgen.guard import decide
 from loadgen.phases import Phase
 from loadgen.runtime import Runtime
 from loadgen.session import Session
+from loadgen.stats import StageStats
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 from tests.test_webui import run_request
 
@@ -73,14 +75,54 @@ def test_progress_line_every_30_s_of_a_long_phase_with_the_window_so_far(session
     assert lines(capsys) == []  # a phase shorter than the period prints nothing
     for i in range(3):
         run_request(rt, 0, 3.0 + i, 0.1, 10, window_stage=0)
+    for _ in range(4):  # the users' next requests, running now
+        rt.request_started(0)
     s.progress(2.0 + PROGRESS_EVERY_S)
     (line,) = lines(capsys)
-    assert line == "llm-loadgen: stage 0 C=4: measure 30 s, 3 requests, 0 errors, 1 out tok/s so far"
+    assert line == "llm-loadgen: stage 0 C=4: measure 30 s, 4 in flight, 3 ok, 0 errors, 1 out tok/s so far"
     s.progress(2.0 + PROGRESS_EVERY_S + 10)
     assert lines(capsys) == []  # not again before another period
     rt.environment.parsed_options.headless = False  # the web UI has its tabs
     s.progress(2.0 + 3 * PROGRESS_EVERY_S)
     assert lines(capsys) == []
+
+
+def test_progress_early_in_a_window_says_what_runs_not_zero_requests(session, capsys):
+    """Users in step with long requests: a period into the window none has finished yet, all run."""
+    s, rt = session, session.rt
+    s.on_event(PhaseStarted(0, Phase.RAMP, 8), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 8), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    for _ in range(8):
+        rt.request_started(None)  # sent in the warmup, still streaming
+    rt.collector.add_window_tokens(0, 1200)
+    lines(capsys)
+    s.progress(1.0 + PROGRESS_EVERY_S)
+    assert lines(capsys) == ["llm-loadgen: stage 0 C=8: measure 30 s, 8 in flight, none finished yet, "
+                             "40 out tok/s so far"]
+
+
+def _stats(ok: int = 0, failed: int = 0, tokens: int = 0) -> StageStats:
+    stats = StageStats()
+    stats.requests_ok, stats.window_output_tokens = ok, tokens
+    if failed:
+        stats.errors[errors.READ_TIMEOUT] = failed
+    return stats
+
+
+@pytest.mark.parametrize("kind,inflight,stats,window_s,expected", [
+    (Phase.MEASURE, 64, _stats(tokens=0), 30.0, "measure 30 s, 64 in flight, none finished yet, 0 out tok/s so far"),
+    (Phase.MEASURE, 64, _stats(ok=120, failed=2, tokens=90_000), 60.0,
+     "measure 30 s, 64 in flight, 120 ok, 2 errors, 1,500 out tok/s so far"),
+    (Phase.MEASURE, 3, _stats(failed=5), 30.0, "measure 30 s, 3 in flight, 0 ok, 5 errors, 0 out tok/s so far"),
+    (Phase.WARMUP, 64, None, None, "warmup 30 s, 64 in flight"),
+    (Phase.CLOSING, 12, None, None, "closing 30 s, 12 in flight"),  # what the drain waits for
+    (Phase.RAMP, None, None, None, "ramp 30 s"),
+])
+def test_progress_line_formatting(kind, inflight, stats, window_s, expected):
+    line = progress_line(2, 64, kind, 30.4, inflight, stats, window_s)
+    assert line == "llm-loadgen: stage 2 C=64: " + expected
+    assert len(line) <= 110  # one short console line
 
 
 def test_the_web_uis_stop_button_finishes_the_run_and_a_stage_cut_in_warmup_is_not_a_row(session, tmp_path, capsys):

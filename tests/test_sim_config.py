@@ -89,3 +89,47 @@ def test_list_presets_names_each_with_what_it_models(capsys):
     assert [line.split()[0] for line in lines] == preset_names()
     assert {"fixed", "qwen35-397b-8gpu", "slo-linear"} <= set(preset_names())
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # a description on every line
+
+
+def _help_entries(text: str) -> dict[str, str]:
+    """``--help`` output parsed: {option: its help text, wrapped lines joined}."""
+    section = text[text.index("options:"):].splitlines()[1:]
+    entries: dict[str, str] = {}
+    current = None
+    for line in section:
+        if line.startswith("  -"):  # "  --ttft-ms VALUE       help..." or the option alone on its line
+            invocation, _, rest = line.strip().partition("  ")
+            current = invocation.split()[0].rstrip(",")
+            entries[current] = rest.strip()
+        elif line.startswith(" " * 10) and current is not None:
+            entries[current] = (entries[current] + " " + line.strip()).strip()
+        else:
+            current = None  # the epilog
+    return entries
+
+
+UNIT_WORDS = {"_ms": " ms", "_us": " us", "_s": "seconds", "_tokens": "tokens"}
+
+
+def test_every_simulator_option_has_its_meaning_unit_and_default_in_help(monkeypatch):
+    from loadgen.sim.config import FIELDS, default_text
+    from loadgen.sim.faults import FAULT_KINDS
+
+    monkeypatch.setenv("COLUMNS", "100")  # a terminal's width: long options and help texts wrap
+    parser = build_parser()
+    entries = _help_entries(parser.format_help())
+    options = {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
+    assert set(entries) == options | {"-h"}
+    assert len(options) == len(FIELDS) - 1 + len(FAULT_KINDS) + 5  # + preset, list-presets, host, port, log-level
+    for option in options - {"--list-presets"}:
+        assert "(default: " in entries[option], (option, entries[option])
+        assert len(entries[option]) > len("(default: x)") + 10, (option, entries[option])  # a meaning too
+    for name in FIELDS.keys() - {"faults"}:
+        text = entries["--" + name.replace("_", "-")]
+        assert text.endswith(f"(default: {default_text(name)})"), text
+        unit = next((word for suffix, word in UNIT_WORDS.items() if name.endswith(suffix)), None)
+        assert unit is None or unit in text, (name, text)
+    assert entries["--ttft-ms"] == "fixed: time to first token, ms (default: 200.0)"
+    assert entries["--spec-accept"].endswith("(default: 1.0)") and entries["--reject-fields"].endswith("(default: none)")
+    for kind in FAULT_KINDS:
+        assert entries["--fault-" + kind.replace("_", "-")].startswith("per-request probability (0-1) of ")

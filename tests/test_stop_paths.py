@@ -23,20 +23,12 @@ from pathlib import Path
 import pytest
 
 from loadgen import errors
-from loadgen.sim.launch import running_sim
-from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
+from tests.runlocust import ROOT, SMOKE, fixed_sim, locust_cmd, run_dir, run_locust
 from tests.test_faults import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "20", "--warmup", "1", "--stage-duration", "2")
-
-
-@pytest.fixture(scope="module")
-def sim():
-    # 20 tokens x 5 ms: 0.12 s requests; --output-tokens 400: 2 s requests
-    with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as s:
-        yield s
+sim = fixed_sim  # the module's simulator: 20 tokens x 5 ms, 0.12 s requests; --output-tokens 400: 2 s
 
 
 def summary(results: Path) -> dict:
@@ -48,7 +40,7 @@ def llm_lines(stderr: str) -> list[str]:
 
 
 def test_normal_end_writes_every_stage_and_exit_0(sim, tmp_path):
-    run = run_locust(sim.url, tmp_path / "res", *RUN, "--stages", "1,2")
+    run = run_locust(sim.url, tmp_path / "res", *SMOKE, "--stages", "1,2")
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     s = run.summary
     assert s["run"]["stop_reason"] == "completed" and s["run"]["exit_code"] == 0
@@ -60,7 +52,7 @@ def test_normal_end_writes_every_stage_and_exit_0(sim, tmp_path):
 
 def test_guard_abort_writes_completed_stages_and_exit_3(sim, tmp_path):
     # 64 + 20 tokens a request: 300 KV tokens fit 3 streams; stage 4 is refused before it starts
-    run = run_locust(sim.url, tmp_path / "res", *RUN, "--stages", "1,2,4,8", "--kv-capacity-tokens", "300")
+    run = run_locust(sim.url, tmp_path / "res", *SMOKE, "--stages", "1,2,4,8", "--kv-capacity-tokens", "300")
     assert run.code == errors.EXIT_GUARD_ABORT, run.stderr[-3000:]
     s = run.summary
     assert s["run"]["stop_reason"] == "guard_abort" and s["run"]["exit_code"] == errors.EXIT_GUARD_ABORT
@@ -124,7 +116,7 @@ def test_ctrl_c_right_after_a_window_closed_keeps_that_stage(sim, tmp_path):
     """Stage 0's window has closed but its ~2 s request is still running: it is written anyway."""
     results = tmp_path / "res"
     code, err = _interrupt_at_stage(sim, results, signal.SIGINT, 1,
-                                    *RUN, "--stages", "1,2,4", "--output-tokens", "400",
+                                    *SMOKE, "--stages", "1,2,4", "--output-tokens", "400",
                                     "--set", "stages.duration_s=0.5")
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
     s = summary(results)
@@ -140,7 +132,7 @@ def test_sigterm_mid_stage_keeps_completed_stages_exit_130(sim, tmp_path):
     results = tmp_path / "res"
     # the table header comes with the first stage's row, printed when stage 0 is final; stage 1
     # is then ramping, warming up or measured
-    code, err = _interrupt(sim, results, signal.SIGTERM, "tok mismatch", *RUN, "--stages", "1,2,4")
+    code, err = _interrupt(sim, results, signal.SIGTERM, "tok mismatch", *SMOKE, "--stages", "1,2,4")
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
     s = summary(results)
     assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED
@@ -152,7 +144,7 @@ def test_sigterm_mid_stage_keeps_completed_stages_exit_130(sim, tmp_path):
 
 def test_connection_refused_at_start_is_one_line_exit_4_and_a_summary(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    run = run_locust(url, tmp_path / "res", *RUN, "--stages", "1,2", timeout_s=60)
+    run = run_locust(url, tmp_path / "res", *SMOKE, "--stages", "1,2", timeout_s=60)
     assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
     lines = llm_lines(run.stderr)
     (msg,) = [ln for ln in lines if "cannot connect" in ln]

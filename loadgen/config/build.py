@@ -136,7 +136,16 @@ SPEC: dict[str, Check] = {
 _BODY = "request.extra_body"
 
 
-def unknown_key(path: str, value: Any) -> ConfigError:
+class UnknownKey(ConfigError):
+    """A key that is not part of the scenario; ``meant`` is the known dotted key it is closest to
+    (None: none is), so a caller can say it the way the user wrote it (``--slo ttft_s=2``)."""
+
+    def __init__(self, key: str, value: Any, fix: str, meant: str | None = None):
+        super().__init__(key, value, "unknown key", fix)
+        self.meant = meant
+
+
+def unknown_key(path: str, value: Any) -> UnknownKey:
     """'did you mean' by the whole dotted key (typos), else by its last part (wrong section)."""
     known = [*SPEC, *SECTIONS]
     near = difflib.get_close_matches(path, known, n=1, cutoff=0.75)
@@ -145,10 +154,10 @@ def unknown_key(path: str, value: Any) -> ConfigError:
         leaf = difflib.get_close_matches(path.rpartition(".")[2], list(by_leaf), n=1, cutoff=0.75)
         near = [by_leaf[leaf[0]]] if leaf else []
     if near:
-        return ConfigError(path, value, "unknown key", f"did you mean {near[0]}?")
+        return UnknownKey(path, value, f"did you mean {near[0]}?", near[0])
     parent = path.rpartition(".")[0]
     here = [k for k in known if k.rpartition(".")[0] == parent]
-    return ConfigError(path, value, "unknown key", "valid keys here: " + ", ".join(sorted(set(here))))
+    return UnknownKey(path, value, "valid keys here: " + ", ".join(sorted(set(here))))
 
 
 def _not_a_section(path: str, value: Any) -> ConfigError:

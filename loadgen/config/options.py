@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from loadgen.config.build import UnknownKey
 from loadgen.config.files import load_scenario
 from loadgen.config.schema import ARRIVALS, DATASET_ORDERS, ENDPOINTS, GUARD_ACTIONS, LENGTH_DISTS, Scenario
 from loadgen.errors import ConfigError
@@ -107,9 +108,10 @@ def _parse_set(item: str) -> tuple[str, Any]:
         ) from None
 
 
-def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
+def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str]) -> Any:
     """Text from the command line -> a typed value. Text that does not convert is passed on
-    unchanged so the field's own check reports it (with its fix)."""
+    unchanged so the field's own check reports it (with its fix). ``typed`` gets the value text
+    of each NAME=VALUE pair."""
     if not isinstance(raw, str):
         return raw  # already typed (e.g. options relayed by the Locust master)
     if kind is int or kind is float:
@@ -118,7 +120,7 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
         except ValueError:
             return raw
     if kind == "pairs":
-        return _pairs(flag, dotted, raw)
+        return _pairs(flag, dotted, raw, typed)
     if kind == "rates":
         try:
             return [float(part.strip()) for part in raw.split(",")]
@@ -141,14 +143,16 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any) -> Any:
     return raw
 
 
-def _pairs(flag: str, dotted: str, raw: str) -> dict[str, Any]:
-    """``"ttft_s=2,tpot_s=0.05"`` -> {"slo.ttft_s": 2, "slo.tpot_s": 0.05} (values are YAML)."""
+def _pairs(flag: str, dotted: str, raw: str, typed: dict[str, str]) -> dict[str, Any]:
+    """``"ttft_s=2,tpot_s=0.05"`` -> {"slo.ttft_s": 2, "slo.tpot_s": 0.05} (values are YAML);
+    ``typed`` gets {"slo.ttft_s": "2", ...}, each value as written."""
     out = {}
     for part in raw.split(","):
         name, eq, text = part.partition("=")
         if not eq or not name.strip() or not text.strip():
             raise ConfigError(f"{dotted} (from {flag})", raw, f"must be NAME=VALUE pairs; {part.strip()!r} is not one",
                               f"e.g. {flag} ttft_s=2,tpot_s=0.05")
+        typed[f"{dotted}.{name.strip()}"] = text.strip()
         try:
             out[f"{dotted}.{name.strip()}"] = yaml.safe_load(text)
         except yaml.YAMLError:
@@ -160,18 +164,21 @@ def _pairs(flag: str, dotted: str, raw: str) -> dict[str, Any]:
 def scenario_from_options(parsed_options: Any) -> Scenario:
     """The scenario file named by --scenario (default config/default.yaml) with every given option
     laid over it: --set first, then the named options. A ConfigError about a value that came from
-    the command line names the flag, e.g. ``stages.list (from --stages): ...``."""
+    the command line names the flag, e.g. ``stages.list (from --stages): ...``, and an unknown
+    key's "did you mean" is spelled for that flag (``as_typed``)."""
     overrides: dict[str, Any] = {}
     origin = {"scenario": "--scenario"}
+    typed: dict[str, str] = {}  # key -> its value as written on the command line
     for item in getattr(parsed_options, "set", None) or []:
         key, value = _parse_set(item)
         overrides[key] = value
         origin[key] = "--set"
+        typed[key] = str(item).partition("=")[2].strip()
     for flag, dotted, kind, _ in _OPTIONS:
         raw = getattr(parsed_options, _dest(flag), None)
         if raw is None or raw is False:
             continue
-        value = _convert(flag, dotted, kind, raw)
+        value = _convert(flag, dotted, kind, raw, typed)
         for key, v in (value.items() if kind == "pairs" and isinstance(value, dict) else [(dotted, value)]):
             overrides[key] = v
             origin[key] = flag
@@ -181,4 +188,16 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         where = origin.get(e.key.partition("[")[0])
         if where is None:
             raise
-        raise ConfigError(f"{e.key} (from {where})", e.value, e.problem, e.fix) from None
+        fix = e.fix
+        if isinstance(e, UnknownKey) and e.meant is not None:
+            fix = f"did you mean {as_typed(e.meant, where, typed.get(e.key, '...'))}?"
+        raise ConfigError(f"{e.key} (from {where})", e.value, e.problem, fix) from None
+
+
+def as_typed(key: str, flag: str, text: str) -> str:
+    """Scenario key ``key`` set to ``text`` the way it is written with ``flag``: a pairs flag takes
+    the keys of its section as NAME=VALUE (``--slo ttft_s=2``); any key is ``--set key=text``."""
+    section = next((dotted for f, dotted, kind, _ in _OPTIONS if f == flag and kind == "pairs"), None)
+    if section is not None and key.startswith(section + "."):
+        return f"{flag} {key[len(section) + 1:]}={text}"
+    return f"--set {key}={text}"

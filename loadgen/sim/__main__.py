@@ -20,7 +20,7 @@ import gevent
 from gevent.event import Event
 
 from loadgen.sim import config as simconfig
-from loadgen.sim.faults import FAULT_KINDS
+from loadgen.sim.faults import FAULT_KINDS, FAULT_MEANINGS
 from loadgen.sim.server import SimServer
 
 EXIT_CONFIG = 2
@@ -33,20 +33,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="python -m loadgen.sim", description="Built-in LLM server simulator.")
+    """Every option with its meaning, unit and default (a setting's: ``config.HELP``, a fault's:
+    ``faults.FAULT_MEANINGS``)."""
+    ap = _Parser(prog="python -m loadgen.sim", description="Built-in LLM server simulator.",
+                 epilog="Defaults are those without --preset; a preset sets its own values and an option "
+                        "overrides both. ms and us are simulated time (wall time = simulated / --time-scale).")
     names = ", ".join(simconfig.preset_names())
-    ap.add_argument("--preset", help=f"preset name ({names}) or a YAML path; --list-presets describes them")
+    ap.add_argument("--preset", help=f"preset name ({names}) or a YAML path; --list-presets describes them "
+                    "(default: none, the defaults below)")
     ap.add_argument("--list-presets", action="store_true", help="print each preset with its first comment line")
-    ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    ap.add_argument("--port", default="8000", help="listen port; 0 picks a free one (default 8000)")
-    ap.add_argument("--log-level", default="WARNING")
+    ap.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    ap.add_argument("--port", default="8000", help="listen port; 0 picks a free one (default: %(default)s)")
+    ap.add_argument("--log-level", default="WARNING", help="log level of stderr lines: DEBUG, INFO, WARNING, "
+                    "ERROR (default: %(default)s)")
     for name in simconfig.FIELDS:
         if name != "faults":
             ap.add_argument("--" + name.replace("_", "-"), dest="set_" + name, metavar="VALUE",
-                            help=f"override preset key {name}")
+                            help=f"{simconfig.HELP[name]} (default: {simconfig.default_text(name)})"
+                            .replace("%", "%%"))
     for kind in FAULT_KINDS:
         ap.add_argument("--fault-" + kind.replace("_", "-"), dest="fault_" + kind, metavar="RATE",
-                        help=f"per-request probability of fault {kind}")
+                        help=f"per-request probability (0-1) of {FAULT_MEANINGS[kind]} (default: 0)")
     return ap
 
 

@@ -31,17 +31,19 @@ class SimConfigError(ValueError):
 
 @dataclass
 class SimConfig:
-    timing: str = "fixed"  # fixed | engine
-    flavor: str = "vllm"  # vllm | sglang: metric names and endpoints
+    """Every setting; what each means, in which unit: ``HELP`` (also ``python -m loadgen.sim --help``)."""
+
+    timing: str = "fixed"
+    flavor: str = "vllm"
     model: str = "llmsim"
     max_model_len: int = 32768
     kv_tokens: int = 1_000_000
     block_size: int = 16
     max_running: int = 256
-    max_queued: int = 0  # 0 = unlimited; a full queue answers 503 (engine only)
-    time_scale: float = 1.0  # simulated seconds per wall second
+    max_queued: int = 0
+    time_scale: float = 1.0
     seed: int = 0
-    eos_prob: float = 0.0  # chance a request without ignore_eos stops early at a seeded EOS
+    eos_prob: float = 0.0
     default_max_tokens: int = 256
     # fixed model
     ttft_ms: float = 200.0
@@ -54,17 +56,17 @@ class SimConfig:
     prefill_chunk_tokens: int = 8192
     spec_accept: list[float] = field(default_factory=lambda: [1.0])
     admit_output_reserve: float = 0.0
-    prefix_cache_tokens: int = 0  # automatic prefix caching (engine model): cache size; 0 = off
-    prefix_block_tokens: int = 16  # tokens per cached block
+    prefix_cache_tokens: int = 0
+    prefix_block_tokens: int = 16
     # a stricter server than vLLM/SGLang (loadgen.sim.strict)
-    reject_fields: str = ""  # comma-separated field names answered 422 "Unexpected fields"
-    prompt_token_ids: str = "accept"  # accept | reject (string prompts only)
-    vocab_size: int = 0  # > 0: token IDs >= this are refused like llama.cpp does
-    advertise_max_model_len: int = 1  # 0: /v1/models omits max_model_len (as many proxies do)
-    # faults: kind -> per-request probability
+    reject_fields: str = ""
+    prompt_token_ids: str = "accept"
+    vocab_size: int = 0
+    advertise_max_model_len: int = 1
+    # faults: kind -> per-request probability (loadgen.sim.faults.FAULT_MEANINGS)
     faults: dict[str, float] = field(default_factory=dict)
-    stall_max_s: float = 60.0  # wall seconds a stalled stream holds its socket
-    idle_timeout_s: float = 300.0  # wall seconds a keep-alive connection may sit idle
+    stall_max_s: float = 60.0
+    idle_timeout_s: float = 300.0
 
     def engine_params(self) -> EngineParams:
         return EngineParams(
@@ -78,6 +80,42 @@ class SimConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
+# What each setting means, with its unit. Times in ms/us are simulated (wall = simulated / time_scale);
+# times in s are wall seconds. "engine:" settings apply to the engine timing model only.
+HELP = {
+    "timing": "timing model: fixed (each request on its own schedule: ttft_ms, itl_ms) or engine (one "
+              "step clock shared by all requests: batching, chunked prefill, KV cache, preemption)",
+    "flavor": "server to imitate: vllm or sglang (metric names, /get_server_info, preempt vs retract)",
+    "model": "model id listed by GET /v1/models",
+    "max_model_len": "context length, tokens: prompt + max_tokens above it is answered 400",
+    "kv_tokens": "KV cache capacity, tokens (reported to clients; enforced by the engine model)",
+    "block_size": "KV cache block, tokens: a request's KV use is rounded up to whole blocks",
+    "max_running": "engine: most requests decoding at once (the batch), requests",
+    "max_queued": "engine: most requests waiting for the batch, requests; beyond it 503; 0 = unlimited",
+    "time_scale": "simulated seconds per wall second: 10 runs the simulation 10x faster than wall time",
+    "seed": "random seed of EOS lengths, faults and speculative accept counts",
+    "eos_prob": "probability (0-1) that a request without ignore_eos stops early, at a seeded length",
+    "default_max_tokens": "output tokens of a request that sets no max_tokens",
+    "ttft_ms": "fixed: time to first token, ms",
+    "itl_ms": "fixed: time per token, ms (a chunk of n tokens comes n x itl_ms after the previous one)",
+    "tokens_per_chunk": "fixed: tokens per SSE chunk (as SGLang --stream-interval or speculative decoding send)",
+    "step_base_ms": "engine: fixed time of one engine step, ms",
+    "step_per_seq_ms": "engine: added step time per request in the batch, ms",
+    "step_per_prefill_token_us": "engine: added step time per prompt token prefilled in the step, us",
+    "prefill_chunk_tokens": "engine: prompt tokens prefilled per step at most (chunked prefill), tokens",
+    "spec_accept": "engine: speculative decoding, comma-separated P(1, 2, ... tokens accepted per step) "
+                   "summing to 1; 1.0 = no speculation",
+    "admit_output_reserve": "engine: KV headroom at admission, as a fraction (0-1) of the request's "
+                            "remaining output tokens (SGLang-style; 0 = vLLM-style)",
+    "prefix_cache_tokens": "engine: automatic prefix cache size, tokens; 0 = off",
+    "prefix_block_tokens": "engine: tokens per prefix cache block (only whole blocks are reused)",
+    "reject_fields": "comma-separated request fields answered 422 'Unexpected fields' (a strict server)",
+    "prompt_token_ids": "accept or reject token-ID prompts (reject: 400, string prompts only)",
+    "vocab_size": "vocabulary size: token IDs at or above it are refused with 400, as llama.cpp does; 0 = no check",
+    "advertise_max_model_len": "1: GET /v1/models lists max_model_len; 0: it omits it (as many proxies do)",
+    "stall_max_s": "wall seconds a stalled stream (fault stall) holds its socket",
+    "idle_timeout_s": "wall seconds a keep-alive connection may sit idle before the server closes it",
+}
 _CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang"), "prompt_token_ids": ("accept", "reject")}
 _MIN = {  # key -> (lowest allowed, inclusive?)
     "max_model_len": (1, True), "kv_tokens": (1, True), "block_size": (1, True),
@@ -106,6 +144,15 @@ def _coerce(key: str, value: object, typ: type) -> object:
     if not math.isfinite(number) or (typ is int and not number.is_integer()):
         raise SimConfigError(key, value, f"must be {word}")
     return int(number) if typ is int else number
+
+
+def default_text(key: str) -> str:
+    """The default of a setting as an option takes it (``spec_accept`` comma-separated)."""
+    f = FIELDS[key]
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return "none" if value == "" else str(value)
 
 
 def set_value(cfg: SimConfig, key: str, value: object) -> None:

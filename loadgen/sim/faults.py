@@ -2,17 +2,9 @@
 
 Every completion request draws one uniform number; the kinds' rates are stacked in the fixed order
 of FAULT_KINDS, so a request gets at most one fault and kind ``k`` hits a fraction ``rate[k]`` of
-requests. Kinds:
-
-- before the stream (any request): ``http_500``, ``http_429``, ``http_503`` -> that HTTP status
-  with an OpenAI-style ``{"error": {...}}`` body.
-- mid-stream (streaming requests only; drawn but not injected for non-streaming ones): after the
-  chunk that brings the tokens sent to ``at_token`` (uniform in 1 .. output - 1):
-  ``stream_error`` (error event, then ``[DONE]``), ``reset`` (TCP RST), ``stall`` (no more bytes,
-  socket held open), ``malformed`` (one event with invalid JSON, then the stream goes on),
-  ``abort`` (``finish_reason: "abort"``, then ``[DONE]``), ``truncate`` (clean close with neither
-  a finish reason nor ``[DONE]``).
-- at the end: ``no_done`` (finish reason sent, then close without ``[DONE]``).
+requests. What each kind does: ``FAULT_MEANINGS``. Pre-stream kinds hit any request; mid-stream
+kinds fire after the chunk that brings the tokens sent to ``at_token`` (uniform in 1 .. output - 1),
+on streaming requests only (drawn but not injected for non-streaming ones); ``no_done`` at the end.
 
 A request whose stream a fault ends is aborted in the timing model, freeing its batch slot and KV.
 """
@@ -25,6 +17,18 @@ from dataclasses import dataclass
 PRE_STREAM = ("http_500", "http_429", "http_503")
 MID_STREAM = ("stream_error", "reset", "stall", "malformed", "abort", "truncate", "no_done")
 FAULT_KINDS = PRE_STREAM + MID_STREAM
+FAULT_MEANINGS = {
+    "http_500": "HTTP 500 before the stream, with an OpenAI-style error body",
+    "http_429": "HTTP 429 (rate limited) before the stream",
+    "http_503": "HTTP 503 (queue full) before the stream",
+    "stream_error": "an SSE error event mid-stream, then [DONE]",
+    "reset": "a TCP reset mid-stream",
+    "stall": "silence mid-stream, the socket held open (see --stall-max-s)",
+    "malformed": "one event of invalid JSON mid-stream, then the stream goes on",
+    "abort": 'finish_reason "abort" mid-stream, then [DONE]',
+    "truncate": "a clean close mid-stream with neither a finish reason nor [DONE]",
+    "no_done": "the finish reason, then a close without [DONE]",
+}
 
 
 @dataclass(frozen=True)

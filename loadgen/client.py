@@ -34,18 +34,9 @@ from geventhttpclient.response import HTTPConnectionClosed
 from loadgen import errors
 from loadgen.config import Shown
 from loadgen.deadline import IdleDeadline, IdleTimeout
-from loadgen.errors import ConfigError, RequestError, SchemeMismatch
+from loadgen.errors import ConfigError, RequestError
 from loadgen.failures import excerpt, server_reason
-from loadgen.gevent_io import (
-    YIELD_AFTER_BYTES,
-    Closed,
-    ConnectError,
-    WrongScheme,
-    adapt_pool,
-    discard,
-    probe_scheme,
-    read_available,
-)
+from loadgen.gevent_io import YIELD_AFTER_BYTES, Closed, ConnectError, adapt_pool, discard, read_available
 from loadgen.records import RequestRecord, RequestResult
 from loadgen.sse import SSEDecoder
 
@@ -97,12 +88,8 @@ INVALID_HTTP = "invalid HTTP"  # the message of an answer that is not HTTP at al
 _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 
 
-def _transport_failure(exc: BaseException, connected: bool) -> RequestError:
+def transport_failure(exc: BaseException, connected: bool) -> RequestError:
     """Translate a socket/parser exception into a failure category."""
-    if isinstance(exc, WrongScheme):
-        what = "TLS handshake failed: the server speaks plain HTTP" if exc.spoken == "http" else \
-            "the server speaks TLS, not plain HTTP"
-        return SchemeMismatch(exc.spoken, f"{what} ({exc.evidence})")
     if isinstance(exc, ConnectError):
         if isinstance(exc.cause, ssl.SSLError):  # incl. certificate errors; the text without "(_ssl.c:1006)"
             return RequestError(errors.CONNECT_FAILED, "TLS handshake failed: " + _SSL_SOURCE.sub("", exc.strerror))
@@ -141,38 +128,6 @@ def check_host(host: str | None) -> str:
     except ValueError:
         raise ConfigError("--host", host, "the port must be a number from 0 to 65535", fix) from None
     return host
-
-
-def plain_http_refused(exc: RequestError) -> bool:
-    """Whether a failed plain-HTTP request failed the way a TLS server refuses one: it closed the
-    connection (OpenSSL servers), answered bytes that are not HTTP (a TLS alert), or answered 400
-    (nginx, Go: "plain HTTP request sent to an HTTPS port")."""
-    return (exc.kind == errors.CONNECTION_RESET or exc.status == 400
-            or (exc.kind == errors.NOT_OPENAI and exc.message == INVALID_HTTP))
-
-
-def check_scheme(host: str, timeout_s: float) -> RequestError | None:
-    """Whether the server at ``host`` speaks its scheme (``gevent_io.probe_scheme``, at most
-    ``timeout_s``): a SchemeMismatch when it speaks the other one, CONNECT_FAILED when it cannot be
-    reached, None when it does or nothing is proven. For https:// the start check asks before its
-    first request (a plain-HTTP server may never answer the handshake); for http:// after one that
-    ``plain_http_refused``."""
-    parts = urlsplit(host)
-    tls = parts.scheme == "https"
-    try:
-        probe_scheme(parts.hostname, parts.port or (443 if tls else 80), parts.netloc.rpartition("@")[2],
-                     tls, timeout_s)
-    except (OSError, WrongScheme) as exc:
-        return _transport_failure(exc, connected=False)
-    return None
-
-
-def with_scheme(host: str, scheme: str) -> str:
-    """``host`` with the other ``scheme`` and the same port, said when it was implicit
-    (https://h -> http://h:443: the server that speaks plain HTTP listens on 443)."""
-    parts = urlsplit(host)
-    port = "" if parts.port else f":{443 if parts.scheme == 'https' else 80}"
-    return parts._replace(scheme=scheme, netloc=parts.netloc + port).geturl()
 
 
 class StreamClient:
@@ -247,7 +202,7 @@ class StreamClient:
             data = resp.read()
             self._pooled = not resp.should_close()
         except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
-            raise _transport_failure(exc, connected=False) from None
+            raise transport_failure(exc, connected=False) from None
         if resp.status_code != 200:
             raise _http_failure(resp.status_code, data)
         return resp, data
@@ -321,7 +276,7 @@ class StreamClient:
         except RequestError as exc:  # raised by the decoder/record for malformed data
             failure, t = exc, clock()
         except (OSError, HTTPParseError, gevent.Timeout, Closed) as exc:
-            failure, t = _transport_failure(exc, connected=resp is not None), clock()
+            failure, t = transport_failure(exc, connected=resp is not None), clock()
         finally:
             deadline.cancel()  # first: nothing below may be interrupted by it
             if on_tokens is not None and record.chunk_tokens_seen != seen:

@@ -11,13 +11,12 @@ Used by loadgen.client only (which translates every exception raised here into a
 - ``read_available``: the body bytes the socket has now, waiting (on the socket's read watcher,
   without a per-read timer) until at least one byte came. The read timeout of the body is the
   request's ``loadgen.deadline.IdleDeadline``.
-- ``probe_scheme``: the start check's question whether the server speaks the URL's scheme (TLS or
-  plain HTTP), on connections of its own, bounded by the connect timeout.
+- ``handshake_answered``: the start check's question whether the server speaks TLS, on a
+  connection of its own, bounded by the connect timeout (loadgen.scheme).
 """
 
 from __future__ import annotations
 
-import re
 import time
 
 import gevent
@@ -143,107 +142,42 @@ def discard(resp) -> None:
             sock.close()
 
 
-# -- the start check's scheme probe (loadgen.client.check_scheme) ---------------------------------
+# -- the start check's TLS question (loadgen.scheme) ------------------------------------------------
 # A TLS client speaks first (its ClientHello), then waits for the ServerHello. A plain-HTTP server
 # that reads a request head up to its blank line (the simulator, Python's http.server) never
-# answers a ClientHello, which holds no blank line: the handshake waits the whole connect timeout.
-# So once the handshake has gone unanswered for a grace (or failed), the server is asked a plain
-# request on a second connection. A TLS server answers a ClientHello within about one round trip
-# (the TCP connect's time) plus its signing; the grace is many of those, at least a second.
+# answers a ClientHello, which holds no blank line: the handshake would wait the whole connect
+# timeout. A TLS server answers within about one round trip (the TCP connect's time) plus its
+# signing; the grace is many of those, at least a second.
 HANDSHAKE_GRACE_S = 1.0
 GRACE_ROUND_TRIPS = 8
-PLAIN_REQUEST = b"GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
-_STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3})[ \r]")
-
-
-class WrongScheme(Exception):
-    """The server speaks the other protocol than the URL says: ``spoken`` is "http" (a plain-HTTP
-    server behind an https:// URL) or "https"; ``evidence`` says what showed it."""
-
-    def __init__(self, spoken: str, evidence: str):
-        super().__init__(f"the server speaks {spoken}: {evidence}")
-        self.spoken = spoken
-        self.evidence = evidence
 
 
 def handshake_grace_s(connect_s: float, timeout_s: float) -> float:
-    """How long a TLS handshake may go unanswered before the plain-HTTP question is asked:
-    min(timeout_s, max(HANDSHAKE_GRACE_S, GRACE_ROUND_TRIPS x connect_s)), where ``connect_s``,
-    the TCP connect's time, is about one round trip."""
+    """How long a TLS handshake may go unanswered: min(timeout_s, max(HANDSHAKE_GRACE_S,
+    GRACE_ROUND_TRIPS x connect_s)), where ``connect_s``, the TCP connect's time, is about one
+    round trip."""
     return min(timeout_s, max(HANDSHAKE_GRACE_S, GRACE_ROUND_TRIPS * connect_s))
 
 
-def http_status(first: bytes) -> int | None:
-    """The status of an HTTP/1.x status line at the start of ``first`` (b"HTTP/1.1 404 ..." -> 404),
-    None when the bytes are not one (a TLS record, nothing)."""
-    match = _STATUS_LINE.match(first)
-    return int(match.group(1)) if match else None
-
-
-def _connect(address: tuple[str, int], timeout_s: float):
+def handshake_answered(hostname: str, port: int, timeout_s: float) -> bool:
+    """Whether a TLS handshake with (hostname, port) completes within ``handshake_grace_s`` on a
+    connection of its own; ConnectError when the TCP connect fails within ``timeout_s``.
+    Certificates are not checked: the question is only whether the server speaks TLS (the run's
+    own client checks them)."""
+    started = time.monotonic()
     try:
-        return gevent.socket.create_connection(address, timeout=timeout_s)
+        sock = gevent.socket.create_connection((hostname, port), timeout=timeout_s)
     except OSError as exc:
         raise ConnectError(exc) from exc
-
-
-def _handshake(sock, hostname: str, timeout_s: float) -> bool:
-    """Whether a TLS handshake on ``sock`` completes within ``timeout_s``. Certificates are not
-    checked: the question is only whether the server speaks TLS (the run's own client checks them)."""
     context = gevent.ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, gevent.ssl.CERT_NONE
+    tls = None
     try:
         tls = context.wrap_socket(sock, server_hostname=hostname, do_handshake_on_connect=False)
-    except OSError:
-        return False
-    try:
-        tls.settimeout(timeout_s)
+        tls.settimeout(handshake_grace_s(time.monotonic() - started, timeout_s))
         tls.do_handshake()
         return True
     except OSError:  # unanswered (a timeout), refused (an SSL error), closed or reset
         return False
     finally:
-        tls.close()
-
-
-def _plain_status(address: tuple[str, int], host_header: str, timeout_s: float) -> int | None:
-    """The HTTP status a plain request to ``address`` is answered with, None without one in time."""
-    first = b""
-    with gevent.Timeout(timeout_s, False):
-        try:
-            with gevent.socket.create_connection(address, timeout=timeout_s) as sock:
-                sock.sendall(PLAIN_REQUEST % host_header.encode("idna"))
-                while len(first) < 64 and b"\n" not in first:
-                    more = sock.recv(64)
-                    if not more:
-                        break
-                    first += more
-        except OSError:
-            pass
-    return http_status(first)
-
-
-def probe_scheme(hostname: str, port: int, host_header: str, tls: bool, timeout_s: float) -> None:
-    """Raise WrongScheme when the server at (hostname, port) speaks the other protocol than ``tls``
-    says; ConnectError when it cannot be reached within ``timeout_s``; return when it speaks
-    ``tls``, or when nothing is proven. Takes at most ``timeout_s`` (two connects, one handshake).
-
-    ``tls``: a handshake within the grace (``handshake_grace_s``) passes; otherwise a plain
-    request answered with an HTTP status other than 400 proves a plain-HTTP server (400 is what
-    TLS servers that recognise plain HTTP answer: nginx, Go). Not ``tls``: a handshake that
-    completes within the grace proves a TLS server.
-    """
-    started = time.monotonic()
-    sock = _connect((hostname, port), timeout_s)
-    try:
-        grace_s = handshake_grace_s(time.monotonic() - started, timeout_s)
-        shook = _handshake(sock, hostname, grace_s)
-    finally:
-        sock.close()
-    if shook != tls:
-        if shook:
-            raise WrongScheme("https", "it completed a TLS handshake")
-        left_s = timeout_s - (time.monotonic() - started)
-        status = _plain_status((hostname, port), host_header, left_s) if left_s > 0 else None
-        if status is not None and status != 400:
-            raise WrongScheme("http", f"it answered a plain request with HTTP {status}")
+        (tls or sock).close()  # wrapping hands the connection to ``tls``

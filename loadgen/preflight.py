@@ -23,14 +23,15 @@ from urllib.parse import urlsplit
 import orjson
 
 from loadgen import errors
-from loadgen.client import StreamClient, check_host, check_scheme, plain_http_refused, with_scheme
+from loadgen.client import StreamClient, check_host
 from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
 from loadgen.dataset import too_long
 from loadgen.errors import ConfigError, LoadgenError, RequestError, SchemeMismatch, ServerUnusableError
 from loadgen.failures import is_client_refusal
 from loadgen.mix import known_input, scenario_mix, too_long_message
-from loadgen.prompts import TokenIdPrompts
+from loadgen.prompts import probe_prompt
 from loadgen.records import RequestRecord
+from loadgen.scheme import scheme_mismatch, with_scheme
 from loadgen.server_probe import (
     METRICS_PATH,
     Capacity,
@@ -49,7 +50,6 @@ MODELS_PATH = "/v1/models"
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 PROBE_OUTPUT_TOKENS = 2
 MAX_PROBES = 4  # the refusals we can adapt to, one at a time, and the try that works
-PROBE_SEED = 0x9B0BE
 PROBE_TIMEOUT_S = 5.0  # each capacity source; a missing one must not hold the start for long
 AUTH_STATUSES = frozenset({401, 403})
 
@@ -262,16 +262,12 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     models_client, root_client = _clients(host, api_key, (req.connect_timeout_s, req.read_timeout_s),
                                           PROBE_TIMEOUT_S)
     try:
-        https = urlsplit(host).scheme == "https"  # a plain-HTTP server may never answer its handshake: ask first
-        if https and (exc := check_scheme(host, req.connect_timeout_s)) is not None:
+        if (exc := scheme_mismatch(host, req.connect_timeout_s)) is not None:  # https://, before any request
             raise _refusal(host, exc, scenario.api_key_env)
         models = read_models(models_client)
         model = scenario.model
         if models.error is not None:
-            exc = models.error
-            if not https and plain_http_refused(exc):  # a TLS server behind http://?
-                found = check_scheme(host, req.connect_timeout_s)
-                exc = found if isinstance(found, SchemeMismatch) else exc
+            exc = scheme_mismatch(host, req.connect_timeout_s, models.error) or models.error
             if model is None or exc.kind == errors.CONNECT_FAILED or _v1_suffix_fix(host, exc):
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
@@ -307,17 +303,6 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     return ServerInfo(model, models.info, capacity, compat, probes)
 
 
-def _probe_prompt(scenario, compat: Compat):
-    """A prompt of the run's kind: token IDs of the run's length, or a short text."""
-    if scenario.endpoint == "chat":
-        return [{"role": "user", "content": "Say something."}]
-    if compat.prompt_kind == "text":
-        return "Say something."
-    id_range = compat.token_id_range or tuple(scenario.prompt.token_id_range)
-    n = scenario.input_tokens if scenario.input.dist == "fixed" else scenario.input.min  # fits any context the run fits
-    return TokenIdPrompts(n, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
-
-
 def probe_request(client: StreamClient, host: str, scenario, model: str | None, compat: Compat,
                   say: Callable[[str], None]) -> tuple[Compat, tuple]:  # (Compat, ((result, counted), ...))
     """Send the run's request (its body, ``PROBE_OUTPUT_TOKENS`` output tokens) until the server
@@ -332,7 +317,7 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
     probe_sc = replace(scenario, output_tokens=PROBE_OUTPUT_TOKENS)
     results, refused_before = [], None
     while len(results) < MAX_PROBES:
-        body = build_body(probe_sc, model or "", _probe_prompt(scenario, compat), compat)
+        body = build_body(probe_sc, model or "", probe_prompt(scenario, compat.prompt_kind, compat.token_id_range), compat)
         record = RequestRecord(time.perf_counter(), PROBE_OUTPUT_TOKENS, scenario.endpoint)
         result, _ = client.stream(path, body, record)
         results.append([result, True])

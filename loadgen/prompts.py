@@ -59,6 +59,24 @@ class TokenIdPrompts:
         return tail.astype(TOKEN_ID_DTYPE)
 
 
+PROBE_SEED = 0x9B0BE
+PROBE_TEXT = "Say something."
+
+
+def probe_prompt(scenario, prompt_kind: str, token_id_range: tuple[int, int] | None):
+    """The start check's probe prompt, of the run's kind (loadgen.preflight.probe_request): chat
+    messages or a short text, else token IDs of the run's length (its smallest when lengths vary,
+    so it fits any context the run fits), from ``token_id_range`` (the server's fitted one) or the
+    scenario's."""
+    if scenario.endpoint == "chat":
+        return [{"role": "user", "content": PROBE_TEXT}]
+    if prompt_kind == "text":
+        return PROBE_TEXT
+    id_range = token_id_range or tuple(scenario.prompt.token_id_range)
+    n = scenario.input_tokens if scenario.input.dist == "fixed" else scenario.input.min
+    return TokenIdPrompts(n, id_range, (scenario.prompt.seed, PROBE_SEED)).next()
+
+
 def fit_word_count(target: int, measure: Callable[[int], int], max_rounds: int = 6) -> tuple[int, int]:
     """Find the word count whose prompt the server counts as ``target`` tokens.
 

@@ -1,5 +1,5 @@
 """The start check's scheme probe: an https:// URL for a plain-HTTP server, an http:// URL for a TLS
-server, told quickly and named (client.check_scheme over gevent_io.probe_scheme), against
+server, told quickly and named (loadgen.scheme.check_scheme), against
 hand-made plain servers in this process and a TLS server of its own (tests.tlsserver)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import gevent
 import pytest
 
 from loadgen import errors
-from loadgen.client import _transport_failure, check_host, check_scheme, plain_http_refused, with_scheme
+from loadgen.client import check_host, transport_failure
 from loadgen.errors import ConfigError, RequestError, SchemeMismatch
-from loadgen.gevent_io import ConnectError, handshake_grace_s, http_status
+from loadgen.gevent_io import ConnectError, handshake_grace_s
+from loadgen.scheme import check_scheme, plain_http_refused, plain_status, with_scheme
 from tests.rawserver import raw_server, read_request
 from tests.tlsserver import self_signed_cert, tls_server
 
@@ -112,12 +113,19 @@ def test_an_http_check_of_a_plain_server_proves_nothing():
 
 # -- pure parts --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("first,status", [
-    (b"HTTP/1.1 404 Not Found\r\n", 404), (b"HTTP/1.0 200\r\n", 200), (b"HTTP/1.1 400 Bad", 400),
-    (b"\x15\x03\x03\x00\x02\x02\x46", None), (b"", None), (b"HTTP/2 200", None), (b"SSH-2.0-OpenSSH", None),
+@pytest.mark.parametrize("answer_bytes,status", [
+    (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", 404),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", 200),
+    (b"\x15\x03\x03\x00\x02\x02\x46", None),  # a TLS alert: not HTTP
+    (b"", None),  # closed without a word
 ])
-def test_http_status_reads_a_status_line_only(first, status):
-    assert http_status(first) == status
+def test_the_plain_question_reads_only_an_http_status(answer_bytes, status):
+    def handler(sock):
+        if read_request(sock):
+            sock.sendall(answer_bytes)
+
+    with raw_server(handler) as url:
+        assert plain_status(url, 2.0) == status
 
 
 def test_the_grace_is_a_second_or_many_round_trips_never_past_the_timeout():
@@ -149,7 +157,7 @@ def test_plain_http_refused_is_what_a_tls_server_does_with_plain_http(exc, refus
 
 def test_a_tls_error_at_connect_names_tls_without_the_c_source():
     cause = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)")
-    failure = _transport_failure(ConnectError(cause), connected=False)
+    failure = transport_failure(ConnectError(cause), connected=False)
     assert (failure.kind, failure.message) == (errors.CONNECT_FAILED, "TLS handshake failed: [SSL: "
                                                "WRONG_VERSION_NUMBER] wrong version number")
 

@@ -18,10 +18,10 @@ class Flag:
 
 
 FLAGS: tuple[Flag, ...] = (
-    Flag("knee", "the saturation knee: beyond this stage, doubling concurrency adds less than "
-         "knee.threshold output tok/s"),
-    Flag("guard_clamped", "the KV guard lowered this last stage's concurrency to the most that fits "
-         "(guard.action clamp)"),
+    Flag("knee", "the saturation knee: beyond it, doubling concurrency adds less than knee.threshold "
+         "output tok/s; in a rate sweep, the highest offered rate the server sustained"),
+    Flag("guard_clamped", "the KV guard lowered this last stage's concurrency (or rate) to the most that "
+         "fits (guard.action clamp)"),
     Flag("guard_warn", "run although its projected KV use exceeds the capacity (guard.action warn): "
          "expect queueing or preemption"),
     Flag("server_over_capacity", "the server's /metrics showed preemptions/retractions, a sustained "

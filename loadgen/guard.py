@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from loadgen.config import GUARD_ACTIONS
 from loadgen.errors import ConfigError
+from loadgen.stage_load import load_label
 
 
 def _exact(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> Fraction:
@@ -123,19 +124,20 @@ def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int 
     _check(margin, action)
     if capacity is None or mean_duration_s is None:
         why = "server KV capacity unknown" if capacity is None else "no request duration known yet"
-        msg = f"KV guard off for rate {rate_per_s:g}/s: {why}"
+        msg = f"KV guard off for {load_label(rate_per_s, rate=True)}: {why}"
         return GuardDecision(rate_per_s, True, rate_per_s, 0.0, capacity, action, False, msg)
     per_request = (input_tokens + output_tokens) * (1 + margin)
     projected = rate_per_s * mean_duration_s * per_request
-    need = (f"{rate_per_s:g}/s x {mean_duration_s:.3g} s x ({input_tokens}+{output_tokens}) x {1 + margin:g}"
+    need = (f"{load_label(rate_per_s, rate=True)} x {mean_duration_s:.3g} s x ({input_tokens}+{output_tokens}) x {1 + margin:g}"
             f" = {projected:,.0f}")
     if projected <= capacity * (1 + 1e-12):
-        msg = f"rate {rate_per_s:g}/s: projected KV tokens {need} fit capacity {capacity:,}"
+        msg = f"{load_label(rate_per_s, rate=True)}: projected KV tokens {need} fit capacity {capacity:,}"
         return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, False, msg)
     fit = _round_down(max_fitting_rate(capacity, input_tokens + output_tokens, mean_duration_s, margin))
-    head = f"rate {rate_per_s:g}/s: projected KV tokens {need} exceed capacity {capacity:,}"
+    head = f"{load_label(rate_per_s, rate=True)}: projected KV tokens {need} exceed capacity {capacity:,}"
     return _breach(rate_per_s, fit, projected, capacity, action, head,
-                   f"use --guard-action clamp, or rates up to {fit:g}/s", f"clamped to {fit:g}/s")
+                   f"use --guard-action clamp, or rates up to {load_label(fit, rate=True)}",
+                   f"clamped to {load_label(fit, rate=True)}")
 
 
 def _breach(load: float, fit: float, projected: float, capacity: int, action: str, head: str,

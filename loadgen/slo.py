@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadgen.stage_load import load_label
+
 OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s", "itl_max_s")
 
 
@@ -223,7 +225,7 @@ def answer_line(answer: dict) -> str:
     objectives and the search stages (an open-loop answer is in requests/s)."""
     rate = answer.get("load") == "rate_per_s"
     what = "rate" if rate else "concurrency"
-    lo, hi = ((None if x is None else f"{x:g} req/s" if rate else f"C={x}") for x in answer["bracket"])
+    lo, hi = ((None if x is None else load_label(x, rate)) for x in answer["bracket"])
     target = f"{answer['attainment_target']:.0%}"
     goal = ", ".join(f"{k} <= {v:g}" for k, v in answer["objectives"].items()) or "the objectives"
     search = answer["search"]

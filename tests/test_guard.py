@@ -566,7 +566,7 @@ def test_rate_guard_projects_littles_law_and_acts():
     ok = decide_rate(2.0, 100.0, 400_000, 1000, 1000, 0.0, "abort")
     assert ok.allowed and not ok.breach and ok.projected_tokens == pytest.approx(400_000)
     over = decide_rate(4.0, 100.0, 400_000, 1000, 1000, 0.0, "abort")
-    assert not over.allowed and over.breach and "2/s" in over.message
+    assert not over.allowed and over.breach and "rates up to 2 req/s" in over.message
     clamp = decide_rate(4.0, 120.0, 400_000, 1000, 1000, 0.1, "clamp")
     assert clamp.allowed and clamp.run_concurrency == 1.51  # 400000 / (120 x 2000 x 1.1) = 1.515..
     assert clamp.run_concurrency * 120 * 2000 * 1.1 <= 400_000

@@ -158,6 +158,6 @@ def test_slo_run_table_has_attainment_and_goodput_columns_and_the_three_answers_
     assert notes[0].startswith("knee: none found")
     assert notes[1] == ("SLO: max concurrency C=34 (99% of requests met tpot_s <= 0.045; C=36 did not; "
                         "search stages C=48, 40, 36, 34)")
-    assert notes[2].startswith("KV ceiling: C=178571 ") and "10,000,000 tokens" in notes[2]
+    assert notes[2].startswith("KV ceiling: C=178,571 ") and "10,000,000 tokens" in notes[2]
     # without objectives the columns are not there
     assert "SLO met" not in format_stage_table([{"concurrency": 1}])

@@ -23,6 +23,7 @@ from loadgen.report.files import load_summary, write_derived
 from loadgen.report.knee import knee_of
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
+from loadgen.stage_load import is_rate_run
 
 
 def emit(text: str) -> None:
@@ -56,7 +57,7 @@ def build(results_dir: Path) -> int:
     summary = load_summary(results_dir)
     threshold = (summary.get("knee") or {}).get("threshold", 0.1)
     emit(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold,
-                            slo=summary.get("slo")))
+                            slo=summary.get("slo"), open_loop=is_rate_run(summary)))
     written = write_derived(results_dir, summary)
     missing = [name for name in ("throughput", "latency", "tradeoff", "html") if name not in written]
     for path in written.values():

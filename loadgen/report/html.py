@@ -10,9 +10,19 @@ import json
 from html import escape
 
 from loadgen.flags import FLAGS
-from loadgen.report.knee import knee_of
-from loadgen.report.table import columns, errors_compact, mismatch_compact, num, stage_flags
+from loadgen.report.knee import knee_of, rate_knee_text
+from loadgen.report.table import columns, errors_compact, kv_ceiling_line, mismatch_compact, num, stage_flags
 from loadgen.slo import answer_line
+from loadgen.stage_load import (
+    RATE,
+    is_rate_run,
+    load_column,
+    load_key,
+    load_label,
+    load_number,
+    stage_label,
+    stage_load,
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -38,8 +48,9 @@ def kv_table(items: dict) -> str:
     return f'<table class="kv">{rows}</table>'
 
 
-def guard_lines(guard: dict) -> list[str]:
-    """Plain-text lines describing the KV guard (escaped by the caller)."""
+def guard_lines(guard: dict, rate: bool = False) -> list[str]:
+    """Plain-text lines describing the KV guard (escaped by the caller); its loads are offered
+    rates in an open-loop run (``rate``)."""
     cap = guard.get("capacity_tokens")
     if not cap:
         lines = ["unguarded: no capacity known"]
@@ -49,18 +60,24 @@ def guard_lines(guard: dict) -> list[str]:
             f" margin {guard.get('margin', '-')}, action {guard.get('action', '-')}"
         ]
     if guard.get("stopped_before") is not None:
-        lines.append(f"stopped before C={guard['stopped_before']}: its projected KV use exceeds the capacity")
+        lines.append(f"stopped before {load_label(guard['stopped_before'], rate)}: its projected KV use exceeds "
+                     "the capacity")
     if guard.get("clamped_to") is not None:
-        lines.append(f"last stage clamped to C={guard['clamped_to']}")
+        lines.append(f"last stage clamped to {load_label(guard['clamped_to'], rate)}")
     return lines
 
 
-def key_findings(summary: dict, knee: int | None) -> str:
-    """The answer first: where it saturates, where it breaks, where the guard stopped."""
+def key_findings(summary: dict, knee: float | None) -> str:
+    """The answer first: where it saturates, where it breaks, where the guard stopped (a rate
+    sweep's knee with its evidence, ``rate_knee_text``)."""
     stages = summary.get("stages") or []
     rated = [s for s in stages if s.get("output_tokens_per_s") is not None]
+    rate = is_rate_run(summary)
     lines = []
-    if knee is not None:
+    if rate:
+        text = rate_knee_text(stages, (summary.get("knee") or {}).get("threshold", 0.1))
+        lines += [] if text is None else [_e(f"Saturation knee: {text}")]
+    elif knee is not None:
         tput = next((s["output_tokens_per_s"] for s in rated if s.get("concurrency") == knee), None)
         lines.append(
             f"Saturation knee: C={knee} ({num(tput)} output tok/s); more concurrency adds"
@@ -72,29 +89,28 @@ def key_findings(summary: dict, knee: int | None) -> str:
         lines.append(_e(answer_line(summary["slo"])))
     ceiling = (summary.get("guard") or {}).get("max_concurrency")
     if ceiling is not None:
-        lines.append(f"KV ceiling: C={ceiling:,} (the largest concurrency whose projected KV use fits)")
+        lines.append(_e(kv_ceiling_line(ceiling, rate)))
     if rated:
         peak = max(rated, key=lambda s: s["output_tokens_per_s"])
-        lines.append(
-            f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at C={_e(peak.get('concurrency'))}"
-        )
+        lines.append(f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at {_e(stage_label(peak))}")
     failing = [s for s in stages if s.get("error_count")]
     if failing:
         first = failing[0]
         kinds = errors_compact(first).partition(" ")[2]
         lines.append(
-            f'<span class="warn">Errors from C={_e(first.get("concurrency"))}:'
+            f'<span class="warn">Errors from {_e(stage_label(first))}:'
             f" {_e(first.get('error_count'))} failed ({_e(kinds)}), {_e(first.get('requests'))} ok</span>"
         )
     else:
         lines.append("Errors: none")
-    lines += [_e(f"Guard: {line}") for line in guard_lines(summary.get("guard") or {})]
+    lines += [_e(f"Guard: {line}") for line in guard_lines(summary.get("guard") or {}, rate)]
     lines += [f'<span class="warn">{_e(f"Note: {note}")}</span>' for note in summary.get("notes") or []]
     return '<div class="key">' + "".join(f"<div>{line}</div>" for line in lines) + "</div>"
 
 
-def stage_table_html(stages: list[dict], knee: int | None) -> str:
+def stage_table_html(stages: list[dict], knee: float | None, rate: bool = False) -> str:
     cols = columns(any("slo" in s for s in stages))
+    cols[0] = (*load_column(rate), *cols[0][2:])
     heads = [
         escape(name) + (f"<br><span class=muted>{escape(unit)}</span>" if unit else "")
         for name, unit, _, _ in cols
@@ -105,7 +121,7 @@ def stage_table_html(stages: list[dict], knee: int | None) -> str:
         cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in cols)
         cells += f"<td>{_e(errors_compact(s))}</td><td>{_e(mismatch_compact(s))}</td>"
         cells += f"<td>{_e(', '.join(stage_flags(s, knee)))}</td>"
-        cls = ' class="knee"' if knee is not None and s.get("concurrency") == knee else ""
+        cls = ' class="knee"' if knee is not None and stage_load(s) == knee else ""
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f'<table id="stages"><tr>{head}</tr>{"".join(rows)}</table>'
 
@@ -126,10 +142,11 @@ def errors_table_html(stages: list[dict]) -> str:
     kinds = sorted({k for s in stages for k, n in (s.get("errors") or {}).items() if n})
     if not kinds:
         return "<p>No failed requests.</p>"
-    head = "<th>C</th>" + "".join(f"<th>{_e(k)}</th>" for k in kinds)
+    title, unit = load_column(load_key(stages) == RATE)
+    head = f"<th>{_e(f'{title} ({unit})' if unit else title)}</th>" + "".join(f"<th>{_e(k)}</th>" for k in kinds)
     rows = "".join(
         "<tr><td class=n>"
-        + _e(s.get("concurrency"))
+        + _e(load_number(stage_load(s)))
         + "</td>"
         + "".join(f'<td class="n">{_e((s.get("errors") or {}).get(k, 0))}</td>' for k in kinds)
         + "</tr>"
@@ -185,7 +202,7 @@ def render_report_html(
         "<h2>Plots</h2>",
         images_html(images or {}, plots_pending),
         "<h2>Stages</h2>",
-        stage_table_html(stages, knee),
+        stage_table_html(stages, knee, is_rate_run(summary)),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         "<h2>Flags</h2>",
         flags_legend_html(set(all_flags)),
@@ -195,7 +212,7 @@ def render_report_html(
         "<h2>Run</h2>",
         kv_table(meta),
         "<h2>KV guard</h2>",
-        "".join(f"<p>{_e(line)}</p>" for line in guard_lines(summary.get("guard") or {})),
+        "".join(f"<p>{_e(line)}</p>" for line in guard_lines(summary.get("guard") or {}, is_rate_run(summary))),
         "<h2>Server</h2>",
         kv_table(summary.get("server") or {}),
         "<h2>Scenario</h2>",

@@ -1,12 +1,16 @@
-"""The saturation knee of a concurrency sweep: where more concurrency stops buying throughput.
+"""The saturation knee of a sweep: where more concurrency stops buying throughput (closed loop),
+or the highest offered request rate the server sustains (open loop).
 
 Pure: no I/O, no clock. Works on summary.json stage dicts (``concurrency``,
-``output_tokens_per_s``, ``requests``, ``error_count``); ``knee_of`` on a whole summary.
+``output_tokens_per_s``, ``requests``, ``error_count``; open loop ``offered_rate_per_s``,
+``achieved_rate_per_s``, ``ttft_p50_s``); ``knee_of`` on a whole summary.
 """
 
 from __future__ import annotations
 
 import math
+
+from loadgen.stage_load import is_rate_run, load_label, stage_label
 
 DEFAULT_THRESHOLD = 0.10
 
@@ -80,9 +84,9 @@ def find_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD) -> int |
 LATENCY_GROWTH = 5.0  # open loop: TTFT p50 this many times the lowest rate's -> no longer sustained
 
 
-def rate_sustained(stage: dict, base_ttft_s: float | None, threshold: float = DEFAULT_THRESHOLD,
-                   latency_growth: float = LATENCY_GROWTH) -> bool:
-    """An open-loop stage is sustained when the server keeps up with the offered rate:
+def unsustained_reason(stage: dict, base_ttft_s: float | None, threshold: float = DEFAULT_THRESHOLD,
+                       latency_growth: float = LATENCY_GROWTH) -> str | None:
+    """Why an open-loop stage is not sustained, or None when the server keeps up with its rate:
 
         achieved_rate_per_s >= (1 - threshold) x offered_rate_per_s
         and ttft_p50_s (from the scheduled send) <= latency_growth x base_ttft_s
@@ -90,31 +94,67 @@ def rate_sustained(stage: dict, base_ttft_s: float | None, threshold: float = DE
     (base: the lowest rate's TTFT p50). The first fails when completions fall behind arrivals
     (the queue grows through the window); the second when requests still finish at the offered
     rate but wait longer and longer for their first token (a queue in front of a server that is
-    not yet slower per request). A stage without an achieved rate is not judged (True).
+    not yet slower per request). A stage without an achieved rate is not judged (None).
     """
     offered, achieved = stage.get("offered_rate_per_s"), stage.get("achieved_rate_per_s")
     if not offered or achieved is None:
-        return True
+        return None
     if achieved < (1 - threshold) * offered:
-        return False
+        return f"the server achieved {load_label(achieved, rate=True)}, under {1 - threshold:.0%} of the offered rate"
     ttft = stage.get("ttft_p50_s")
-    return not (base_ttft_s and ttft is not None and ttft > latency_growth * base_ttft_s)
+    if base_ttft_s and ttft is not None and ttft > latency_growth * base_ttft_s:
+        return f"TTFT p50 was {ttft / base_ttft_s:.1f}x the lowest rate's (a queue growing without bound)"
+    return None
+
+
+def rate_sustained(stage: dict, base_ttft_s: float | None, threshold: float = DEFAULT_THRESHOLD,
+                   latency_growth: float = LATENCY_GROWTH) -> bool:
+    """The stage kept up with its offered rate (``unsustained_reason`` is None)."""
+    return unsustained_reason(stage, base_ttft_s, threshold, latency_growth) is None
+
+
+def _rate_verdict(stages: list[dict], threshold: float, latency_growth: float
+                  ) -> tuple[list[dict], int | None, str | None]:
+    """(the rate stages by offered rate, SLO search stages left out; the index of the first not
+    sustained, or None; why it is not)."""
+    rated = sorted((s for s in stages if s.get("offered_rate_per_s") and not s.get("search")),
+                   key=lambda s: s["offered_rate_per_s"])
+    base = next((s["ttft_p50_s"] for s in rated if s.get("ttft_p50_s")), None)
+    for i, stage in enumerate(rated):
+        if (why := unsustained_reason(stage, base, threshold, latency_growth)) is not None:
+            return rated, i, why
+    return rated, None, None
 
 
 def find_rate_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
                    latency_growth: float = LATENCY_GROWTH) -> float | None:
     """Offered rate of the last stage the server sustains before the first it does not
-    (``rate_sustained``, stages by offered rate): the highest rate it holds. None when every stage
-    is sustained (not saturated within the sweep) or the first one is not (saturated from the start).
+    (``unsustained_reason``, stages by offered rate): the highest rate it holds. None when every
+    stage is sustained (not saturated within the sweep) or the first one is not (saturated from
+    the start).
     """
-    rated = sorted((s for s in stages if s.get("offered_rate_per_s")), key=lambda s: s["offered_rate_per_s"])
+    rated, first_bad, _ = _rate_verdict(stages, threshold, latency_growth)
+    return rated[first_bad - 1]["offered_rate_per_s"] if first_bad else None
+
+
+def rate_knee_text(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
+                   latency_growth: float = LATENCY_GROWTH) -> str | None:
+    """The open-loop knee said with its evidence (None without rate stages), one of:
+
+    - ``4 req/s (the highest offered rate sustained; at 8 req/s the server achieved 5.1 req/s,
+      under 90% of the offered rate)``, or the TTFT growth that failed the next stage;
+    - ``none found (every offered rate up to 16 req/s was sustained)``;
+    - ``none found (already the lowest offered rate, 1 req/s, was not sustained: ...)``.
+    """
+    rated, first_bad, why = _rate_verdict(stages, threshold, latency_growth)
     if not rated:
         return None
-    base = next((s["ttft_p50_s"] for s in rated if s.get("ttft_p50_s")), None)
-    for i, stage in enumerate(rated):
-        if not rate_sustained(stage, base, threshold, latency_growth):
-            return rated[i - 1]["offered_rate_per_s"] if i > 0 else None
-    return None
+    if first_bad is None:
+        return f"none found (every offered rate up to {stage_label(rated[-1])} was sustained)"
+    if first_bad == 0:
+        return f"none found (already the lowest offered rate, {stage_label(rated[0])}, was not sustained: {why})"
+    return (f"{stage_label(rated[first_bad - 1])} (the highest offered rate sustained; "
+            f"at {stage_label(rated[first_bad])} {why})")
 
 
 def run_knee(stages: list[dict], open_loop: bool, threshold: float = DEFAULT_THRESHOLD) -> float | None:
@@ -123,9 +163,12 @@ def run_knee(stages: list[dict], open_loop: bool, threshold: float = DEFAULT_THR
     return find_rate_knee(stages, threshold) if open_loop else find_knee(stages, threshold)
 
 
-def knee_of(summary: dict) -> int | None:
-    """The knee recorded in the summary; computed from the stages when the summary has none."""
-    knee = summary.get("knee")
-    if isinstance(knee, dict) and "concurrency" in knee:
-        return knee["concurrency"]
-    return find_knee(summary.get("stages") or [])
+def knee_of(summary: dict) -> float | None:
+    """The knee recorded in the summary (``knee.rate_per_s`` of an open-loop run, else
+    ``knee.concurrency``); computed from the stages when the summary has none."""
+    knee = summary.get("knee") if isinstance(summary.get("knee"), dict) else {}
+    rate = is_rate_run(summary)
+    key = "rate_per_s" if rate else "concurrency"
+    if key in knee:
+        return knee[key]
+    return run_knee(summary.get("stages") or [], rate, knee.get("threshold", DEFAULT_THRESHOLD))

@@ -10,6 +10,8 @@ Figures of one run (names are also the PNG file names):
   SLO objectives also goodput tok/s, the SLO maximum, the SLO search stages and the KV ceiling;
 - ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
+A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
+(``loadgen.stage_load``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
 from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.knee import knee_of
+from loadgen.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
 SIZE_IN = (8.0, 4.5)
 DPI = 100
@@ -49,13 +52,9 @@ def series(stages: list[dict], x_key: str, y_key: str, scale: float = 1.0) -> tu
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def load_key(stages: list[dict]) -> str:
-    """The x axis of a sweep: ``concurrency``, or ``offered_rate_per_s`` for an open-loop run."""
-    return "offered_rate_per_s" if any(s.get("offered_rate_per_s") is not None for s in stages) else "concurrency"
-
-
 def concurrency_axis(ax, concurrencies: list, label: str = "concurrency (requests in flight)") -> None:
-    """Log2 x axis ticked at exactly the loads that were run (1, 4, 16, 32, ... or rates)."""
+    """Log2 x axis ticked at exactly the loads that were run (1, 4, 16, 32, ... or rates; see
+    ``load_axis``)."""
     ax.set_xscale("log", base=2)
     ticks = sorted({c for c in concurrencies if c and c > 0})
     if ticks:
@@ -67,6 +66,14 @@ def concurrency_axis(ax, concurrencies: list, label: str = "concurrency (request
 
 
 RATE_AXIS = "offered rate (requests/s)"
+
+
+def load_axis(ax, loads: list, key: str) -> None:
+    """``concurrency_axis`` labelled for the sweep's load ``key``: concurrency or offered rate."""
+    if key == RATE:
+        concurrency_axis(ax, loads, RATE_AXIS)
+    else:
+        concurrency_axis(ax, loads)
 
 
 class PlainLogFormatter(LogFormatter):
@@ -95,7 +102,7 @@ def _capacity_text(guard: dict) -> str:
 
 
 def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, guard: dict,
-               key: str = "concurrency") -> None:
+               key: str = CONCURRENCY) -> None:
     """Goodput tok/s (``goodput tok/s``), the search stages (``SLO search stages``), the SLO maximum
     (``SLO max C=..``, a vertical line) and the KV ceiling (``KV ceiling C=..``, drawn when it is
     within 4x the largest stage, else named in a note; a concurrency, so not on a rate axis)."""
@@ -109,14 +116,17 @@ def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, gua
                 markerfacecolor="none", color="tab:purple", label="SLO search stages")
     best = (slo or {}).get("max_concurrency")
     if best is not None:
-        ax.axvline(best, color="tab:green", linestyle="-.",
-                   label=f"SLO max C={best}" if key == "concurrency" else f"SLO max {best:g}/s")
-    ceiling = guard.get("max_concurrency") if key == "concurrency" else None
+        ax.axvline(best, color="tab:green", linestyle="-.", label=f"SLO max {load_label(best, key == RATE)}")
+    ceiling = guard.get("max_concurrency") if key == CONCURRENCY else None
     if ceiling is not None and xs and ceiling <= 4 * max(xs):
         ax.axvline(ceiling, color="tab:red", linestyle=":", label=f"KV ceiling C={ceiling}")
     elif ceiling is not None and xs:
         ax.text(0.99, 0.02, f"KV ceiling C={ceiling:,} (off the chart)", transform=ax.transAxes,
                 ha="right", va="bottom", color="tab:red", fontsize=8)
+
+
+def throughput_title(key: str) -> str:
+    return "Throughput vs offered rate" if key == RATE else "Throughput vs concurrency"
 
 
 def throughput_figure(
@@ -125,7 +135,8 @@ def throughput_figure(
 ) -> Figure:
     """Aggregate output tok/s vs concurrency. Lines: ``output tok/s``; ``knee C=..`` (one point);
     ``guard stop C=..`` (a vertical line at ``guard.stopped_before``); and ``_slo_marks``' (goodput,
-    SLO maximum from summary.json ``slo``, search stages, KV ceiling ``guard.max_concurrency``)."""
+    SLO maximum from summary.json ``slo``, search stages, KV ceiling ``guard.max_concurrency``).
+    A rate sweep: vs offered rate, labels in req/s, and ``_achieved_marks`` on a right axis."""
     fig = new_figure()
     ax = fig.axes[0]
     key = load_key(stages)
@@ -145,14 +156,14 @@ def throughput_figure(
             markersize=16,
             linestyle="none",
             color="tab:orange",
-            label=f"knee C={knee}" if key == "concurrency" else f"knee {knee:g}/s",
+            label=f"knee {load_label(knee, key == RATE)}",
         )
     stop = (guard or {}).get("stopped_before")
     if stop:
         ticks.append(stop)
-        ax.axvline(stop, color="tab:red", linestyle="--", label=f"guard stop C={stop}")
+        ax.axvline(stop, color="tab:red", linestyle="--", label=f"guard stop {load_label(stop, key == RATE)}")
         ax.annotate(
-            f"not run: C={stop}\nexceeds {_capacity_text(guard)}",
+            f"not run: {load_label(stop, key == RATE)}\nexceeds {_capacity_text(guard)}",
             xy=(stop, 0.5),
             xycoords=("data", "axes fraction"),
             ha="right",
@@ -162,16 +173,29 @@ def throughput_figure(
             xytext=(-4, 0),
             textcoords="offset points",
         )
-    if key == "concurrency":
-        concurrency_axis(ax, ticks)
-    else:
-        concurrency_axis(ax, ticks, RATE_AXIS)
+    load_axis(ax, ticks, key)
     ax.set_ylabel("output tokens/s (all requests)")
     ax.set_ylim(bottom=0)
-    ax.set_title(title or ("Throughput vs concurrency" if key == "concurrency" else "Throughput vs offered rate"))
+    ax.set_title(title or throughput_title(key))
     if xs:
         ax.legend(loc="upper left", fontsize=8)
+    if key == RATE:
+        _achieved_marks(ax, stages)
     return fig
+
+
+def _achieved_marks(ax, stages: list[dict]) -> None:
+    """A rate sweep's right axis: ``achieved req/s`` beside ``offered req/s`` (dotted, y = x), so
+    the knee shows where achieved stops following offered (``loadgen.report.knee``)."""
+    xs, ys = series(stages, RATE, "achieved_rate_per_s")
+    if not xs:
+        return
+    right = ax.twinx()
+    right.plot(xs, xs, linestyle=":", color="gray", label="offered req/s")
+    right.plot(xs, ys, marker="s", color="tab:purple", label="achieved req/s")
+    right.set_ylabel("requests/s")
+    right.set_ylim(bottom=0)
+    right.legend(loc="lower right", fontsize=8)
 
 
 def latency_figure(stages: list[dict], title: str = "") -> Figure:
@@ -187,10 +211,7 @@ def latency_figure(stages: list[dict], title: str = "") -> Figure:
             if xs:
                 ax.plot(xs, ys, marker="o", linestyle=style, label=f"{name} {q}")
                 plotted = True
-        if key == "concurrency":
-            concurrency_axis(ax, concurrencies)
-        else:
-            concurrency_axis(ax, concurrencies, RATE_AXIS)
+        load_axis(ax, concurrencies, key)
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"{name} {'(per token)' if metric == 'itl' else ''}".strip())
         if plotted:
@@ -203,7 +224,7 @@ def latency_figure(stages: list[dict], title: str = "") -> Figure:
     return fig
 
 
-LABEL_PT = 8  # font size of the C=... labels
+LABEL_PT = 8  # font size of the C=... / ... req/s labels
 # Where a label may go, relative to its point (points): right-above first, then around it.
 LABEL_OFFSETS_PT = ((4, 4), (4, -12), (-4, 4), (-4, -12), (4, 14), (-4, 14), (4, -22), (-4, -22))
 
@@ -234,15 +255,16 @@ def label_offsets(points_pt: list[tuple[float, float]], texts: list[str]) -> lis
     return out
 
 
-def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = "") -> Figure:
+def tradeoff_figure(stages: list[dict], knee: float | None = None, title: str = "") -> Figure:
     """Per-request decode tok/s (p50) vs aggregate output tok/s: the serving trade-off curve.
-    One line ``stages``; each point annotated ``C=<concurrency>`` (``ax.texts``)."""
+    One line ``stages``; each point annotated with its load, ``C=<concurrency>`` or ``<rate> req/s``
+    (``ax.texts``)."""
     fig = new_figure()
     ax = fig.axes[0]
     points = sorted(
-        (s["concurrency"], s["output_tokens_per_s"], s["decode_tps_p50"])
+        (stage_load(s), s["output_tokens_per_s"], s["decode_tps_p50"], stage_label(s))
         for s in stages
-        if s.get("concurrency") is not None
+        if stage_load(s) is not None
         and s.get("output_tokens_per_s") is not None
         and s.get("decode_tps_p50") is not None
     )
@@ -252,9 +274,9 @@ def tradeoff_figure(stages: list[dict], knee: int | None = None, title: str = ""
         ax.set_xlim(0, max(p[1] for p in points) * 1.15 or 1.0)
         ax.set_ylim(0, max(p[2] for p in points) * 1.15 or 1.0)
         to_pt = 72.0 / DPI  # display pixels -> points
-        where = [tuple(v * to_pt for v in ax.transData.transform((x, y))) for _, x, y in points]
-        texts = [f"C={c}" for c, _, _ in points]
-        for (c, x, y), text, (dx, dy) in zip(points, texts, label_offsets(where, texts), strict=True):
+        where = [tuple(v * to_pt for v in ax.transData.transform((x, y))) for _, x, y, _ in points]
+        texts = [text for *_, text in points]
+        for (c, x, y, _), text, (dx, dy) in zip(points, texts, label_offsets(where, texts), strict=True):
             ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_PT,
                         fontweight="bold" if c == knee else "normal", ha="left" if dx >= 0 else "right")
     else:

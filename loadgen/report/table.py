@@ -16,7 +16,9 @@ from loadgen.errors import FAILURE_KINDS, short_kind
 from loadgen.flags import flags_in, legend_lines
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.atomic import atomic_write_text
+from loadgen.report.knee import rate_knee_text
 from loadgen.slo import answer_line
+from loadgen.stage_load import RATE, load_column, load_key, load_label, load_number, stage_load
 
 
 def ms(seconds: float | None) -> str:
@@ -55,12 +57,11 @@ def mismatch_compact(stage: dict) -> str:
     return " ".join(parts) if parts else "0"
 
 
-def stage_flags(stage: dict, knee: int | None = None) -> list[str]:
-    """The stage's own flags (set by the run: guard, over capacity, client-bound...) plus ``knee``."""
+def stage_flags(stage: dict, knee: float | None = None) -> list[str]:
+    """The stage's own flags (set by the run: guard, over capacity, client-bound...) plus ``knee``
+    (a concurrency, or an offered rate: the stage's ``stage_load``)."""
     flags = list(stage.get("flags") or [])
-    load = stage.get("concurrency")
-    load = stage.get("offered_rate_per_s") if load is None else load
-    if knee is not None and load == knee and "knee" not in flags:
+    if knee is not None and stage_load(stage) == knee and "knee" not in flags:
         flags.append("knee")
     return flags
 
@@ -71,14 +72,12 @@ Column = tuple[str, str, int, Callable[[dict], str]]
 
 
 def load_cell(stage: dict) -> str:
-    """The stage's load: its concurrency, or in open-loop mode its offered rate (``8/s``)."""
-    if stage.get("concurrency") is None and stage.get("offered_rate_per_s") is not None:
-        return f"{num(stage['offered_rate_per_s'])}/s"
-    return str(stage.get("concurrency", "-"))
+    """The stage's load, under the load column's title (``C``, or ``rate`` in req/s): ``8``."""
+    return load_number(stage_load(stage))
 
 
 COLUMNS: list[Column] = [
-    ("C", "", 6, load_cell),
+    (*load_column(rate=False), 6, load_cell),
     ("reqs", "", 6, lambda s: str(s.get("requests", "-"))),
 ] + [
     (m.console.title, m.console.subtitle or m.shown.unit, m.console.width, m.cell)
@@ -96,16 +95,16 @@ def columns(slo: bool) -> list[Column]:
 
 def format_stage_header(open_loop: bool = False, slo: bool = False) -> str:
     """Two header lines (names, units) matching :func:`format_stage_row` (open loop: the first
-    column is the offered rate; ``slo``: with the SLO columns)."""
+    column is the offered rate, ``load_column``; ``slo``: with the SLO columns)."""
     cols = columns(slo)
-    names = "".join(f"{'rate' if open_loop and i == 0 else name:>{width}}"
-                    for i, (name, _, width, _) in enumerate(cols))
+    cols[0] = (*load_column(open_loop), *cols[0][2:])
+    names = "".join(f"{name:>{width}}" for name, _, width, _ in cols)
     units = "".join(f"{unit:>{width}}" for _, unit, width, _ in cols)
     tail = f"  {TAIL_COLUMNS[0]:<24}{TAIL_COLUMNS[1]:<14}{TAIL_COLUMNS[2]}"
     return names + tail + "\n" + units
 
 
-def format_stage_row(stage: dict, knee: int | None = None) -> str:
+def format_stage_row(stage: dict, knee: float | None = None) -> str:
     """One stage as a fixed-width line, for printing live when the stage ends."""
     cells = "".join(f"{cell(stage):>{width}}" for _, _, width, cell in columns("slo" in stage))
     flags = ",".join(stage_flags(stage, knee)) or "-"
@@ -113,18 +112,19 @@ def format_stage_row(stage: dict, knee: int | None = None) -> str:
 
 
 def format_notes(
-    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1,
-    slo: dict | None = None,
+    stages: list[dict], knee: float | None = None, guard: dict | None = None, threshold: float = 0.1,
+    slo: dict | None = None, open_loop: bool | None = None,
 ) -> list[str]:
     """Lines under the table: the knee, the SLO maximum (summary.json ``slo``) and the KV ceiling
-    together, then where the guard stopped the sweep."""
+    together, then where the guard stopped the sweep (its loads in the sweep's unit: a
+    concurrency, or an offered rate). An open-loop knee is said with its evidence
+    (``rate_knee_text``: the stage beyond it, and why the server did not sustain it).
+    ``open_loop``: the run's mode (None: read from the stages; a guard may stop before any)."""
     notes = []
-    if any(s.get("offered_rate_per_s") is not None for s in stages):
-        if knee is not None:
-            notes.append(f"knee: {num(knee)} req/s (the highest offered rate the server sustained: beyond it, "
-                         f"achieved < {1 - threshold:.0%} of offered or TTFT grew without bound)")
-        elif len(stages) >= 2:
-            notes.append("knee: none found (every rate sustained, or none)")
+    rate = load_key(stages) == RATE if open_loop is None else open_loop
+    if rate:
+        if len(stages) >= 2 and (text := rate_knee_text(stages, threshold)) is not None:
+            notes.append(f"knee: {text}")
     elif knee is not None:
         notes.append(
             f"knee: C={knee} (beyond it, output tok/s gains <{threshold:.0%} per doubling of concurrency)"
@@ -135,30 +135,39 @@ def format_notes(
         notes.append(answer_line(slo))
     guard = guard or {}
     if guard.get("max_concurrency") is not None:
-        notes.append(f"KV ceiling: C={guard['max_concurrency']} (the largest concurrency whose projected KV use "
-                     f"fits {guard['capacity_tokens']:,} tokens)")
+        notes.append(kv_ceiling_line(guard["max_concurrency"], rate, guard.get("capacity_tokens")))
     if guard.get("stopped_before") is not None:
         cap = guard.get("capacity_tokens")
         cap_text = f"{cap:,} tokens ({guard.get('capacity_source') or 'unknown source'})" if cap else "?"
-        notes.append(
-            f"guard: stopped before C={guard['stopped_before']}: projected KV use exceeds capacity {cap_text}"
-        )
+        notes.append(f"guard: stopped before {load_label(guard['stopped_before'], rate)}: projected KV use "
+                     f"exceeds capacity {cap_text}")
     if guard.get("clamped_to") is not None:
-        notes.append(f"guard: last stage clamped to C={guard['clamped_to']}")
+        notes.append(f"guard: last stage clamped to {load_label(guard['clamped_to'], rate)}")
     return notes
 
 
+def kv_ceiling_line(ceiling: int, rate: bool, capacity_tokens: int | None = None) -> str:
+    """The KV ceiling (summary.json ``guard.max_concurrency``): the most requests in flight whose
+    projected KV use fits, ``C=1,570`` in a concurrency sweep; in a rate sweep said as requests in
+    flight, which by Little's law bound offered rate x E2E mean."""
+    fits = f"fits {capacity_tokens:,} tokens" if capacity_tokens else "fits"
+    if rate:
+        return (f"KV ceiling: {ceiling:,} requests in flight (the most whose projected KV use {fits}; "
+                "offered rate x E2E mean must stay below it)")
+    return f"KV ceiling: C={ceiling:,} (the largest concurrency whose projected KV use {fits})"
+
+
 def format_stage_table(
-    stages: list[dict], knee: int | None = None, guard: dict | None = None, threshold: float = 0.1,
-    slo: dict | None = None,
+    stages: list[dict], knee: float | None = None, guard: dict | None = None, threshold: float = 0.1,
+    slo: dict | None = None, open_loop: bool | None = None,
 ) -> str:
     """The whole table: header, one row per stage, then notes on the knee, the SLO maximum, the KV
     ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's),
     then one legend line for each flag the table shows (``loadgen.flags``)."""
-    lines = [format_stage_header(any(s.get("offered_rate_per_s") is not None for s in stages),
-                                 slo=any("slo" in s for s in stages))]
+    rate = load_key(stages) == RATE if open_loop is None else open_loop
+    lines = [format_stage_header(rate, slo=any("slo" in s for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]
-    lines += format_notes(stages, knee, guard, threshold, slo)
+    lines += format_notes(stages, knee, guard, threshold, slo, rate)
     lines += legend_lines(flags_in({"flags": stage_flags(s, knee)} for s in stages))
     return "\n".join(lines)
 

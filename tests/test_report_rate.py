@@ -12,7 +12,11 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
+
+from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.report.__main__ import main
+from loadgen.report.compare import compare_figures, compare_rows, format_compare_table, load_runs
 from loadgen.report.html import key_findings, render_report_html
 from loadgen.report.knee import find_rate_knee, knee_of, rate_knee_text
 from loadgen.report.plots import latency_figure, throughput_figure, tradeoff_figure
@@ -124,3 +128,38 @@ def test_plots_label_the_knee_guard_and_points_by_rate():
     tradeoff = tradeoff_figure(STAGES, knee=4).axes[0]
     assert [t.get_text() for t in tradeoff.texts] == ["1 req/s", "2 req/s", "4 req/s", "8 req/s", "16 req/s"]
     assert [t.get_text() for t in tradeoff.texts if t.get_fontweight() == "bold"] == ["4 req/s"]
+
+
+def write_run(root: Path, name: str, summary: dict) -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "summary.json").write_text(json.dumps(summary))
+    return root / name
+
+
+def test_compare_two_rate_sweeps_matches_stages_by_the_rate_asked(tmp_path):
+    after = rate_summary([dict(s, output_tokens_per_s=2 * s["output_tokens_per_s"]) for s in STAGES])
+    after["stages"][3].update(offered_rate_per_s=7.5, planned_rate_per_s=8)  # a worker was lost
+    runs = load_runs([write_run(tmp_path, "before", rate_summary()), write_run(tmp_path, "after", after)])
+    rows = {r["offered_rate_per_s"]: r for r in compare_rows(runs)}
+    assert sorted(rows) == [1, 2, 4, 8, 16] and rows[8]["output_tokens_per_s"] == pytest.approx([510, 1020])
+    lines = format_compare_table(runs).split("\n")
+    head = next(i for i, ln in enumerate(lines) if "Output tok/s" in ln)
+    assert lines[head].split("|")[0].strip() == "rate" and lines[head + 1].split("|")[0].strip() == "req/s"
+    row8 = next(ln for ln in lines if ln.split("|")[0].strip() == "8")
+    assert row8.split("|")[1].split() == ["510", "1020", "2.00x"]
+    assert "#1 knee: 4 req/s; guard stop: 32 req/s" in lines
+    assert not any("C=" in ln for ln in lines)
+    ax = compare_figures(runs)["compare_throughput"].axes[0]
+    assert ax.get_xlabel() == "offered rate (requests/s)" and len(ax.lines) == 2
+
+
+def test_compare_refuses_a_rate_sweep_beside_a_concurrency_sweep(tmp_path, capsys):
+    closed = json.loads((FIXTURES / "summary_vllm_sweep.json").read_text())
+    dirs = [write_run(tmp_path, "closed", closed), write_run(tmp_path, "open", rate_summary())]
+    with pytest.raises(ConfigError, match="cannot compare a rate sweep"):
+        load_runs(dirs)
+    assert main(["compare", *map(str, dirs), "--out", str(tmp_path / "cmp")]) == EXIT_CONFIG
+    err = capsys.readouterr().err.strip()
+    assert len(err.split("\n")) == 1 and err.startswith("report: compare: cannot compare a rate sweep")
+    assert "#1 closed is a concurrency sweep, #2 open is a rate sweep" in err and "--rates" in err
+    assert not (tmp_path / "cmp").exists()  # refused before anything was written

@@ -1,7 +1,10 @@
 """Compare two or more runs: a side-by-side table, overlaid plots, an HTML page.
 
 Each argument is a run folder or a results directory (its newest run, ``loadgen.report.runs``).
-Runs are matched by concurrency; runs that differ in workload, server or model are compared all
+Stages are matched by their load: the concurrency, or in rate sweeps the offered rate asked for
+(``loadgen.stage_load.planned_load``). A rate sweep and a concurrency sweep are refused
+(``runs_load_key``): C=8 and 8 req/s are different loads, so no row of one matches a row of the
+other. Runs that differ in workload, server or model are compared all
 the same, under a warning line that names the difference (``differences``). ``compare_rows`` and compare.html carry every stage metric of
 loadgen.metrics; the text table (compare.txt, printed) the ones marked ``compare=True``, so it
 fits a terminal. Ratios are ``run / first run``: for tok/s above 1.00x is better, for TTFT and ITL
@@ -20,8 +23,17 @@ from loadgen.metrics import STAGE_METRICS
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
-from loadgen.report.plots import concurrency_axis, new_figure, plain_log_y, save_figures, series
+from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
 from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
+from loadgen.stage_load import (
+    CONCURRENCY,
+    RATE,
+    is_rate_run,
+    load_column,
+    load_label,
+    load_number,
+    planned_load,
+)
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
 
@@ -51,7 +63,26 @@ def load_runs(dirs: list[str | os.PathLike]) -> list[tuple[str, dict]]:
     summaries = [load_summary(p) for p in paths]
     if (error := same_run_error(given, paths)) is not None:
         raise error
-    return list(zip(run_labels(paths, summaries, given), summaries, strict=True))
+    runs = list(zip(run_labels(paths, summaries, given), summaries, strict=True))
+    runs_load_key(runs)  # refuse a rate sweep beside a concurrency sweep before writing anything
+    return runs
+
+
+def runs_load_key(runs: list[tuple[str, dict]]) -> str:
+    """The load key the runs share: ``concurrency``, or ``offered_rate_per_s`` when all are rate
+    sweeps. A mix is a ConfigError naming which run is which: a concurrency holds C requests in
+    flight whatever the server does, a rate offers R arrivals/s whatever it does, so no stage of
+    one matches a stage of the other, and neither do the knees (users vs req/s); matching them on
+    a measured figure (achieved req/s, mean in flight) would set side by side two runs that were
+    not asked the same load. The fix: run the other sweep in the same mode."""
+    rate = [is_rate_run(s) for _, s in runs]
+    if all(rate) or not any(rate):
+        return RATE if rate[0] else CONCURRENCY
+    kinds = ", ".join(f"#{i + 1} {label} is a {'rate' if r else 'concurrency'} sweep"
+                      for i, ((label, _), r) in enumerate(zip(runs, rate, strict=True)))
+    raise ConfigError("compare", kinds, "cannot compare a rate sweep (--rates: offered req/s) with a concurrency "
+                      "sweep (--stages: requests in flight): no stage of one has the load of a stage of the other",
+                      "compare runs of one kind: run the other in the same mode, e.g. --rates 1,2,4,8 or --stages 1,2,4,8")
 
 
 def same_run_error(given: list[Path], paths: list[Path]) -> ConfigError | None:
@@ -75,7 +106,7 @@ def same_run_error(given: list[Path], paths: list[Path]) -> ConfigError | None:
 
 
 # What makes two runs comparable: (what, how to read it from a summary). Stage lists may differ
-# (rows are matched by concurrency); these may not without a word.
+# (rows are matched by load); these may not without a word.
 def _workload(s: dict) -> str:
     sc = s.get("scenario") or {}
     prompt, request = sc.get("prompt") or {}, sc.get("request") or {}
@@ -107,8 +138,9 @@ def differences(runs: list[tuple[str, dict]]) -> list[str]:
     return out
 
 
-def _by_concurrency(summary: dict) -> dict[int, dict]:
-    return {s["concurrency"]: s for s in summary.get("stages") or [] if s.get("concurrency") is not None}
+def _by_load(summary: dict) -> dict[float, dict]:
+    """The run's stages by the load they were asked (SLO search stages included)."""
+    return {planned_load(s): s for s in summary.get("stages") or [] if planned_load(s) is not None}
 
 
 def ratio(value: float | None, base: float | None) -> str:
@@ -118,11 +150,13 @@ def ratio(value: float | None, base: float | None) -> str:
 
 
 def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
-    """One dict per concurrency seen in any run: ``{"concurrency": c, key: [value per run]}``."""
-    tables = [_by_concurrency(s) for _, s in runs]
+    """One dict per load seen in any run: ``{"concurrency": c, key: [value per run]}``, or for
+    rate sweeps ``{"offered_rate_per_s": rate asked, ...}`` (``runs_load_key``)."""
+    load = runs_load_key(runs)
+    tables = [_by_load(s) for _, s in runs]
     rows = []
     for c in sorted({c for t in tables for c in t}):
-        row = {"concurrency": c}
+        row = {load: c}
         for m in STAGE_METRICS:
             row[m.key] = [t[c].get(m.key) if c in t else None for t in tables]
         rows.append(row)
@@ -131,16 +165,18 @@ def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
 
 def format_compare_table(runs: list[tuple[str, dict]]) -> str:
     """Text table: warnings on what differs between the runs, then for each metric each run's
-    value and ``#k/#1`` ratios, one row per concurrency."""
-    n = len(runs)
+    value and ``#k/#1`` ratios, one row per load (``C`` or ``rate`` in req/s)."""
+    n, key = len(runs), runs_load_key(runs)
+    rate = key == RATE
     legend = [f"#{i + 1} = {label}" for i, (label, _) in enumerate(runs)]
     value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
     group_w = 9 * len(value_heads)
-    line1 = f"{'':>6}" + "".join(f" | {m.title:^{group_w}}" for m in TEXT_METRICS)
-    line2 = f"{'C':>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in TEXT_METRICS)
+    title, unit = load_column(rate)
+    line1 = f"{title if unit else '':>6}" + "".join(f" | {m.title:^{group_w}}" for m in TEXT_METRICS)
+    line2 = f"{unit or title:>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in TEXT_METRICS)
     lines = differences(runs) + legend + [line1, line2]
     for row in compare_rows(runs):
-        text = f"{row['concurrency']:>6}"
+        text = f"{load_number(row[key]):>6}"
         for m in TEXT_METRICS:
             values = row[m.key]
             cells = [m.text(v) for v in values] + [ratio(v, values[0]) for v in values[1:]]
@@ -148,33 +184,30 @@ def format_compare_table(runs: list[tuple[str, dict]]) -> str:
         lines.append(text)
     for i, (_, summary) in enumerate(runs):
         stop = (summary.get("guard") or {}).get("stopped_before")
-        lines.append(f"#{i + 1} knee: {_c(knee_of(summary))}; guard stop: {_c(stop)}")
+        lines.append(f"#{i + 1} knee: {load_label(knee_of(summary), rate)}; guard stop: {load_label(stop, rate)}")
     return "\n".join(lines)
 
 
-def _c(c) -> str:
-    return "none" if c is None else f"C={c}"
-
-
 def compare_figures(runs: list[tuple[str, dict]]) -> dict:
-    """``compare_throughput`` (tok/s vs C) and ``compare_latency`` (TTFT p50, ITL p50 vs C):
-    one line per run, labelled with the run label."""
-    all_c = [s.get("concurrency") for _, summary in runs for s in summary.get("stages") or []]
+    """``compare_throughput`` (tok/s vs the load: C, or offered rate) and ``compare_latency``
+    (TTFT p50, ITL p50 vs the load): one line per run, labelled with the run label."""
+    load = runs_load_key(runs)
+    all_c = [s.get(load) for _, summary in runs for s in summary.get("stages") or []]
     tput = new_figure()
     lat = new_figure(ncols=2, size=(10.0, 4.2))
     for label, summary in runs:
         stages = summary.get("stages") or []
-        tput.axes[0].plot(*series(stages, "concurrency", "output_tokens_per_s"), marker="o", label=label)
+        tput.axes[0].plot(*series(stages, load, "output_tokens_per_s"), marker="o", label=label)
         for ax, key in zip(lat.axes, ("ttft_p50_s", "itl_p50_s"), strict=True):
-            ax.plot(*series(stages, "concurrency", key, scale=1000.0), marker="o", label=label)
+            ax.plot(*series(stages, load, key, scale=1000.0), marker="o", label=label)
     ax = tput.axes[0]
-    concurrency_axis(ax, all_c)
+    load_axis(ax, all_c, load)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("output tokens/s (all requests)")
-    ax.set_title("Throughput vs concurrency")
+    ax.set_title(throughput_title(load))
     ax.legend(fontsize=8)
     for ax, name in zip(lat.axes, ("TTFT p50 (ms)", "ITL p50 per token (ms)"), strict=True):
-        concurrency_axis(ax, all_c)
+        load_axis(ax, all_c, load)
         plain_log_y(ax)
         ax.set_ylabel(name)
         ax.set_title(name)
@@ -183,17 +216,19 @@ def compare_figures(runs: list[tuple[str, dict]]) -> dict:
 
 
 def metrics_table_html(runs: list[tuple[str, dict]]) -> str:
-    """Every stage metric side by side: one row per concurrency, under each metric's title one
-    column per run (``#1``, ``#2`` ...), values in the metric's shown unit."""
-    n = len(runs)
-    head1 = "<th rowspan=2>C</th>" + "".join(f"<th colspan={n}>{escape(m.title)}</th>" for m in STAGE_METRICS)
+    """Every stage metric side by side: one row per load (C, or rate in req/s), under each metric's
+    title one column per run (``#1``, ``#2`` ...), values in the metric's shown unit."""
+    n, key = len(runs), runs_load_key(runs)
+    title, unit = load_column(key == RATE)
+    head = escape(f"{title} ({unit})" if unit else title)
+    head1 = f"<th rowspan=2>{head}</th>" + "".join(f"<th colspan={n}>{escape(m.title)}</th>" for m in STAGE_METRICS)
     head2 = "".join(f"<th>#{i + 1}</th>" for _ in STAGE_METRICS for i in range(n))
     rows = []
     for row in compare_rows(runs):
         cells = "".join(
             f'<td class="n">{escape(m.text(v))}</td>' for m in STAGE_METRICS for v in row[m.key]
         )
-        rows.append(f'<tr><td class="n">{row["concurrency"]}</td>{cells}</tr>')
+        rows.append(f'<tr><td class="n">{escape(load_number(row[key]))}</td>{cells}</tr>')
     return f'<div class="wide"><table id="metrics"><tr>{head1}</tr><tr>{head2}</tr>{"".join(rows)}</table></div>'
 
 
@@ -201,7 +236,7 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
     heads = "".join(
         f"<th>{escape(h)}</th>" for h in ("#", "run", "model", "host", "scenario", "knee", "guard stop")
     )
-    rows = []
+    rows, rate = [], runs_load_key(runs) == RATE
     for i, (label, s) in enumerate(runs):
         run = s.get("run") or {}
         cells = [
@@ -210,8 +245,8 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
             run.get("model"),
             run.get("host"),
             run.get("name") or (s.get("scenario") or {}).get("name"),
-            _c(knee_of(s)),
-            _c((s.get("guard") or {}).get("stopped_before")),
+            load_label(knee_of(s), rate),
+            load_label((s.get("guard") or {}).get("stopped_before"), rate),
         ]
         rows.append("<tr>" + "".join(f"<td>{escape(str(c or '-'))}</td>" for c in cells) + "</tr>")
     imgs = "".join(

@@ -36,27 +36,28 @@ class StageConsole:
             self.say(line)
         self._held.clear()
 
-    def progress(self, now: float, stage: int | None, kind: Phase, concurrency: int | None, stats,
+    def progress(self, now: float, stage: int | None, kind: Phase, load: str | None, stats,
                  open_t: float | None, rows_pending: bool, inflight: int | None = None) -> None:
         """Every PROGRESS_EVERY_S of a phase that lasts that long (never while a row is pending):
-        ``progress_line`` with ``inflight`` requests in flight now and, while measuring, the window
-        so far (``stats`` since ``open_t``)."""
+        ``progress_line`` for the stage of ``load`` (its label: ``C=8`` or ``8 req/s``) with
+        ``inflight`` requests in flight now and, while measuring, the window so far (``stats``
+        since ``open_t``)."""
         if now - self._phase_t < PROGRESS_EVERY_S or now - self._progress_t < PROGRESS_EVERY_S:
             return
         if stage is None or kind in (Phase.IDLE, Phase.DONE) or rows_pending:
             return
         self._progress_t = now
         window_s = now - open_t if kind is Phase.MEASURE and open_t is not None and stats is not None else None
-        self.say(progress_line(stage, concurrency, kind, now - self._phase_t, inflight, stats, window_s))
+        self.say(progress_line(stage, load, kind, now - self._phase_t, inflight, stats, window_s))
 
 
-def progress_line(stage: int, concurrency: int | None, kind: Phase, phase_s: float, inflight: int | None,
+def progress_line(stage: int, load: str | None, kind: Phase, phase_s: float, inflight: int | None,
                   stats=None, window_s: float | None = None) -> str:
-    """``stage k C=c: <phase> <s in it> s, <n> in flight``; with a window (``stats`` of the
-    ``window_s`` so far) also its ok requests and errors, or "none finished yet" while none has
-    (users in step: every request is still running), and output tok/s = window output tokens /
-    window_s (tokens count as they arrive)."""
-    line = f"llm-loadgen: stage {stage} C={concurrency if concurrency is not None else '?'}: {kind} {phase_s:.0f} s"
+    """``stage k <load>: <phase> <s in it> s, <n> in flight`` (``load``: ``C=8`` or ``8 req/s``,
+    ``StageInfo.label``); with a window (``stats`` of the ``window_s`` so far) also its ok requests
+    and errors, or "none finished yet" while none has (users in step: every request is still
+    running), and output tok/s = window output tokens / window_s (tokens count as they arrive)."""
+    line = f"llm-loadgen: stage {stage} {load or '?'}: {kind} {phase_s:.0f} s"
     if inflight is not None:
         line += f", {inflight:,} in flight"
     if window_s is not None:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from loadgen.guard import GuardDecision, max_fitting_concurrency
 from loadgen.metrics import SLO_ATTAINMENT
 from loadgen.slo import Objectives, slo_answer, stage_slo
+from loadgen.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats import HISTOGRAMS, StageStats
 
 SCHEMA = 1
@@ -60,6 +61,12 @@ class StageInfo:
         close = self.open_t + self.window_s
         missed = sum(close - min(max(t, self.open_t), close) for t in self.parts_lost_t)
         return self.rate_per_s * (1 - missed / self.window_s / self.parts)
+
+    @property
+    def label(self) -> str:
+        """The stage's load as every view names it: ``C=8``, or ``8 req/s`` (``loadgen.stage_load``)."""
+        rate = self.rate_per_s is not None
+        return load_label(self.rate_per_s if rate else self.concurrency, rate)
 
     @property
     def closed(self) -> bool:
@@ -176,11 +183,11 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str)
                    "their token counts are counted chunks (stream_options.include_usage ignored?)")
     if "server_over_capacity" in row["flags"]:
         evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
-        out.append(f"llm-loadgen: stage {k} C={row['concurrency']}: the server was over capacity ({evidence}): "
+        out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the server was over capacity ({evidence}): "
                    "its figures measure queueing and recomputation, not steady serving")
     if row.get("offered_rate_per_s") is not None:
-        out.append(f"llm-loadgen: stage {k}: offered {_n(row['offered_rate_per_s'])} req/s, achieved "
-                   f"{_n(row.get('achieved_rate_per_s'))} req/s; in flight mean {_n(row['concurrency_mean'])}"
+        out.append(f"llm-loadgen: stage {k}: offered {load_label(row['offered_rate_per_s'], rate=True)}, achieved "
+                   f"{load_label(row.get('achieved_rate_per_s'), rate=True)}; in flight mean {_n(row['concurrency_mean'])}"
                    f" max {row['concurrency_max']}; send lateness p99 {_n(row.get('lateness_p99_s'), 1000)} ms; "
                    f"dropped_by_client {row['dropped_by_client']}")
     if "client_bound" in row["flags"]:
@@ -251,7 +258,7 @@ def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concu
     open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
     if not objectives.enabled:
         return None
-    load = "rate_per_s" if load_key == "offered_rate_per_s" else "concurrency"
+    load = "rate_per_s" if load_key == RATE else CONCURRENCY
     return slo_answer(slo_outcomes(rows, load_key), objectives,
                       [r["concurrency"] for r in rows if r.get("search")], load)
 
@@ -271,7 +278,7 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
     ``compat``: loadgen.compat.Compat of the start check; ``probes``: (outcome of each probe request,
     their StageStats): ``preflight``, a part of ``totals`` that no worker sent."""
     sc, cap = scenario, capacity
-    load_key = "offered_rate_per_s" if sc.open_loop else "concurrency"
+    load_key = RATE if sc.open_loop else CONCURRENCY
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),

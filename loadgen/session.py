@@ -135,12 +135,13 @@ class Session:
                 if phase is Phase.RAMP and rt.scenario.open_loop:
                     parts = self.fleet.assign_parts()
                     rt.set_arrivals(c, None if self.fleet.master else 0, parts)
-                    self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
-                    self.console.notice(f"llm-loadgen: stage {k} rate={c:g}/s over {parts} process(es): ramp",
+                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp",
                                         pending)
                 elif phase is Phase.RAMP:
-                    self.stage_info[k] = StageInfo(k, c, search=search)
-                    self.console.notice(f"llm-loadgen: stage {k} C={c}: ramp{' (SLO search)' if search else ''}", pending)
+                    info = self.stage_info[k] = StageInfo(k, c, search=search)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label}: ramp{' (SLO search)' if search else ''}",
+                                        pending)
                 rt.set_phase(k, phase)
                 self.console.phase_started(now)
             case GuardDecided(decision=d):
@@ -178,7 +179,7 @@ class Session:
         server = info.server = self.watch.end_stage(k)
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
             say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
-                f"(C={info.concurrency}: {'; '.join(server.get('over_capacity_evidence') or [])}); "
+                f"({info.label}: {'; '.join(server.get('over_capacity_evidence') or [])}); "
                 "stopping the sweep (guard.abort_on_over_capacity)")
             return "server_over_capacity"
         return None
@@ -218,7 +219,7 @@ class Session:
         if opts is None or not opts.headless:
             return
         info = self.stage_info.get(rt.stage) if rt.stage is not None else None
-        self.console.progress(now, rt.stage, rt.kind, info.concurrency if info else None,
+        self.console.progress(now, rt.stage, rt.kind, info.label if info else None,
                               rt.collector.stages.get(rt.stage), info.open_t if info else None,
                               self._rows_pending(), self.fleet.inflight_total())
 
@@ -320,7 +321,8 @@ class Session:
         if self.rows:
             summary = self.summary(final=True)
             say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
-                                   threshold=self.rt.scenario.knee.threshold, slo=summary["slo"]))
+                                   threshold=self.rt.scenario.knee.threshold, slo=summary["slo"],
+                                   open_loop=self.rt.scenario.open_loop))
         if self.run_dir is not None:
             code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
             words = errors.STOP_WORDS.get(self.stop_reason, self.stop_reason)

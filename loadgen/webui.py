@@ -11,7 +11,9 @@ couple of seconds. So this module (on the process that owns the run, local runne
 
 Everything comes from one ``llm_view``: the completed stages exactly as summary.json has them
 (``Session.summary()``, the same source), a live row for each stage not yet final, the run totals,
-the guard and the knee. Live rows use ``StageStats.row(window_s)`` with
+the guard and the knee. A stage's load is named as everywhere else (``loadgen.stage_load``): the
+table's first column is ``C``, or in a rate sweep ``rate (req/s)``; the run tab says ``C=8`` or
+``8 req/s``. Live rows use ``StageStats.row(window_s)`` with
 window_s = run time now − window open (or the closed window's length once it closed).
 The totals row's output_tokens_per_s = every output token received / run time so far.
 """
@@ -25,6 +27,7 @@ import time
 from loadgen.failures import locust_name
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.table import errors_compact, mismatch_compact, stages_csv_text
+from loadgen.stage_load import is_rate_run, load_column, load_label, load_number, stage_load
 from loadgen.stats import StageStats
 
 log = logging.getLogger("llm_loadgen")
@@ -44,7 +47,7 @@ def _text(value) -> str:
 STAGE_COLUMNS = [
     ("stage", "Stage", lambda s: _text(s.get("index"))),
     ("status", "Status", lambda s: _text(s.get("status"))),
-    ("concurrency", "C", lambda s: _text(s.get("concurrency"))),
+    ("load", "C", lambda s: load_number(stage_load(s))),  # titled by load_column: see template_declarations
     ("requests", "Requests", lambda s: _text(s.get("requests"))),
     ("errors", "Errors", errors_compact),
     *((m.key, m.title, m.cell) for m in STAGE_METRICS),
@@ -56,12 +59,18 @@ STAGE_COLUMNS = [
 ]
 
 
-def template_declarations() -> dict:
+def column_titles(open_loop: bool) -> list[tuple[str, str]]:
+    """(key, title) of the stages table: the load column is ``C``, or ``rate (req/s)`` (open loop)."""
+    title, unit = load_column(open_loop)
+    return [(k, (f"{title} ({unit})" if unit else title) if k == "load" else t) for k, t, _ in STAGE_COLUMNS]
+
+
+def template_declarations(open_loop: bool = False) -> dict:
     """What ``web_ui.template_args`` gets: the tabs, their tables' columns, the CSV link."""
     return {
         "extended_tabs": [{"title": "LLM stages", "key": STAGES_TAB}, {"title": "LLM run", "key": RUN_TAB}],
         "extended_tables": [
-            {"key": STAGES_TAB, "structure": [{"key": k, "title": t} for k, t, _ in STAGE_COLUMNS]},
+            {"key": STAGES_TAB, "structure": [{"key": k, "title": t} for k, t in column_titles(open_loop)]},
             # not "name": Locust's table sorts rows by a "name" key unless a header is clicked
             {"key": RUN_TAB, "structure": [{"key": "item", "title": "Item"}, {"key": "value", "title": "Value"}]},
         ],
@@ -93,7 +102,10 @@ def live_rows(session, now_s: float | None) -> list[dict]:
         else:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
-        out.append({"index": k, "concurrency": info.concurrency, "status": status, **stats.row(window_s),
+        # a rate stage's row names its offered rate, as its final row will (results.open_loop_fields)
+        load = ({"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()} if info.rate_per_s is not None
+                else {"concurrency": info.concurrency})
+        out.append({"index": k, **load, "status": status, **stats.row(window_s),
                     "window_s": window_s, "search": info.search, "flags": ["slo_search"] if info.search else []})
     return out
 
@@ -124,8 +136,13 @@ def display_row(stage: dict) -> dict:
 
 
 def run_items(view: dict) -> list[dict]:
-    """The run tab: phase, guard, knee and run facts as (name, value) rows."""
+    """The run tab: phase, guard, knee and run facts as (name, value) rows; in a rate sweep the
+    loads (knee, guard stop and clamp, SLO maximum) are offered rates, ``8 req/s``."""
     g, knee, run, phase = view["guard"], view["knee"], view["run"], view["phase"]
+    rate = is_rate_run(view)
+
+    def load(v) -> str:  # "C=8" or "8 req/s"; "-" when there is none, as the tab's other cells
+        return _text(v if v is None else load_label(v, rate))
 
     def text(v) -> str:
         return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else _text(v)
@@ -136,20 +153,27 @@ def run_items(view: dict) -> list[dict]:
         state = f"stage {phase['stage']}: {phase['kind']}"
     else:
         state = phase["kind"]
+    loads = [
+        ("Guard stopped before", load(g.get("stopped_before"))),
+        ("Guard clamped to", load(g.get("clamped_to"))),
+        ("Guard breaches", g.get("breaches")),
+        ("Knee", load(knee.get("rate_per_s" if rate else "concurrency"))),
+    ]
+    if rate:
+        loads += [("Knee threshold t (sustained: achieved >= (1 - t) x offered)", knee.get("threshold")),
+                  ("KV ceiling (requests in flight)", g.get("max_concurrency"))]
+    else:
+        loads += [("Knee threshold (gain per doubling)", knee.get("threshold")),
+                  ("KV ceiling (C)", g.get("max_concurrency"))]
     items = [
         ("Phase", state),
-        ("Users", view["users"]),
+        ("Users (one rate dispatcher per process)" if rate else "Users", view["users"]),
         ("Model", run.get("model")),
         ("Endpoint", run.get("endpoint")),
         ("KV capacity (tokens)", g.get("capacity_tokens")),
         ("KV capacity source", g.get("capacity_source")),
         ("Guard action / margin", f"{g.get('action')} / {g.get('margin')}"),
-        ("Guard stopped before C", g.get("stopped_before")),
-        ("Guard clamped to C", g.get("clamped_to")),
-        ("Guard breaches", g.get("breaches")),
-        ("Knee (C)", knee.get("concurrency")),
-        ("Knee threshold (gain per doubling)", knee.get("threshold")),
-        ("KV ceiling (C)", g.get("max_concurrency")),
+        *loads,
         *slo_items(view.get("slo")),
         ("Stop reason", run.get("stop_reason")),
         ("Exit code", run.get("exit_code")),
@@ -163,16 +187,18 @@ def run_items(view: dict) -> list[dict]:
 
 
 def slo_items(slo: dict | None) -> list[tuple[str, object]]:
-    """The run tab's SLO rows (none without objectives): the answer so far and the search."""
+    """The run tab's SLO rows (none without objectives): the answer so far and the search (an
+    open-loop answer, ``load: rate_per_s``, is an offered rate and has no search)."""
     if slo is None:
         return []
     lo, hi = slo["bracket"]
+    rate = slo.get("load") == "rate_per_s"
     return [
         ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
          + f" for {slo['attainment_target']:.0%} of requests"),
-        ("SLO max concurrency (C)", "none passed" if lo is None else lo),
-        ("SLO bracket", f"[{_text(lo)}, {'open above' if hi is None else hi}]"),
-        ("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-"),
+        ("SLO max rate" if rate else "SLO max concurrency", "none passed" if lo is None else load_label(lo, rate)),
+        ("SLO bracket", f"[{load_label(lo, rate)}, {'open above' if hi is None else load_label(hi, rate)}]"),
+        *([] if rate else [("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-")]),
     ]
 
 
@@ -205,7 +231,7 @@ def install_webui(environment, clock=None) -> None:
         return llm_view(environment.llm_run, clock())
 
     clock = clock or _run_clock(environment)
-    web_ui.template_args.update(template_declarations())
+    web_ui.template_args.update(template_declarations(environment.llm.scenario.open_loop))
     base = getattr(environment.parsed_options, "web_base_path", "") or None
     bp = Blueprint("llm_loadgen", __name__, url_prefix=base)
 

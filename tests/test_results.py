@@ -37,6 +37,16 @@ def test_stage_row_flags_and_fields():
     assert "stage 3 was CLIENT-BOUND (CPU 12%, loop lag p99 " in bound  # rounded to what it means
 
 
+def test_a_rate_stage_over_capacity_is_named_by_its_rate():
+    info = StageInfo(2, 8.0, open_t=0.0, window_s=10.0, users=1, server={"over_capacity": True,
+                     "over_capacity_evidence": ["preemptions +3"]}, rate_per_s=8.0)
+    assert info.label == "8 req/s" and StageInfo(0, 4).label == "C=4"
+    row = stage_row(info, None, GuardRecord(), CLIENT, client_bound=False)
+    assert row["concurrency"] is None and row["offered_rate_per_s"] == 8.0
+    over = stage_warnings(row, 64, 32)[0]
+    assert over.startswith("llm-loadgen: stage 2 8 req/s: the server was over capacity (preemptions +3)")
+
+
 def test_a_plain_stage_has_no_flags():
     row = stage_row(StageInfo(0, 1, window_s=5.0, users=1), None, GuardRecord(), CLIENT, client_bound=False)
     assert row["flags"] == [] and "unfinished_requests" not in row and "lost_requests" not in row

@@ -102,6 +102,20 @@ def test_progress_early_in_a_window_says_what_runs_not_zero_requests(session, ca
                              "40 out tok/s so far"]
 
 
+def test_a_rate_stage_is_named_by_its_rate_in_the_ramp_and_progress_lines(session, capsys, tmp_path):
+    s, rt = session, session.rt
+    rt.scenario = load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path), "rate.list": [0.5, 8.0]})
+    s.on_event(PhaseStarted(0, Phase.RAMP, 0.5), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 0.5), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    for _ in range(3):
+        rt.request_started(0)
+    s.progress(1.0 + PROGRESS_EVERY_S)
+    assert lines(capsys) == ["llm-loadgen: stage 0 0.5 req/s over 1 process(es): ramp",
+                             "llm-loadgen: stage 0 0.5 req/s: measure 30 s, 3 in flight, none finished yet, "
+                             "0 out tok/s so far"]
+
+
 def _stats(ok: int = 0, failed: int = 0, tokens: int = 0) -> StageStats:
     stats = StageStats()
     stats.requests_ok, stats.window_output_tokens = ok, tokens
@@ -120,7 +134,7 @@ def _stats(ok: int = 0, failed: int = 0, tokens: int = 0) -> StageStats:
     (Phase.RAMP, None, None, None, "ramp 30 s"),
 ])
 def test_progress_line_formatting(kind, inflight, stats, window_s, expected):
-    line = progress_line(2, 64, kind, 30.4, inflight, stats, window_s)
+    line = progress_line(2, "C=64", kind, 30.4, inflight, stats, window_s)
     assert line == "llm-loadgen: stage 2 C=64: " + expected
     assert len(line) <= 110  # one short console line
 

@@ -29,14 +29,14 @@ from locust.env import Environment
 from loadgen.config import load_scenario
 from loadgen.distributed import Fleet
 from loadgen.errors import READ_TIMEOUT, RequestError
-from loadgen.guard import decide
+from loadgen.guard import decide, decide_rate
 from loadgen.phases import Phase
 from loadgen.records import RequestRecord
 from loadgen.report.table import errors_compact, ms, num, secs
 from loadgen.runtime import Runtime
 from loadgen.server_probe import Capacity
 from loadgen.session import Session
-from loadgen.webui import CSV_ROUTE, RUN_TAB, STAGES_TAB, STATS_ROUTE, install_webui
+from loadgen.webui import CSV_ROUTE, RUN_TAB, STAGES_TAB, STATS_ROUTE, install_webui, template_declarations
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
 from tests.runlocust import run_dir
 
@@ -195,8 +195,8 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert [r["status"] for r in rows] == ["done", "done", "run total"]
     assert rows[1]["output_tokens_per_s"] == num(10 / 5.0)
-    assert rt.environment.llm_run.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee (C)"] == "1"
-    assert items["Guard stopped before C"] == "4"
+    assert rt.environment.llm_run.knee() == 1 and rows[0]["flags"] == "knee" and items["Knee"] == "C=1"
+    assert items["Guard stopped before"] == "C=4" and items["Guard clamped to"] == "-"
 
 
 def test_slo_figures_search_stage_and_answer_in_the_tabs(ui, tmp_path):
@@ -230,9 +230,46 @@ def test_slo_figures_search_stage_and_answer_in_the_tabs(ui, tmp_path):
     ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert rows[0]["slo_attainment"] == "80.0" and rows[1]["flags"] == "slo_search"
-    assert items["SLO max concurrency (C)"] == "1" and items["SLO bracket"] == "[1, open above]"
+    assert items["SLO max concurrency"] == "C=1" and items["SLO bracket"] == "[C=1, open above]"
     assert items["SLO objectives"] == "ttft_s <= 0.4 for 80% of requests"
     assert items["KV ceiling (C)"] == str(300 // (64 + 32))
+
+
+def test_a_rate_sweep_names_its_stages_and_knee_by_rate_in_both_tabs(ui, tmp_path):
+    """Open loop at 4 then 8 req/s: stage 0 achieves its rate (4 requests in a 1 s window), stage 1
+    is measuring. The stages table's load column is the offered rate (also in the live row), the
+    run tab names the guard's and the knee's loads in req/s, and no cell says C=."""
+    env, rt, now, client = ui
+    rt.scenario = load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path), "rate.list": [4.0, 8.0]})
+    s = env.llm_run
+    phase(s, 0, Phase.RAMP, 4.0)
+    phase(s, 0, Phase.MEASURE, 4.0)
+    s.on_event(WindowOpened(0, 10.0), 10.0)
+    for i in range(4):
+        run_request(rt, 0, 10.0 + 0.1 * i, 0.1, 2, window_stage=0)
+        rt.collector.add_window_request(0)
+    phase(s, 0, Phase.CLOSING, 4.0)
+    s.on_event(WindowClosed(0, 11.0, 1), 11.0)
+    s.on_event(StageFinal(0), 11.5)
+    phase(s, 1, Phase.RAMP, 8.0)
+    phase(s, 1, Phase.MEASURE, 8.0)
+    s.on_event(WindowOpened(1, 12.0), 12.0)
+    s.on_event(GuardDecided(2, 16.0, decide_rate(16.0, 1.0, 300, 64, 32, 0.1, "abort")), 12.5)
+    now[0] = 13.0
+    view = client.get(STATS_ROUTE).get_json()
+    done, live = view["stages"]
+    assert (done["concurrency"], done["offered_rate_per_s"], done["achieved_rate_per_s"]) == (None, 4.0, 4.0)
+    assert (live["status"], live["concurrency"], live["offered_rate_per_s"]) == ("measuring", None, 8.0)
+    ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
+    rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
+    assert [r["load"] for r in rows] == ["4", "8", "-"]
+    assert items["Guard stopped before"] == "16 req/s" and items["Knee"] == "-"  # one stage: no knee yet
+    assert items["KV ceiling (requests in flight)"] == str(300 // (64 + 32))
+    assert not [v for v in items.values() if "C=" in v]
+    titles = {t["key"]: {c["key"]: c["title"] for c in t["structure"]}
+              for t in template_declarations(open_loop=True)["extended_tables"]}
+    assert titles[STAGES_TAB]["load"] == "rate (req/s)"
+    assert {c["key"]: c["title"] for c in env.web_ui.template_args["extended_tables"][0]["structure"]}["load"] == "C"
 
 
 def test_stages_csv_download(ui):

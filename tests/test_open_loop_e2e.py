@@ -68,6 +68,7 @@ def test_a_saturated_server_shows_growing_ttft_open_loop_but_not_closed_loop(tmp
     # below capacity the open loop is followed; above it completions fall behind arrivals
     assert low["achieved_rate_per_s"] > 0.8 * 8 and high["achieved_rate_per_s"] < 0.9 * 40
     assert open_run.summary["knee"]["rate_per_s"] == 8
+    assert_views_name_the_rate(open_run, high["achieved_rate_per_s"])
     # the open loop's queue grows through the window: late arrivals wait far longer than early ones
     assert high["ttft_p50_s"] > 5 * low["ttft_p50_s"]
     assert high["ttft_p99_s"] > 1.4 * high["ttft_p50_s"]
@@ -75,3 +76,23 @@ def test_a_saturated_server_shows_growing_ttft_open_loop_but_not_closed_loop(tmp
     # every request waits about as long as the others, and the longest waits are far shorter
     assert c["ttft_p99_s"] < 1.15 * c["ttft_p50_s"], c
     assert high["ttft_p99_s"] > 1.3 * c["ttft_p99_s"]
+
+
+def assert_views_name_the_rate(run, achieved_high: float) -> None:
+    """The run's console, report.html and web-UI tab text (the tabs show summary.json's completed
+    stages, ``loadgen.webui``) name the 8 and 40 req/s stages by their rate, never C=, and say
+    why 8 req/s is the knee: at 40 req/s the server fell behind."""
+    from loadgen.stage_load import load_label
+    from loadgen.webui import display_row, run_items
+
+    knee = (f"knee: 8 req/s (the highest offered rate sustained; at 40 req/s the server achieved "
+            f"{load_label(achieved_high, rate=True)}, under 90% of the offered rate)")
+    assert "llm-loadgen: stage 1 40 req/s over 1 process(es): ramp" in run.stderr
+    assert knee in run.stderr and "C=" not in run.stderr, run.stderr[-3000:]
+    html = (run.run_dir / "report.html").read_text()
+    assert f"Saturation {knee}" in html and "C=" not in html
+    summary = run.summary
+    view = dict(summary, users=1, phase={"stage": None, "kind": "done"}, totals=summary["totals"])
+    assert [display_row(s)["load"] for s in summary["stages"]] == ["8", "40"]
+    items = {i["item"]: i["value"] for i in run_items(view)}
+    assert items["Knee"] == "8 req/s" and not [v for v in items.values() if "C=" in v]

@@ -13,6 +13,9 @@ The read timeout: sending and the response headers use the socket's own timeout 
 timer per waiting ``recv``; a few per request). The body is read without it, and one
 ``IdleDeadline`` per request (loadgen.deadline) raises ``read_timeout`` when no bytes came for
 ``read_timeout_s``: the same idle meaning, without a timer per chunk.
+
+TLS (``https://``): every connection uses the process's one ``ssl.SSLContext`` (``loadgen.tls``:
+``--ca-cert``, ``--insecure``); a certificate that did not verify is a ``CertificateRejected``.
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ from geventhttpclient import HTTPClient
 from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 
-from loadgen import errors
+from loadgen import errors, tls
 from loadgen.config import Shown
 from loadgen.deadline import IdleDeadline, IdleTimeout
-from loadgen.errors import ConfigError, RequestError
+from loadgen.errors import CertificateRejected, ConfigError, RequestError
 from loadgen.failures import excerpt, server_reason
 from loadgen.gevent_io import YIELD_AFTER_BYTES, Closed, ConnectError, adapt_pool, discard, read_available
 from loadgen.records import RequestRecord, RequestResult
@@ -91,6 +94,10 @@ _SSL_SOURCE = re.compile(r" \(_ssl\.c:\d+\)$")
 def transport_failure(exc: BaseException, connected: bool) -> RequestError:
     """Translate a socket/parser exception into a failure category."""
     if isinstance(exc, ConnectError):
+        if isinstance(exc.cause, ssl.SSLCertVerificationError):
+            cause = exc.cause
+            return CertificateRejected(tls.rejection(cause.verify_message or cause.reason or str(cause),
+                                                     cause.verify_code, tls.settings().ca_cert))
         if isinstance(exc.cause, ssl.SSLError):  # incl. certificate errors; the text without "(_ssl.c:1006)"
             return RequestError(errors.CONNECT_FAILED, "TLS handshake failed: " + _SSL_SOURCE.sub("", exc.strerror))
         timed_out = isinstance(exc.cause, socket.timeout)
@@ -130,6 +137,18 @@ def check_host(host: str | None) -> str:
     return host
 
 
+def _tls_options(base_url: str) -> dict:
+    """geventhttpclient's options for an https:// URL: this process's one context (``loadgen.tls``),
+    not a context of the pool's own, which would read the system's CA bundle (~50 ms of CPU) for
+    every client."""
+    if urlsplit(base_url).scheme != "https":
+        return {}
+    context = tls.client_context()
+    # the pool calls the factory with cafile=, ignored: the context holds its certificates already;
+    # and sets the context's check_hostname to ``not insecure``: what it is already
+    return {"ssl_context_factory": lambda cafile=None: context, "insecure": not context.check_hostname}
+
+
 class StreamClient:
     """Streaming POSTs to one OpenAI-compatible server over a keep-alive connection."""
 
@@ -156,6 +175,7 @@ class StreamClient:
             connection_timeout=connect_timeout_s,
             network_timeout=read_timeout_s,
             headers=headers,
+            **_tls_options(base_url),
         )
         adapt_pool(self._http._connection_pool)
         self._deadline = IdleDeadline(read_timeout_s, clock)

@@ -4,7 +4,8 @@
     ├── ConfigError              a user mistake in a scenario file or option -> exit code 2, one line
     ├── ServerUnusableError      the target cannot be load-tested (refused, not OpenAI-compatible)
     └── RequestError             one LLM request failed; ``kind`` is one of FAILURE_KINDS
-        └── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
+        ├── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
+        └── CertificateRejected  the server's TLS certificate did not verify (loadgen.tls says why)
 
 Transport errors (socket, HTTP parser) are translated into RequestError in exactly one place:
 ``loadgen.client``. Everything above the client sees only these types.
@@ -144,3 +145,11 @@ class SchemeMismatch(RequestError):
     def __init__(self, spoken: str, message: str):
         super().__init__(CONNECT_FAILED, message)
         self.spoken = spoken
+
+
+class CertificateRejected(RequestError):
+    """The server's TLS certificate did not verify: ``message`` says why and the fix
+    (``loadgen.tls.rejection``). Kind CONNECT_FAILED: no request gets through until it is fixed."""
+
+    def __init__(self, message: str):
+        super().__init__(CONNECT_FAILED, message)

@@ -9,7 +9,7 @@ Used by loadgen.client only (which translates every exception raised here into a
   went to the back of the event loop's queue between its send time (``record.sent_s``) and its send,
   so the loop's whole turn was counted in TTFT. The original select answers the same question.
 - ``read_available``: the body bytes the socket has now, waiting (on the socket's read watcher,
-  without a per-read timer) until at least one byte came. The read timeout of the body is the
+  without a per-read timer) until at least one byte came; over TLS, the TLS session's bytes. The read timeout of the body is the
   request's ``loadgen.deadline.IdleDeadline``.
 - ``handshake_answered``: the start check's question whether the server speaks TLS, on a
   connection of its own, bounded by the connect timeout (loadgen.scheme).
@@ -17,6 +17,7 @@ Used by loadgen.client only (which translates every exception raised here into a
 
 from __future__ import annotations
 
+import ssl
 import time
 
 import gevent
@@ -91,6 +92,9 @@ def recv(sock, wait_first: bool) -> bytes:
     raw, ready = sock._sock, sock._read_event
     if ready is None:  # closed by another greenlet (Locust stopping the user)
         raise Closed("connection closed")
+    sslobj = getattr(sock, "_sslobj", None)  # gevent's SSLSocket: its TLS session
+    if sslobj is not None:
+        return recv_tls(sock, sslobj, wait_first)
     if not wait_first:
         try:
             return raw.recv(RECV_BYTES)
@@ -103,6 +107,27 @@ def recv(sock, wait_first: bool) -> bytes:
             return raw.recv(RECV_BYTES)
         except BlockingIOError:
             pass
+
+
+def recv_tls(sock, sslobj, wait_first: bool) -> bytes:
+    """``recv`` on a TLS socket: one read of the TLS session (``sslobj.read``, which does not block:
+    gevent's socket is non-blocking), not of the raw socket, whose bytes are ciphertext. It waits
+    on the read watcher while no whole record has come (``SSLWantReadError``), first only when
+    the session holds no decrypted byte (``pending()``: a record already read may hold more than
+    one read takes). A peer that closed without TLS's close_notify (most servers) ends the bytes
+    (b""), as ssl's default ``suppress_ragged_eofs`` says."""
+    wait = sock.hub.wait
+    if wait_first and not sslobj.pending():
+        wait(sock._read_event)
+    while True:
+        try:
+            return sslobj.read(RECV_BYTES)
+        except ssl.SSLWantReadError:
+            wait(sock._read_event)
+        except ssl.SSLWantWriteError:  # the session must send first (a TLS 1.3 key update)
+            wait(sock._write_event)
+        except ssl.SSLEOFError:
+            return b""
 
 
 def read_available(resp, wait_first: bool = True) -> bytes:

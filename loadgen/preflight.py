@@ -5,9 +5,9 @@ its context length, llama.cpp's vocabulary, the server's flavor), then the KV ca
 scenario's value, else SGLang ``/get_server_info``, vLLM ``/metrics`` ``cache_config_info``,
 SGLang's ``/metrics`` gauge), then the checks that need both (max_model_len, --require-guard).
 The answer is a frozen ``ServerInfo``; a target that cannot be load-tested raises ``StartRefused``
-with the exit code and the one line that says why (auth, not OpenAI, refused, too long a request).
-These messages live here and nowhere else; ``users`` quotes ``not_openai_message`` for the same
-finding mid-run.
+with the exit code and the one line that says why (auth, not OpenAI, refused, too long a request,
+a TLS certificate that did not verify). These messages live here and nowhere else; ``users``
+quotes ``not_openai_message`` for the same finding mid-run.
 
 Every request goes through ``StreamClient``: its failures are ``errors.RequestError`` kinds, and an
 authentication failure is recognised by ``RequestError.status`` (401/403), not by message text.
@@ -52,6 +52,7 @@ PROBE_OUTPUT_TOKENS = 2
 MAX_PROBES = 4  # the refusals we can adapt to, one at a time, and the try that works
 PROBE_TIMEOUT_S = 5.0  # each capacity source; a missing one must not hold the start for long
 AUTH_STATUSES = frozenset({401, 403})
+INSECURE_WARNING = "TLS certificates are not verified (--insecure)"
 
 
 class StartRefused(LoadgenError):
@@ -111,8 +112,8 @@ def discover_model(client: StreamClient) -> str:
     if reply.info is not None:  # JSON, but no model listed
         raise ServerUnusableError("GET /v1/models did not list a model; is this an OpenAI-compatible "
                                   "server? Set --model to skip discovery", kind=exc.kind, detail=exc.message)
-    raise ServerUnusableError(f"GET /v1/models failed ({exc}); set the model with --model or `model:` in "
-                              "the scenario", kind=exc.kind, detail=exc.message)
+    fix = "" if isinstance(exc, errors.CertificateRejected) else "; set the model with --model or `model:` in the scenario"
+    raise ServerUnusableError(f"GET /v1/models failed ({exc}){fix}", kind=exc.kind, detail=exc.message)
 
 
 def not_openai_message(host: str, what: str) -> str:
@@ -206,6 +207,8 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     """The one line for a /v1/models failure that stops the run (no model to fall back on)."""
     if isinstance(exc, SchemeMismatch):
         message = f"cannot connect to {host}: {exc.message}; use --host {with_scheme(host, exc.spoken)}"
+    elif isinstance(exc, errors.CertificateRejected):  # the server runs: the message says what did not verify
+        message = f"cannot connect to {host}: {exc.message}"
     elif exc.kind == errors.CONNECT_FAILED:
         message = f"cannot connect to {host} ({exc.message}); is the server running? check --host"
     elif exc.kind == errors.NOT_OPENAI:
@@ -259,6 +262,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     except ConfigError as exc:
         raise StartRefused(errors.EXIT_CONFIG, f"config error: {exc}") from None
     req = scenario.request
+    if not req.verify_tls and urlsplit(host).scheme == "https":
+        say(f"llm-loadgen: warning: {INSECURE_WARNING}")
     models_client, root_client = _clients(host, api_key, (req.connect_timeout_s, req.read_timeout_s),
                                           PROBE_TIMEOUT_S)
     try:

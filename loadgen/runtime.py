@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from gevent.lock import Semaphore
 
-from loadgen import preflight
+from loadgen import preflight, tls
 from loadgen.compat import Compat
-from loadgen.config import Scenario, scenario_from_options
+from loadgen.config import ConfigError, Scenario, scenario_from_options
 from loadgen.dataset import DatasetRequest, load_dataset
 from loadgen.failures import FailFast
 from loadgen.health import HealthMonitor, settle_heap
@@ -186,6 +186,7 @@ def api_key(scenario) -> str | None:
 def install(environment) -> Runtime:
     """Create this process's Runtime from the parsed options and hook it into Locust's events."""
     rt = Runtime(environment, scenario_from_options(environment.parsed_options))
+    tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)  # a bad file: ConfigError
     environment.llm = rt
     events = environment.events
 
@@ -198,6 +199,10 @@ def install(environment) -> Runtime:
             rt.scenario = trace_scenario(scenario, rt.dataset)
             rt.use_model(rt.scenario.model)
             rt.api_key = api_key(rt.scenario)
+            try:
+                tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)
+            except ConfigError as exc:  # the master's file is not on this worker's machine
+                rt.fatal(f"config error on a worker: {exc}")
         if not rt.is_master:
             rt.health.start()
 

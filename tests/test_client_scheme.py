@@ -17,7 +17,7 @@ from loadgen.errors import ConfigError, RequestError, SchemeMismatch
 from loadgen.gevent_io import ConnectError, handshake_grace_s
 from loadgen.scheme import check_scheme, plain_http_refused, plain_status, with_scheme
 from tests.rawserver import raw_server, read_request
-from tests.tlsserver import self_signed_cert, tls_server
+from tests.tlsserver import cert_or_skip, tls_server
 
 CONNECT_TIMEOUT_S = 10.0  # the default request.connect_timeout_s: what the user used to wait
 
@@ -90,10 +90,7 @@ def test_a_closed_port_is_connect_failed_at_once():
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    files = self_signed_cert(tmp_path_factory.mktemp("tls"))
-    if files is None:
-        pytest.skip("no openssl command to make a test certificate")
-    return files
+    return cert_or_skip(tmp_path_factory)
 
 
 def test_a_tls_server_passes_the_https_check_and_is_named_behind_http(cert):

@@ -120,7 +120,8 @@ def test_every_simulator_option_has_its_meaning_unit_and_default_in_help(monkeyp
     entries = _help_entries(parser.format_help())
     options = {s for a in parser._actions for s in a.option_strings if s.startswith("--")} - {"--help"}
     assert set(entries) == options | {"-h"}
-    assert len(options) == len(FIELDS) - 1 + len(FAULT_KINDS) + 5  # + preset, list-presets, host, port, log-level
+    # + preset, list-presets, host, port, tls-cert, tls-key, log-level
+    assert len(options) == len(FIELDS) - 1 + len(FAULT_KINDS) + 7
     for option in options - {"--list-presets"}:
         assert "(default: " in entries[option], (option, entries[option])
         assert len(entries[option]) > len("(default: x)") + 10, (option, entries[option])  # a meaning too

@@ -5,7 +5,7 @@ of every connection and answers each request with a JSON 404; a plain-HTTP reque
 handshake and is closed, as OpenSSL-based servers (uvicorn, vLLM with --ssl-certfile) do. Its own
 process: a gevent TLS server in the test's process does not complete a handshake with a gevent
 client in the same hub. ``tls_server`` starts and stops it; ``self_signed_cert`` (openssl command)
-makes its certificate.
+makes its certificate (``cert_or_skip`` for a fixture).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from tests.procs import stop_process
 
@@ -34,6 +36,15 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path] | None:
                     "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
                     "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
     return cert, key
+
+
+def cert_or_skip(tmp_path_factory) -> tuple[Path, Path]:
+    """A module fixture's (certificate, key): ``self_signed_cert`` in a fresh directory, or the test
+    skipped without the openssl command."""
+    files = self_signed_cert(tmp_path_factory.mktemp("tls"))
+    if files is None:
+        pytest.skip("no openssl command to make a test certificate")
+    return files
 
 
 @contextmanager

@@ -12,7 +12,8 @@ from loadgen.config.files import load_scenario
 from loadgen.config.schema import ARRIVALS, DATASET_ORDERS, ENDPOINTS, GUARD_ACTIONS, LENGTH_DISTS, Scenario
 from loadgen.errors import ConfigError
 
-# (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag.
+# (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag that sets
+# the key true, "off" one that sets it false.
 # Defaults are None ("not given": the file wins); values arrive as text and are converted here,
 # so a bad value gets the same one-line ConfigError as a bad file value, not an argparse usage dump.
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
@@ -57,6 +58,9 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
+    ("--ca-cert", "request.ca_cert", str, "PEM file of the server's CA (or its own certificate), trusted instead "
+                                          "of the system store, as curl --cacert"),
+    ("--insecure", "request.verify_tls", "off", "do not check the server's TLS certificate or host name"),
 )
 
 
@@ -77,8 +81,8 @@ def register_options(parser: Any) -> None:
 
     add("--scenario", default=None, metavar="PATH", help="scenario YAML file (default: config/default.yaml)")
     for flag, dotted, kind, text in _OPTIONS:
-        if kind is bool:
-            add(flag, action="store_true", default=False, help=f"{text} [{dotted}]")
+        if kind is bool or kind == "off":
+            add(flag, action="store_true", default=False, help=f"{text} [{dotted}{'' if kind is bool else ' = false'}]")
         elif isinstance(kind, tuple):
             # no argparse `choices`: a bad value gets our one-line error naming the fix
             add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
@@ -112,6 +116,8 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str])
     """Text from the command line -> a typed value. Text that does not convert is passed on
     unchanged so the field's own check reports it (with its fix). ``typed`` gets the value text
     of each NAME=VALUE pair."""
+    if kind == "off":
+        return not raw  # the flag given (True, also as relayed by the Locust master): the key false
     if not isinstance(raw, str):
         return raw  # already typed (e.g. options relayed by the Locust master)
     if kind is int or kind is float:

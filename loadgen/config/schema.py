@@ -45,6 +45,8 @@ DEFAULTS: dict[str, Any] = {
         "extra_body": {},
         "compat": "auto",
         "client_error_pause_s": 1.0,
+        "ca_cert": None,
+        "verify_tls": True,
     },
     "stages": {
         "list": None,
@@ -157,6 +159,8 @@ class RequestConfig:
     extra_body: FrozenDict  # merged into every request body; read-only
     compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.compat)
     client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
+    ca_cert: str | None  # a PEM file trusted instead of the system store (loadgen.tls)
+    verify_tls: bool  # false: no certificate or host-name check (--insecure)
 
 
 @dataclass(frozen=True)

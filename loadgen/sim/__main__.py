@@ -2,7 +2,8 @@
 
     python -m loadgen.sim --preset qwen35-397b-8gpu --time-scale 10 --port 0
 
-The first stdout line is ``SIM_LISTENING http://127.0.0.1:PORT`` (``--port 0`` picks a free port),
+The first stdout line is ``SIM_LISTENING http://127.0.0.1:PORT`` (``--port 0`` picks a free port;
+``https://`` with ``--tls-cert``),
 so a test or demo can start it and read where it listens. Every ``SimConfig`` field has an option
 (``--kv-tokens``, ``--ttft-ms``, ...; lists comma-separated) and every fault kind one too
 (``--fault-http-500 0.01``). A bad option or preset value exits 2 with one line on stderr naming it.
@@ -22,6 +23,7 @@ from gevent.event import Event
 from loadgen.sim import config as simconfig
 from loadgen.sim.faults import FAULT_KINDS, FAULT_MEANINGS
 from loadgen.sim.server import SimServer
+from loadgen.sim.tls import TLSFilesError, server_context
 
 EXIT_CONFIG = 2
 
@@ -44,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--list-presets", action="store_true", help="print each preset with its first comment line")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
     ap.add_argument("--port", default="8000", help="listen port; 0 picks a free one (default: %(default)s)")
+    ap.add_argument("--tls-cert", metavar="PEM", help="serve https:// with this certificate (chain) file "
+                    "(default: none, plain http://)")
+    ap.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert (default: in the "
+                    "--tls-cert file)")
     ap.add_argument("--log-level", default="WARNING", help="log level of stderr lines: DEBUG, INFO, WARNING, "
                     "ERROR (default: %(default)s)")
     for name in simconfig.FIELDS:
@@ -79,6 +85,13 @@ def _option_name(key: str, args: argparse.Namespace) -> str:
     return f"{key} (preset {args.preset})" if args.preset else key
 
 
+def tls_context(args: argparse.Namespace):
+    """The server-side TLS context of --tls-cert/--tls-key, None without them; TLSFilesError."""
+    if args.tls_key and not args.tls_cert:
+        raise TLSFilesError("--tls-key: needs --tls-cert (the certificate the key belongs to)")
+    return server_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_presets:
@@ -96,15 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"llmsim: --port: must be an integer in 0..65535, got {args.port!r}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        tls = tls_context(args)
+    except TLSFilesError as exc:
+        print(f"llmsim: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s llmsim %(levelname)s %(message)s")
     server = SimServer(cfg)
     try:
-        bound = server.start(args.host, port)
+        bound = server.start(args.host, port, tls)
     except OSError as exc:
         print(f"llmsim: cannot listen on {args.host}:{port}: {exc}", file=sys.stderr)
         return 1
-    print(f"SIM_LISTENING http://{args.host}:{bound}", flush=True)
+    print(f"SIM_LISTENING {'https' if tls else 'http'}://{args.host}:{bound}", flush=True)
     print(f"llmsim: timing={cfg.timing} flavor={cfg.flavor} model={cfg.model} "
           f"kv_tokens={cfg.kv_tokens} time_scale={cfg.time_scale}", file=sys.stderr, flush=True)
     stop = Event()

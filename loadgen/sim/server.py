@@ -4,6 +4,7 @@ Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (stream and n
 ``GET /v1/models`` (with ``max_model_len``), ``GET /health``, ``POST /tokenize`` (and
 ``/v1/tokenize``), ``GET /metrics``; SGLang flavor also ``GET /get_server_info`` and
 ``/server_info``. The model is not checked against ``/v1/models``: any ``model`` is served.
+With a TLS context (``loadgen.sim.tls``) every connection is TLS: ``https://``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from loadgen.sim.metrics import SimCollector, SimMetrics
 from loadgen.sim.prefix import block_hashes
 from loadgen.sim.runner import EngineRunner, FixedRunner
 from loadgen.sim.stream import KEEP, Stream
+from loadgen.sim.tls import handshake
 from loadgen.sim.tokens import WORD_BYTES, generated_text, messages_text, text_token_ids
 
 log = logging.getLogger("loadgen.sim")
@@ -53,10 +55,13 @@ class SimServer:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SimCollector(self))
         self._server: StreamServer | None = None
+        self._tls = None  # the server side's ssl.SSLContext: https://
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        """Listen and start the runner; returns the bound port."""
+    def start(self, host: str = "127.0.0.1", port: int = 0, tls=None) -> int:
+        """Listen and start the runner; returns the bound port. ``tls``: serve TLS with this
+        server-side context (``loadgen.sim.tls.server_context``)."""
+        self._tls = tls
         self._server = StreamServer((host, port), self.handle, backlog=4096)
         self._server.start()
         self.runner.start()
@@ -78,6 +83,8 @@ class SimServer:
     # -- connections -------------------------------------------------------------------------------
     def handle(self, sock, addr) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._tls is not None and (sock := handshake(sock, self._tls, self.config.idle_timeout_s)) is None:
+            return
         reader = RequestReader(sock)
         try:
             while True:

@@ -2,7 +2,7 @@
 
 Two greenlets touch a stream. The runner calls ``emit`` for every chunk and writes with a
 non-blocking ``os.write`` (one syscall per chunk; the runner never waits on a socket, so one slow
-client cannot stall the others). If the socket buffer is full, the rest is queued and the
+client cannot stall the others; over TLS one TLS write, ``loadgen.sim.tls.write_now``). If the socket buffer is full, the rest is queued and the
 connection's own greenlet (``wait_done``) flushes it with a blocking send. That greenlet also
 performs the end of the stream: keep the connection, close it, reset it, or hold it (stall).
 """
@@ -19,6 +19,7 @@ from gevent.event import Event
 from loadgen.sim import wire
 from loadgen.sim.engine import SimRequest
 from loadgen.sim.faults import MID_STREAM, FaultDraw
+from loadgen.sim.tls import write_now
 from loadgen.sim.tokens import generated_text
 
 KEEP, CLOSE, RESET, STALL, BROKEN = "keep", "close", "reset", "stall", "broken"
@@ -32,6 +33,7 @@ class Stream:
         self.server = server
         self.sock = sock
         self.fd = sock.fileno()
+        self._write_now = write_now(sock)
         self.req = req
         self.fmt = fmt
         # Pre-stream faults were answered by the server; mid-stream ones need a stream.
@@ -127,7 +129,7 @@ class Stream:
             self.pending.append(data)
             return
         try:
-            n = os.write(self.fd, data)
+            n = self._write_now(data)
         except BlockingIOError:
             n = 0
         except OSError:  # the client went away: stop generating for it

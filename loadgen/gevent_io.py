@@ -9,8 +9,8 @@ Used by loadgen.client only (which translates every exception raised here into a
   went to the back of the event loop's queue between its send time (``record.sent_s``) and its send,
   so the loop's whole turn was counted in TTFT. The original select answers the same question.
 - ``read_available``: the body bytes the socket has now, waiting (on the socket's read watcher,
-  without a per-read timer) until at least one byte came; over TLS, the TLS session's bytes. The read timeout of the body is the
-  request's ``loadgen.deadline.IdleDeadline``.
+  without a per-read timer) until at least one byte came; over TLS, the TLS session's bytes. The
+  read timeout of the body is the request's ``loadgen.deadline.IdleDeadline``.
 - ``handshake_answered``: the start check's question whether the server speaks TLS, on a
   connection of its own, bounded by the connect timeout (loadgen.scheme).
 """

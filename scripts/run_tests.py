@@ -11,7 +11,10 @@ timing against a known answer) runs with no other file beside it.
 Each file's output is printed whole when it fails, and as one line when it passes. The exit code
 is 0 only when every pytest process passed (or had no test to run).
 
-    .venv/bin/python scripts/run_tests.py [--jobs 2] [pytest args, e.g. -k ttft]
+    .venv/bin/python scripts/run_tests.py [--jobs 2] [test files] [pytest args, e.g. -k ttft]
+
+Test files named on the command line (``tests/test_tls.py``) limit the run to them, each still in
+its own process; other arguments go to every pytest process.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     opts, extra = ap.parse_known_args(argv)
     if opts.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {opts.jobs}")
+    chosen = {(ROOT / a).resolve() for a in extra if a.endswith(".py") and (ROOT / a).is_file()}
+    extra = [a for a in extra if not (a.endswith(".py") and (ROOT / a).resolve() in chosen)]
     TIMES.parent.mkdir(exist_ok=True)
     seconds = json.loads(TIMES.read_text()) if TIMES.exists() else {}
     common = ["-q", "-ra", "-p", "no:cacheprovider", *extra]
@@ -89,11 +94,12 @@ def main(argv: list[str] | None = None) -> int:
             print(output, flush=True)
 
     print("unit tests (not integration), one process:", flush=True)
-    unit = Job("unit", [*common, "-m", "not integration", *(f"--ignore-glob=tests/{e}*" for e in EXCLUDED)])
+    only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/{e}*" for e in EXCLUDED]
+    unit = Job("unit", [*common, "-m", "not integration", *only])
     unit.proc.wait()
     report(unit)
 
-    queue = run_order(integration_files(), seconds)
+    queue = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
     solo = {f.name for f in queue if is_solo(f)}
     print(f"integration tests: {len(queue)} files, {opts.jobs} at a time (solo files alone):", flush=True)
     running: list[Job] = []

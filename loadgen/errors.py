@@ -4,8 +4,9 @@
     ├── ConfigError              a user mistake in a scenario file or option -> exit code 2, one line
     ├── ServerUnusableError      the target cannot be load-tested (refused, not OpenAI-compatible)
     └── RequestError             one LLM request failed; ``kind`` is one of FAILURE_KINDS
-        ├── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
-        └── CertificateRejected  the server's TLS certificate did not verify (loadgen.tls says why)
+        └── DiagnosedConnectFailure  a connect failure whose cause is known; ``message`` holds the fix
+            ├── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
+            └── CertificateRejected  the server's TLS certificate did not verify (loadgen.tls says why)
 
 Transport errors (socket, HTTP parser) are translated into RequestError in exactly one place:
 ``loadgen.client``. Everything above the client sees only these types.
@@ -137,19 +138,22 @@ class RequestError(LoadgenError):
         super().__init__(f"{kind}: {message}" if message else kind)
 
 
-class SchemeMismatch(RequestError):
-    """The server speaks the other protocol than --host's scheme says (the start check finds it):
-    ``spoken`` is "http" (an https:// URL for a plain-HTTP server) or "https". Kind CONNECT_FAILED:
-    no request gets through, whatever else is changed."""
-
-    def __init__(self, spoken: str, message: str):
-        super().__init__(CONNECT_FAILED, message)
-        self.spoken = spoken
-
-
-class CertificateRejected(RequestError):
-    """The server's TLS certificate did not verify: ``message`` says why and the fix
-    (``loadgen.tls.rejection``). Kind CONNECT_FAILED: no request gets through until it is fixed."""
+class DiagnosedConnectFailure(RequestError):
+    """A CONNECT_FAILED whose cause is known (the server runs, but not as --host says): ``message``
+    says what was found and the fix, so no generic advice ("is the server running?") is added."""
 
     def __init__(self, message: str):
         super().__init__(CONNECT_FAILED, message)
+
+
+class SchemeMismatch(DiagnosedConnectFailure):
+    """The server speaks the other protocol than --host's scheme says (the start check finds it):
+    ``spoken`` is "http" (an https:// URL for a plain-HTTP server) or "https"."""
+
+    def __init__(self, spoken: str, message: str):
+        super().__init__(message)
+        self.spoken = spoken
+
+
+class CertificateRejected(DiagnosedConnectFailure):
+    """The server's TLS certificate did not verify (``loadgen.tls.rejection`` says why and the fix)."""

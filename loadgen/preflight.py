@@ -26,12 +26,12 @@ from loadgen import errors
 from loadgen.client import StreamClient, check_host
 from loadgen.compat import Compat, adapt, build_body, initial, likely_fix
 from loadgen.dataset import too_long
-from loadgen.errors import ConfigError, LoadgenError, RequestError, SchemeMismatch, ServerUnusableError
+from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError
 from loadgen.failures import is_client_refusal
 from loadgen.mix import known_input, scenario_mix, too_long_message
 from loadgen.prompts import probe_prompt
 from loadgen.records import RequestRecord
-from loadgen.scheme import scheme_mismatch, with_scheme
+from loadgen.scheme import scheme_mismatch
 from loadgen.server_probe import (
     METRICS_PATH,
     Capacity,
@@ -112,7 +112,7 @@ def discover_model(client: StreamClient) -> str:
     if reply.info is not None:  # JSON, but no model listed
         raise ServerUnusableError("GET /v1/models did not list a model; is this an OpenAI-compatible "
                                   "server? Set --model to skip discovery", kind=exc.kind, detail=exc.message)
-    fix = "" if isinstance(exc, errors.CertificateRejected) else "; set the model with --model or `model:` in the scenario"
+    fix = "" if isinstance(exc, errors.DiagnosedConnectFailure) else "; set the model with --model or `model:` in the scenario"
     raise ServerUnusableError(f"GET /v1/models failed ({exc}){fix}", kind=exc.kind, detail=exc.message)
 
 
@@ -205,9 +205,7 @@ def probe(host: str, *, api_key: str | None = None, configured_capacity: int | N
 
 def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
     """The one line for a /v1/models failure that stops the run (no model to fall back on)."""
-    if isinstance(exc, SchemeMismatch):
-        message = f"cannot connect to {host}: {exc.message}; use --host {with_scheme(host, exc.spoken)}"
-    elif isinstance(exc, errors.CertificateRejected):  # the server runs: the message says what did not verify
+    if isinstance(exc, errors.DiagnosedConnectFailure):  # the server runs; the message says what to fix
         message = f"cannot connect to {host}: {exc.message}"
     elif exc.kind == errors.CONNECT_FAILED:
         message = f"cannot connect to {host} ({exc.message}); is the server running? check --host"

@@ -69,13 +69,14 @@ def check_scheme(host: str, timeout_s: float) -> RequestError | None:
     if shook == tls:
         return None
     if shook:
-        return SchemeMismatch("https", "the server speaks TLS, not plain HTTP (it completed a TLS handshake)")
+        return SchemeMismatch("https", "the server speaks TLS, not plain HTTP (it completed a TLS handshake); "
+                                       f"use --host {with_scheme(host, 'https')}")
     left_s = timeout_s - (time.monotonic() - started)
     status = plain_status(with_scheme(host, "http"), left_s) if left_s > 0 else None
     if status is None or status == 400:
         return None
     return SchemeMismatch("http", f"TLS handshake failed: the server speaks plain HTTP (it answered a plain "
-                                  f"request with HTTP {status})")
+                                  f"request with HTTP {status}); use --host {with_scheme(host, 'http')}")
 
 
 def scheme_mismatch(host: str, timeout_s: float, failed: RequestError | None = None) -> RequestError | None:

@@ -43,7 +43,7 @@ def test_https_to_a_plain_server_that_never_answers_the_handshake_is_named_withi
     assert isinstance(found, SchemeMismatch) and found.kind == errors.CONNECT_FAILED
     assert found.spoken == "http"
     assert found.message == "TLS handshake failed: the server speaks plain HTTP (it answered a plain request " \
-                            "with HTTP 200)"
+                            f"with HTTP 200); use --host {url}"
     assert took < CONNECT_TIMEOUT_S / 2  # the grace (1 s here), not the connect timeout
 
 
@@ -98,7 +98,7 @@ def test_a_tls_server_passes_the_https_check_and_is_named_behind_http(cert):
         assert check_scheme(url, CONNECT_TIMEOUT_S) is None  # self-signed: its certificate is the run's business
         found, took = timed_check(url.replace("https://", "http://"))
     assert isinstance(found, SchemeMismatch) and found.spoken == "https"
-    assert found.message == "the server speaks TLS, not plain HTTP (it completed a TLS handshake)"
+    assert found.message == f"the server speaks TLS, not plain HTTP (it completed a TLS handshake); use --host {url}"
     assert took < CONNECT_TIMEOUT_S / 2
 
 

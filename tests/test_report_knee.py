@@ -120,7 +120,7 @@ def test_search_stages_are_not_part_of_the_knee():
 
 
 # -- open loop: offered vs achieved ---------------------------------------------------------------
-from loadgen.report.knee import find_rate_knee, rate_sustained  # noqa: E402
+from loadgen.report.knee import find_rate_knee, unsustained_reason  # noqa: E402
 
 
 def rate_stage(offered, achieved, ttft=0.2):
@@ -147,6 +147,6 @@ def test_rate_knee_none_when_sustained_throughout_or_saturated_from_the_start():
 
 
 def test_rate_sustained_threshold_is_relative():
-    assert rate_sustained(rate_stage(10, 9.0), 0.2, threshold=0.1)
-    assert not rate_sustained(rate_stage(10, 8.99), 0.2, threshold=0.1)
-    assert rate_sustained({"offered_rate_per_s": 10}, None)  # nothing measured: not judged
+    assert unsustained_reason(rate_stage(10, 9.0), 0.2, threshold=0.1) is None
+    assert "under 90% of the offered rate" in unsustained_reason(rate_stage(10, 8.99), 0.2, threshold=0.1)
+    assert unsustained_reason({"offered_rate_per_s": 10}, None) is None  # nothing measured: not judged

@@ -107,12 +107,6 @@ def unsustained_reason(stage: dict, base_ttft_s: float | None, threshold: float 
     return None
 
 
-def rate_sustained(stage: dict, base_ttft_s: float | None, threshold: float = DEFAULT_THRESHOLD,
-                   latency_growth: float = LATENCY_GROWTH) -> bool:
-    """The stage kept up with its offered rate (``unsustained_reason`` is None)."""
-    return unsustained_reason(stage, base_ttft_s, threshold, latency_growth) is None
-
-
 def _rate_verdict(stages: list[dict], threshold: float, latency_growth: float
                   ) -> tuple[list[dict], int | None, str | None]:
     """(the rate stages by offered rate, SLO search stages left out; the index of the first not

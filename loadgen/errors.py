@@ -75,7 +75,7 @@ KINDS = (
     FailureKind(CONNECT_FAILED, "connect", "could not connect (refused, unreachable)"),
     FailureKind(READ_TIMEOUT, "timeout", "no bytes for read_timeout_s (a stall)"),
     FailureKind(MALFORMED_CHUNK, "malformed", "invalid SSE framing or invalid JSON in a data event"),
-    FailureKind(EMPTY_STREAM, "empty", "200 and a stream that ended without a single content chunk"),
+    FailureKind(EMPTY_STREAM, "empty", "200 and a stream that ended without a content chunk or tokens in its usage"),
     FailureKind(TRUNCATED, "trunc", "stream ended with neither a finish reason nor [DONE]"),
     FailureKind(NOT_OPENAI, "not_openai", "200 but not an SSE completion stream (wrong content, wrong shape)"),
 )

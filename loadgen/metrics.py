@@ -126,6 +126,9 @@ COUNTERS = (
     Counter("mismatch_input", "Ok requests whose usage.prompt_tokens != the expected input tokens."),
     Counter("mismatch_output", "Ok requests with usage whose completion_tokens != the expected output."),
     Counter("tokens_estimated", "Ok requests without usage (tokens counted from chunks)."),
+    Counter("textless_requests", "Ok requests whose tokens (server usage >= 1) came without text, timed "
+            "by their finishing chunk (loadgen.records: held-back partial UTF-8, tokens that render as "
+            "nothing)."),
     Counter("cancelled_requests", "Requests cut mid-flight by the client itself (a stop, a drain timeout, "
             "Locust moving users to a joining worker): neither ok nor failed."),
     Counter("cancelled_output_tokens", "Completion tokens received by requests the client cut mid-flight."),

@@ -18,6 +18,13 @@ Metric formulas (t = arrival time of a content chunk, i.e. a chunk carrying gene
 - decode rate = (N - 1) / (E2E - TTFT) tokens/s; None if N < 2 or E2E == TTFT
 - N = usage ``completion_tokens`` (the last usage seen), else the number of content chunks
   (``tokens_estimated=True``)
+
+A textless request: the stream completed (a finish reason other than "abort") and the server's
+usage counts N >= 1 tokens, but no chunk carried text: the server held it back (llama.cpp keeps an
+incomplete UTF-8 character until it is whole, so a short output can end mid-character) or the
+tokens render as nothing. It is ok (the server did the work; its tokens count), ``chunks`` = 0, and
+it is timed by the chunk that finished it: TTFT = E2E = t(finishing chunk) - t(sent); TPOT, decode
+rate and ITL have no sample. Without usage, or with usage 0, it is EMPTY_STREAM.
 """
 
 from __future__ import annotations
@@ -73,7 +80,7 @@ class RequestResult:
     itl_token_w: np.ndarray  # ...weighted by the tokens in that chunk
     itl_chunk_s: np.ndarray  # per-chunk gaps
     finish_reason: str | None
-    chunks: int  # content chunks received
+    chunks: int  # content chunks received; 0 for an ok request: textless (module docstring)
     error_status: int | None = None  # the HTTP status of a failure answered before the stream
 
 
@@ -223,7 +230,8 @@ class RequestRecord:
         transport failure that stopped the reader, if any; it decides the failure kind only when
         the stream was incomplete (a finish reason or [DONE] already makes the request complete).
         Order: a failure raised by on_payload, an error event (STREAM_ERROR), finish_reason
-        "abort" (ABORTED), complete without content (EMPTY_STREAM), incomplete (``error``'s kind,
+        "abort" (ABORTED), complete without content and without usage tokens (EMPTY_STREAM; with
+        them it is a textless ok request, module docstring), incomplete (``error``'s kind,
         else EMPTY_STREAM if nothing arrived, else TRUNCATED).
         """
         kind, msg, t_fail = self._failure(t_end, eof, error)
@@ -237,6 +245,12 @@ class RequestRecord:
             return RequestResult(
                 False, kind, msg, self._usage_pt, max(n_tokens, 0), estimated, ttft, t_fail - self.sent_s,
                 None, None, _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, n_chunks, status,
+            )  # fmt: skip
+        if not n_chunks:  # textless (module docstring): timed by its finishing chunk
+            e2e = self._finish_t - self.sent_s
+            return RequestResult(
+                True, None, "", self._usage_pt, n_tokens, False, e2e, e2e, None, None,
+                _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, 0,
             )  # fmt: skip
         e2e = float(times[-1]) - self.sent_s
         span = e2e - ttft
@@ -264,7 +278,7 @@ class RequestRecord:
         if self.finish_reason == "abort":
             return ABORTED, "the server aborted the request (finish_reason 'abort')", self._finish_t
         if self.finish_reason or self.done:
-            if not self._times:
+            if not self._times and not (self.finish_reason and self._usage_ct):
                 end = f"finish_reason {self.finish_reason!r}" if self.finish_reason else "[DONE]"
                 return EMPTY_STREAM, f"the stream ended with {end} before any content chunk", t_end
             return None, "", t_end

@@ -169,7 +169,8 @@ def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
 
 
 def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str) -> list[str]:
-    """The lines to print under a stage row: token mismatches, missing usage, client-bound.
+    """The lines to print under a stage row: token mismatches, missing usage, textless requests,
+    client-bound.
     ``input_tokens``/``output_tokens``: the expected lengths, or words for them (a mix)."""
     k, out = row["index"], []
     mismatch = row.get("token_mismatch") or {}
@@ -181,6 +182,11 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str)
     if mismatch.get("estimated"):
         out.append(f"llm-loadgen: warning: stage {k}: {mismatch['estimated']} requests came without usage; "
                    "their token counts are counted chunks (stream_options.include_usage ignored?)")
+    if row.get("textless_requests"):
+        out.append(f"llm-loadgen: warning: stage {k}: {row['textless_requests']} of {row['requests']} requests had "
+                   "tokens (server usage) but no text, so their TTFT is their E2E (the stream's finishing "
+                   "chunk): the server held the text back (an unfinished UTF-8 character) or the tokens "
+                   "render as nothing")
     if "server_over_capacity" in row["flags"]:
         evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
         out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the server was over capacity ({evidence}): "
@@ -212,6 +218,7 @@ def totals_of(t: StageStats) -> dict:
         "input_tokens": t.input_tokens,
         "output_tokens": t.output_tokens,
         "failed_output_tokens": t.failed_output_tokens,
+        "textless_requests": t.textless_requests,
         "received_output_tokens": t.window_output_tokens,
         "cancelled_requests": t.cancelled_requests,  # cut by the client itself: neither ok nor failed
         "cancelled_output_tokens": t.cancelled_output_tokens,

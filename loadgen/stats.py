@@ -60,6 +60,8 @@ class StageStats:
             self.failures.add(result.error_kind, result.error_status, result.error_message)
             return
         self.requests_ok += 1
+        if not result.chunks:
+            self.textless_requests += 1
         pt = result.prompt_tokens
         if pt is not None or expected_in:
             self.input_len_tokens.add(pt if pt is not None else expected_in)
@@ -169,6 +171,7 @@ class StageStats:
                 "output": self.mismatch_output,
                 "estimated": self.tokens_estimated,
             },
+            "textless_requests": self.textless_requests,
             "failures": self.failures.to_summary(),
             **self._by_turn(),
             **self._length_hist(),

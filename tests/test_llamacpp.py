@@ -194,6 +194,27 @@ def test_small_vocabulary_with_fitted_ids(binary, tmp_path):
     assert s["totals"]["output_tokens"] == delta > 0
 
 
+def test_tokens_whose_text_the_server_holds_back_are_ok_and_counted(server, tmp_path):
+    """logit_bias makes every generated token the byte 0xF0 (id 3 + 0xF0: the byte symbols follow
+    the 3 control tokens), the lead byte of a 4-byte UTF-8 character. llama-server holds an
+    unfinished character back, so each stream is one chunk with text "" that finishes it, and its
+    usage counts 16 tokens. The same happens by chance to a short sampled output (the start check's
+    2-token probe ended mid-character in about 1 run in 50): such a request is ok, textless, and
+    timed by its finishing chunk; a stage warning says so."""
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1", "--set", fitted_ids(8192),
+                     "--set", "request.extra_body.logit_bias={\"243\": 100}")
+    wait_until_idle(server)
+    delta = server.metric(PREDICTED) - before
+    s = _sweep_checks(run, [1])
+    (st,) = s["stages"]
+    assert st["textless_requests"] == st["requests"] and s["totals"]["textless_requests"] > st["requests"]
+    assert s["totals"]["output_tokens"] == delta > 0
+    assert st["ttft_p50_s"] == pytest.approx(st["e2e_p50_s"], rel=0.15) and st["tpot_p50_s"] is None
+    assert f"stage 0: {st['requests']} of {st['requests']} requests had tokens (server usage) but no text" \
+        in run.stderr
+
+
 def test_more_users_than_slots_queue_and_ttft_shows_it(server, tmp_path):
     """-np 2: at C=2 every request has a slot; at C=4 two always wait for one, so TTFT jumps to a
     large share of a request's E2E. (With -np 4 the same run gives TTFT p50 ~3 ms at C=4, about

@@ -48,7 +48,7 @@ def test_row_is_the_fixed_fields_then_every_metric_in_table_order():
         s.itl_token_s.add(float(v) / 10)
     s.window_output_tokens = 600
     row = s.row(60.0)
-    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch", "failures"]
+    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch", "textless_requests", "failures"]
     for m in STAGE_METRICS:
         if m.source is metrics.TTFT:
             assert row[m.key] == pytest.approx(0.1 + 0.2 * m.q, rel=0.025), m.key

@@ -239,6 +239,29 @@ def test_no_content_chunk_is_empty_stream():
     assert run([], t_end=1.0).error_kind == EMPTY_STREAM  # 200 and not one data event
 
 
+def test_tokens_without_text_are_a_textless_ok_request_timed_by_the_finishing_chunk():
+    """llama.cpp holds back an unfinished UTF-8 character: 16 tokens of lead bytes stream as one
+    chunk with text "" that finishes the request (its exact shape, /v1/completions)."""
+    ev = [(completion("", finish="length", usage=usage(16, 32)), 0.25), (b"[DONE]", 0.26)]
+    r = run(ev, sent=0.05, endpoint=COMPLETIONS)
+    assert r.ok and r.error_kind is None and r.chunks == 0 and not r.tokens_estimated
+    assert r.completion_tokens == 16 and r.prompt_tokens == 32 and r.finish_reason == "length"
+    assert r.ttft_s == pytest.approx(0.2) and r.e2e_s == pytest.approx(0.2)
+    assert r.tpot_s is None and r.decode_tps is None
+    assert len(r.itl_token_s) == len(r.itl_chunk_s) == 0
+    # chat: no role chunk, an empty delta that finishes, usage in its own chunk after it
+    ev = [(chat(None, finish="length"), 0.3), (usage_chunk(2), 0.31), (b"[DONE]", 0.31)]
+    r = run(ev)
+    assert r.ok and r.chunks == 0 and r.completion_tokens == 2 and r.ttft_s == r.e2e_s == pytest.approx(0.3)
+
+
+def test_no_text_is_empty_stream_unless_the_servers_usage_counts_tokens_and_a_finish_reason_came():
+    assert run([(completion("", finish="length"), 0.2), (b"[DONE]", 0.2)]).error_kind == EMPTY_STREAM  # no usage
+    assert run([(usage_chunk(3), 0.2), (b"[DONE]", 0.2)]).error_kind == EMPTY_STREAM  # no finish reason
+    r = run([(chat(None, finish="abort", usage=usage(3)), 0.2)])
+    assert r.error_kind == ABORTED  # an abort stays an abort
+
+
 def test_neither_finish_nor_done_at_eof_is_truncated_with_tokens_kept():
     r = run([(chat("a"), 0.1), (chat("b"), 0.2)], t_end=0.5, eof=True)
     assert not r.ok and r.error_kind == TRUNCATED and r.completion_tokens == 2 and r.tokens_estimated

@@ -130,3 +130,23 @@ def test_open_loop_slo_answer_is_in_offered_requests_per_s():
     assert answer["load"] == "rate_per_s" and answer["bracket"] == [2.0, 4.0]
     assert answer_line(answer) == ("SLO: max rate 2 req/s (99% of requests met ttft_s <= 2; "
                                    "4 req/s did not)")
+
+
+def test_textless_requests_are_counted_ok_and_warned_under_their_stage():
+    import orjson
+
+    from loadgen.records import RequestRecord
+    from loadgen.stats import StageStats
+
+    stats = StageStats()
+    for i in range(3):  # llama.cpp's shape when every token is an unfinished UTF-8 character
+        rec = RequestRecord(0.0, 16, "/v1/completions")
+        rec.on_payload(orjson.dumps({"choices": [{"text": "", "finish_reason": "length"}],
+                                     "usage": {"prompt_tokens": 32, "completion_tokens": 16}}), 0.1 * (i + 1))
+        stats.add_result(rec.finish(0.5, eof=True), 32, 16)
+    assert (stats.requests_ok, stats.textless_requests, stats.output_tokens) == (3, 3, 48)
+    assert stats.ttft_s.count == stats.e2e_s.count == 3 and stats.tpot_s.count == 0
+    row = stage_row(StageInfo(0, 1, window_s=5.0, users=1), stats, GuardRecord(), CLIENT, client_bound=False)
+    assert row["textless_requests"] == 3 and row["error_count"] == 0
+    (warning,) = stage_warnings(row, 32, 16)
+    assert warning.startswith("llm-loadgen: warning: stage 0: 3 of 3 requests had tokens (server usage) but no text")

@@ -60,7 +60,7 @@ class Session:
         self.guard = GuardRecord()
         self.stop_reason: str | None = None
         self.exit_code: int | None = None
-        self.close_seq: dict[int, int] = {}  # stage -> the phase seq after its window closed
+        self.close_seq: dict[int, int] = {}  # stage -> the phase seq that closed its window
         self.worker_losses: list[dict] = []
         self.finished_run = False
         self.started = False
@@ -171,7 +171,9 @@ class Session:
         k, info = ev.stage, self.stage_info[ev.stage]
         info.window_s, info.users = ev.t - info.open_t, ev.users
         self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
-        self.close_seq[k] = self.rt.phase_seq + 1  # the next phase, sent in the same shape tick
+        # the CLOSING phase just sent: a worker on it starts no request of stage k. (Not the phase
+        # after it: with SLO isolation that comes only once stage k is final, after drain_s.)
+        self.close_seq[k] = self.rt.phase_seq
         if info.rate_per_s is not None:
             self.kv.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
         if not self.watch:

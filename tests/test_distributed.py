@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 
 from loadgen.sim.launch import running_sim
 from loadgen.stats import HISTOGRAMS, StageStats
-from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
+from tests.runlocust import ROOT, locust_cmd, run_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -31,15 +34,19 @@ def free_port() -> int:
 
 
 class Cluster:
-    """A master and N workers; every process is killed at exit."""
+    """A master and N workers; every process is killed at exit. The master's stderr is read as it
+    comes (``lines``: each line with its arrival time), so a test can act on what it printed."""
 
     def __init__(self, stack: ExitStack, host: str, results: Path, n_workers: int, *args: str):
         port = free_port()
         self.master = subprocess.Popen(
             locust_cmd(host, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
                        "--expect-workers", str(n_workers), "--results-dir", str(results), *args),
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stack.callback(self._kill, self.master)
+        self.lines: list[tuple[float, str]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         self.workers = []
         for _ in range(n_workers):
             w = subprocess.Popen(
@@ -48,20 +55,37 @@ class Cluster:
             stack.callback(self._kill, w)
             self.workers.append(w)
 
+    def _read(self) -> None:
+        for line in self.master.stderr:
+            self.lines.append((time.monotonic(), line))
+
     @staticmethod
     def _kill(p: subprocess.Popen) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
 
+    def stderr(self) -> str:
+        return "".join(line for _, line in self.lines)
+
+    def wait_line(self, pattern: str, timeout_s: float = 60) -> float:
+        """When (``time.monotonic``) the master printed a line matching ``pattern`` (waits for it)."""
+        rx, deadline = re.compile(pattern), time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (self.master.poll() is None or self._reader.is_alive()):
+            if found := next((t for t, line in list(self.lines) if rx.search(line)), None):
+                return found
+            time.sleep(0.05)
+        raise AssertionError(f"the master never printed {pattern!r}; stderr:\n{self.stderr()[-3000:]}")
+
     def wait(self, timeout_s: float = 150) -> tuple[int, str]:
-        _, err = self.master.communicate(timeout=timeout_s)
+        self.master.wait(timeout_s)
+        self._reader.join(10)
         for w in self.workers:
             try:
                 w.wait(15)
             except subprocess.TimeoutExpired:
                 w.kill()
-        return self.master.returncode, err
+        return self.master.returncode, self.stderr()
 
 
 def ledgers(results: Path) -> list[StageStats]:
@@ -70,18 +94,23 @@ def ledgers(results: Path) -> list[StageStats]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One distributed and one local run of the same scenario against the same simulator."""
+def runs(tmp_path_factory, killed_run):
+    """One distributed and one local run of the same scenario against the same simulator, side by
+    side: the fixed timing model serves every request on its own schedule, whatever else runs.
+    (``killed_run``, asked for first, goes on beside them on its own simulator.)"""
     tmp = tmp_path_factory.mktemp("dist")
     with ExitStack() as stack:
         sim = stack.enter_context(running_sim(*SIM))
         cluster = Cluster(stack, sim.url, tmp / "dist", 2, *RUN)
+        local = subprocess.Popen(locust_cmd(sim.url, "--results-dir", str(tmp / "local"), *RUN), cwd=ROOT,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        stack.callback(Cluster._kill, local)
         code, err = cluster.wait()
         assert code == 0, err[-3000:]
-        local = run_locust(sim.url, tmp / "local", *RUN)
-        assert local.code == 0, local.stderr[-3000:]
+        _, local_err = local.communicate(timeout=60)
+        assert local.returncode == 0, local_err[-3000:]
     dist = json.loads((run_dir(tmp / "dist") / "summary.json").read_text())
-    return dist, local.summary, tmp / "dist"
+    return dist, json.loads((run_dir(tmp / "local") / "summary.json").read_text()), tmp / "dist"
 
 
 def test_users_per_stage_equal_the_target_across_workers(runs):
@@ -146,17 +175,31 @@ def test_distributed_slo_attainment_and_goodput_are_merged_counts_and_match_a_lo
     assert dist["slo"]["bracket"] == local["slo"]["bracket"] == [8, None]
 
 
-def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(tmp_path):
-    results = tmp_path / "killed"
+def kill_a_worker_mid_stage(results: Path) -> tuple[dict, str]:
+    """A run of 2 workers, one SIGKILLed inside stage 0's window: (summary.json, master stderr)."""
     with ExitStack() as stack:
         sim = stack.enter_context(running_sim(*SIM))
         cluster = Cluster(stack, sim.url, results, 2, "--scenario", "config/smoke.yaml",
                           "--output-tokens", "50", "--stages", "4,8", "--warmup", "1",
-                          "--stage-duration", "12")
-        time.sleep(7)  # workers connect (~2 s), stage 0 ramps, warms up (1 s), is measured (12 s)
+                          "--stage-duration", "6")
+        # stage 0 ramps once both workers are in, warms up (1-2 s), is measured (6 s): kill inside it
+        ramp_t = cluster.wait_line(r"stage 0 C=4: ramp")
+        time.sleep(max(0.0, ramp_t + 3 - time.monotonic()))
         os.kill(cluster.workers[0].pid, signal.SIGKILL)
-        code, err = cluster.wait()
-    summary = json.loads((run_dir(results) / "summary.json").read_text())
+        _, err = cluster.wait()
+    return json.loads((run_dir(results) / "summary.json").read_text()), err
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """``kill_a_worker_mid_stage`` in a thread, started as the module's first fixture so that it
+    runs beside ``runs``; yields its future."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(kill_a_worker_mid_stage, tmp_path_factory.mktemp("killed") / "killed")
+
+
+def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(killed_run: Future):
+    summary, err = killed_run.result(timeout=200)
     assert summary["run"]["ended_at"] is not None
     (loss,) = summary["run"]["worker_losses"]
     assert loss["stage"] in (0, 1) and loss["concurrency"] in (4, 8)

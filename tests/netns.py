@@ -33,6 +33,7 @@ import pytest
 PREFIX = "lgnet"
 STALE = re.compile(rf"^{PREFIX}-(\d+)-\d+-")
 _labs = itertools.count()
+_probes = itertools.count()
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -85,7 +86,7 @@ def require_netns() -> None:
         pytest.skip("network-namespace tests need root (ip netns add); run them as root (CI does)")
     if shutil.which("ip") is None:
         pytest.skip("network-namespace tests need iproute2's `ip` (apt-get install iproute2)")
-    probe = f"{PREFIX}-{os.getpid()}-probe"
+    probe = f"{PREFIX}-{os.getpid()}-probe{next(_probes)}"  # labs made side by side probe apart
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         pytest.skip(f"`ip netns add` failed here ({made.stderr.strip()}): no network namespaces")

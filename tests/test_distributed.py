@@ -10,7 +10,7 @@ import socket
 import subprocess
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -37,7 +37,8 @@ class Cluster:
     """A master and N workers; every process is killed at exit. The master's stderr is read as it
     comes (``lines``: each line with its arrival time), so a test can act on what it printed."""
 
-    def __init__(self, stack: ExitStack, host: str, results: Path, n_workers: int, *args: str):
+    def __init__(self, stack: ExitStack, host: str, results: Path, n_workers: int, *args: str,
+                 worker_locustfile: str = "locustfile.py", worker_env: dict | None = None):
         port = free_port()
         self.master = subprocess.Popen(
             locust_cmd(host, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
@@ -49,9 +50,10 @@ class Cluster:
         self._reader.start()
         self.workers = []
         for _ in range(n_workers):
-            w = subprocess.Popen(
-                [*locust_cmd(host, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))],
-                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            cmd = locust_cmd(host, "--worker", "--master-host", "127.0.0.1", "--master-port", str(port))
+            cmd[cmd.index(str(ROOT / "locustfile.py"))] = str(ROOT / worker_locustfile)
+            w = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 env={**os.environ, **(worker_env or {})})
             stack.callback(self._kill, w)
             self.workers.append(w)
 
@@ -94,10 +96,10 @@ def ledgers(results: Path) -> list[StageStats]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, killed_run):
+def runs(tmp_path_factory, beside):
     """One distributed and one local run of the same scenario against the same simulator, side by
     side: the fixed timing model serves every request on its own schedule, whatever else runs.
-    (``killed_run``, asked for first, goes on beside them on its own simulator.)"""
+    (``beside``, asked for first, runs two more beside them.)"""
     tmp = tmp_path_factory.mktemp("dist")
     with ExitStack() as stack:
         sim = stack.enter_context(running_sim(*SIM))
@@ -190,18 +192,46 @@ def kill_a_worker_mid_stage(results: Path) -> tuple[dict, str]:
     return json.loads((run_dir(results) / "summary.json").read_text()), err
 
 
+def count_parser_builds(tmp: Path) -> dict:
+    """A 5 s ramp to 8 users on one worker that counts its argument-parser builds
+    (tests/fixtures/parser_count_locustfile.py)."""
+    counts = tmp / "parser_builds"
+    with ExitStack() as stack:
+        sim = stack.enter_context(running_sim(*SIM))
+        code, err = Cluster(stack, sim.url, tmp / "results", 1, "--scenario", "config/smoke.yaml",
+                            "--output-tokens", "50", "--warmup", "1", "--stages", "8", "--stage-duration", "2",
+                            "--ramp", "5", worker_locustfile="tests/fixtures/parser_count_locustfile.py",
+                            worker_env={"LLM_TEST_PARSER_COUNT_DIR": str(counts)}).wait(90)
+    return {"code": code, "stderr": err, "counts": [json.loads(p.read_text())["count"] for p in counts.glob("*.json")]}
+
+
 @pytest.fixture(scope="module")
-def killed_run(tmp_path_factory):
-    """``kill_a_worker_mid_stage`` in a thread, started as the module's first fixture so that it
-    runs beside ``runs``; yields its future."""
+def beside(tmp_path_factory):
+    """The runs that go on beside ``runs`` (which asks for this first), one after the other in a
+    thread, each on its own simulator: {"killed": future of ``kill_a_worker_mid_stage``,
+    "parser": future of ``count_parser_builds``}."""
     with ThreadPoolExecutor(1) as pool:
-        yield pool.submit(kill_a_worker_mid_stage, tmp_path_factory.mktemp("killed") / "killed")
+        yield {"killed": pool.submit(kill_a_worker_mid_stage, tmp_path_factory.mktemp("killed") / "killed"),
+               "parser": pool.submit(count_parser_builds, tmp_path_factory.mktemp("parser"))}
 
 
-def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(killed_run: Future):
-    summary, err = killed_run.result(timeout=200)
+def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(beside):
+    summary, err = beside["killed"].result(timeout=200)
     assert summary["run"]["ended_at"] is not None
     (loss,) = summary["run"]["worker_losses"]
     assert loss["stage"] in (0, 1) and loss["concurrency"] in (4, 8)
     assert [s["concurrency"] for s in summary["stages"]] == [4, 8]
     assert "lost during stage" in err
+
+
+# -- a ramp on one worker ---------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_a_ramp_does_not_rebuild_the_option_parser_for_every_spawn_message(beside):
+    """Locust 2.47's WorkerRunner filters the master's options with ``default_args_dict()`` once per
+    option of every spawn message, each call a whole new parser; loadgen.locust_plugin builds it once
+    (8 workers with --ramp 10 missed their heartbeats in 6 of 6 tries before)."""
+    ran = beside["parser"].result(timeout=110)
+    assert ran["code"] == 0, ran["stderr"][-3000:]
+    (count,) = ran["counts"]
+    # starting up builds it a few times; a 5 s ramp is ~5 spawn messages x ~76 options: hundreds
+    assert count <= 10, f"the worker built Locust's argument parser {count} times"

@@ -9,25 +9,26 @@ has no netem).
 Beyond the master's own figures, two outside witnesses: the simulator's counters (every request it
 completed, every token it generated) and the kernel timestamp of every request leaving a worker
 (a packet tap), plus, with the relay, when each phase broadcast left the master and reached a worker.
+
+Two runs whose checks are counts with no timing in them (the exact-merge sweep, the master
+SIGKILL) go side by side in threads (``beside``), each test reading its run's result (``ran``),
+beside the late-join run once its join is over; the others (losses booked against a window, phase
+edges) run alone after them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
-from loadgen.sim.launch import running_sim
 from tests.netcluster import (
-    RUN,
-    SIM,
     assert_exact_merge,
     assert_server_agrees,
     from_workers,
@@ -36,36 +37,39 @@ from tests.netcluster import (
     stage_users,
 )
 from tests.netlag import read_log
-from tests.runlocust import ROOT, locust_cmd
-from tests.test_distributed import free_port
 
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s")  # a stage row of the table printed as each stage finishes
 integration = pytest.mark.integration
 
 
 @pytest.fixture
-def net(tmp_path):
-    """``net(subnet, workers)`` -> a ``Net`` for this test, torn down after it."""
+def net(tmp_path, beside):
+    """``net(subnet, workers)`` -> a ``Net`` for this test, torn down after it; the side-by-side
+    runs are over before it starts (this test runs alone)."""
+    wait(beside().values())
     with ExitStack() as stack:
         yield lambda subnet, workers: stack.enter_context(lab_net(tmp_path / "results", subnet, workers))
 
 
-# -- (a) a full sweep across hosts: the merge is exact ---------------------------------------------------
-@integration
-@pytest.mark.timeout(150)
-def test_sweep_across_hosts_merges_exactly(net):
-    n = net(subnet=1, workers=2)
-    n.start_master(2, "--stages", "2,4,8", "--stage-duration", "3")
-    for w in n.workers:
-        n.start_worker(w)
-    assert n.wait_master() == 0, n.stderr()[-3000:]
-    s, parts = n.summary(), n.ledgers()
-    assert s["run"]["workers"] == 2 and s["run"]["worker_losses"] == []
-    assert stage_users(s) == [(2, 2), (4, 4), (8, 8)]
-    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"])
-    assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts.values())
-    assert_exact_merge(s, merged(parts.values()))
-    assert_server_agrees(s, n.server_counters())
+@pytest.fixture(scope="module")
+def beside(request, tmp_path_factory):
+    """``start()`` -> {test name: future} of the ``BESIDE`` runs of the selected tests, started (in
+    threads) at the first call."""
+    asked = {item.originalname for item in request.session.items if item.module is request.module} & BESIDE.keys()
+    started: dict = {}
+    with ThreadPoolExecutor(max_workers=len(BESIDE)) as pool:
+        def start() -> dict:
+            if not started:
+                started.update({name: pool.submit(BESIDE[name], tmp_path_factory.mktemp("beside")) for name in asked})
+            return started
+
+        yield start
+
+
+@pytest.fixture
+def ran(request, beside) -> dict:
+    """What this test's side-by-side run returned."""
+    return beside()[request.node.originalname].result()
 
 
 # -- (b) a worker that joins 20 s into the run -------------------------------------------------------------
@@ -74,13 +78,15 @@ LATE_STAGES = (1, 2, 4, 8, 16)
 
 
 @pytest.fixture(scope="module")
-def late_run(tmp_path_factory):
+def late_run(tmp_path_factory, beside):
     """One run: --expect-workers 1 starts it with w0; w1 joins >= 20 s later, mid-window.
 
     w1's process starts with the others but dials a relay on its own 127.0.0.1 that only comes up
     at the join (a host whose network comes up late): its imports cannot delay the join by an
     unknown few seconds, and the join never falls on a ramp's dispatch (Locust re-dispatches the
     running users on a join only outside one). A tap in each worker counts every request sent.
+    The side-by-side runs start 5 s after the join: a busy CPU would widen the instant in which the
+    server has finished a request that the join's re-dispatch is cutting (held to its counters).
     """
     tmp = tmp_path_factory.mktemp("late")
     with lab_net(tmp / "results", subnet=2, workers=2) as n:
@@ -94,6 +100,8 @@ def late_run(tmp_path_factory):
             time.sleep(0.1)
         joined_at = time.time()
         n.relay(n.workers[1], delay_ms=0, jitter_ms=0, seed=0)
+        time.sleep(5)  # the join and its re-dispatch take under 3 s (the test below needs a ramp after that)
+        beside()
         code = n.wait_master()
         yield {"net": n, "code": code, "joined_at": joined_at, "summary": n.summary(), "ledgers": n.ledgers(),
                "server": n.server_counters(), "sent": sum(len(read_log(t)) for t in taps)}
@@ -126,16 +134,100 @@ def test_a_late_join_loses_no_request(late_run):
     assert_server_agrees(late_run["summary"], late_run["server"])
 
 
+# -- (a) a full sweep across hosts: the merge is exact ---------------------------------------------------
+def run_sweep(tmp: Path) -> dict:
+    with lab_net(tmp / "results", subnet=1, workers=2) as n:
+        n.start_master(2, "--stages", "2,4,8", "--stage-duration", "3")
+        for w in n.workers:
+            n.start_worker(w)
+        code = n.wait_master()
+        return {"code": code, "stderr": n.stderr(), "summary": n.summary(), "ledgers": n.ledgers(),
+                "server": n.server_counters()}
+
+
+@integration
+@pytest.mark.timeout(150)
+def test_sweep_across_hosts_merges_exactly(ran):
+    assert ran["code"] == 0, ran["stderr"][-3000:]
+    s, parts = ran["summary"], ran["ledgers"]
+    assert s["run"]["workers"] == 2 and s["run"]["worker_losses"] == []
+    assert stage_users(s) == [(2, 2), (4, 4), (8, 8)]
+    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"])
+    assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts.values())
+    assert_exact_merge(s, merged(parts.values()))
+    assert_server_agrees(s, ran["server"])
+
+
+# -- (e) the master SIGKILLed mid-run ---------------------------------------------------------------------
+def printed_rows(lines: list[tuple[float, str]]) -> list[tuple[float, int]]:
+    """(time printed, concurrency) of each stage row the master printed as a stage finished."""
+    header = next((i for i, (_, line) in enumerate(lines) if "TTFT p50" in line), None)
+    if header is None:
+        return []
+    return [(t, int(m.group(1))) for t, line in lines[header + 1:] if (m := ROW.match(line))]
+
+
+def run_master_kill(tmp: Path) -> dict:
+    """A sweep whose master is SIGKILLed once summary.json holds 3 stages; what was left."""
+    stages = (2, 4, 8, 16, 32)
+    with lab_net(tmp / "results", subnet=5, workers=2) as n:
+        n.start_master(2, "--stages", ",".join(map(str, stages)), "--stage-duration", "3")
+        for w in n.workers:
+            n.start_worker(w)
+        path, seen = n.results / "latest" / "summary.json", []  # stages in summary.json, each time it changed
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and n.master_proc.poll() is None:
+            if path.exists():
+                count = len(json.loads(path.read_text())["stages"])
+                if not seen or seen[-1] != count:
+                    seen.append(count)
+                if count >= 3:
+                    break
+            time.sleep(0.05)
+        killed_at = time.time()
+        n.lab.kill(n.master_proc)
+        n.master_proc.wait(10)
+        time.sleep(0.3)  # the reader thread takes the last lines
+        s = n.summary()
+        before = n.server_counters()["completed"]
+        time.sleep(3)
+        after = n.server_counters()["completed"]
+        alive = [w.name for w in n.workers if n.worker_procs[w.name].poll() is None]
+        return {"stages": stages, "seen": seen, "killed_at": killed_at, "summary": s, "lines": list(n.lines),
+                "completed_after_s": after - before, "alive": alive}
+
+
+@integration
+@pytest.mark.timeout(150)
+def test_a_master_killed_mid_run_leaves_every_completed_stage(ran):
+    s, seen, stages = ran["summary"], ran["seen"], ran["stages"]
+    rows = printed_rows(ran["lines"])
+    written, printed = [st["concurrency"] for st in s["stages"]], [c for _, c in rows]
+    assert seen == list(range(seen[0], 4)), f"summary.json not rewritten once per stage: {seen}"
+    assert s["run"]["ended_at"] is None and s["run"]["exit_code"] is None  # it never got to finish
+    # every stage printed is in the file, but one printed in the instant before the kill
+    assert written == printed or (written == printed[:-1] and rows[-1][0] > ran["killed_at"] - 0.5), (written, rows)
+    assert len(written) >= 3 and written == list(stages[:len(written)])
+    assert all(st["requests"] > 0 and st["users"] == st["concurrency"] for st in s["stages"])
+    print(f"summary.json stage counts seen: {seen}; rows printed {printed}; "
+          f"workers still running after the master died: {ran['alive']}, "
+          f"requests the server completed in the 3 s after: {ran['completed_after_s']:.0f}")
+
+
+BESIDE = {"test_sweep_across_hosts_merges_exactly": run_sweep,
+          "test_a_master_killed_mid_run_leaves_every_completed_stage": run_master_kill}
+
+
 # -- (c) a worker killed, another joining ----------------------------------------------------------------
 @integration
 @pytest.mark.timeout(180)
 def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
     n = net(subnet=3, workers=3)
-    n.start_master(2, "--stages", "4,8", "--stage-duration", "8")
+    n.start_master(2, "--stages", "4,8", "--stage-duration", "6")
     victim = n.start_worker(n.workers[0])
     n.start_worker(n.workers[1])
     n.start_worker(n.workers[2], via_relay=True)  # joins once its relay is up
-    # stage 0's window opens ~2 s after its ramp and lasts 8 s; a loss is noticed 3-4 s after it
+    # stage 0's window opens 2-3 s after its ramp and lasts 6 s; a loss is noticed 3-5 s after it
     n.wait_after(r"stage 0 C=4: ramp", 3)
     killed_at = time.time()
     n.lab.kill(victim)
@@ -252,85 +344,3 @@ def test_50_ms_rtt_moves_stage_membership_by_no_more_than_the_broadcast_delay(ne
         assert abs(reported - nolat) <= near
     print(f"phase broadcast delay master -> worker: p50 {delays_ms[len(delays_ms) // 2]:.1f} ms, "
           f"max {delays_ms[-1]:.1f} ms over {len(delays_ms)} phases")
-
-
-# -- (e) the master SIGKILLed mid-run ---------------------------------------------------------------------
-def printed_rows(lines: list[tuple[float, str]]) -> list[tuple[float, int]]:
-    """(time printed, concurrency) of each stage row the master printed as a stage finished."""
-    header = next((i for i, (_, line) in enumerate(lines) if "TTFT p50" in line), None)
-    if header is None:
-        return []
-    return [(t, int(m.group(1))) for t, line in lines[header + 1:] if (m := ROW.match(line))]
-
-
-@integration
-@pytest.mark.timeout(150)
-def test_a_master_killed_mid_run_leaves_every_completed_stage(net):
-    n = net(subnet=5, workers=2)
-    stages = (2, 4, 8, 16, 32)
-    n.start_master(2, "--stages", ",".join(map(str, stages)), "--stage-duration", "3")
-    for w in n.workers:
-        n.start_worker(w)
-    path, seen = n.results / "latest" / "summary.json", []  # stages in summary.json, each time it changed
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and n.master_proc.poll() is None:
-        if path.exists():
-            count = len(json.loads(path.read_text())["stages"])
-            if not seen or seen[-1] != count:
-                seen.append(count)
-            if count >= 3:
-                break
-        time.sleep(0.05)
-    killed_at = time.time()
-    n.lab.kill(n.master_proc)
-    n.master_proc.wait(10)
-    time.sleep(0.3)  # the reader thread takes the last lines
-    s = n.summary()
-    rows = printed_rows(n.lines)
-    written, printed = [st["concurrency"] for st in s["stages"]], [c for _, c in rows]
-    assert seen == list(range(seen[0], 4)), f"summary.json not rewritten once per stage: {seen}"
-    assert s["run"]["ended_at"] is None and s["run"]["exit_code"] is None  # it never got to finish
-    # every stage printed is in the file, but one printed in the instant before the kill
-    assert written == printed or (written == printed[:-1] and rows[-1][0] > killed_at - 0.5), (written, rows)
-    assert len(written) >= 3 and written == list(stages[:len(written)])
-    assert all(st["requests"] > 0 and st["users"] == st["concurrency"] for st in s["stages"])
-    before = n.server_counters()["completed"]
-    time.sleep(3)
-    after = n.server_counters()["completed"]
-    alive = [w.name for w in n.workers if n.worker_procs[w.name].poll() is None]
-    print(f"summary.json stage counts seen: {seen}; rows printed {[c for _, c in rows]}; "
-          f"workers still running after the master died: {alive}, "
-          f"requests the server completed in the 3 s after: {after - before:.0f}")
-
-
-# -- a ramp across many workers (127.0.0.1; no namespaces needed) -----------------------------------------
-@integration
-@pytest.mark.timeout(120)
-def test_a_ramp_does_not_rebuild_the_option_parser_for_every_spawn_message(tmp_path):
-    """Locust 2.47's WorkerRunner filters the master's options with ``default_args_dict()`` once per
-    option of every spawn message, each call a whole new parser; loadgen.locust_plugin builds it once
-    (8 workers with --ramp 10 missed their heartbeats in 6 of 6 tries before)."""
-    counts = tmp_path / "parser_builds"
-    port = free_port()
-    with running_sim(*SIM) as sim:
-        master = subprocess.Popen(
-            locust_cmd(sim.url, "--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port),
-                       "--expect-workers", "1", "--results-dir", str(tmp_path / "results"), *RUN,
-                       "--stages", "8", "--stage-duration", "2", "--ramp", "5"),
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "locust", "--headless", "-f", str(ROOT / "tests/fixtures/parser_count_locustfile.py"),
-             "--worker", "--master-host", "127.0.0.1", "--master-port", str(port), "--loglevel", "WARNING"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, "LLM_TEST_PARSER_COUNT_DIR": str(counts)})
-        try:
-            _, err = master.communicate(timeout=90)
-            worker.wait(30)
-        finally:
-            for p in (master, worker):
-                if p.poll() is None:
-                    p.kill()
-    assert master.returncode == 0, err[-3000:]
-    (count,) = [json.loads(p.read_text())["count"] for p in counts.glob("*.json")]
-    # starting up builds it a few times; a 5 s ramp is ~5 spawn messages x ~76 options: hundreds
-    assert count <= 10, f"the worker built Locust's argument parser {count} times"

@@ -103,9 +103,7 @@ def live_rows(session, now_s: float | None) -> list[dict]:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
         # a rate stage's row names its offered rate, as its final row will (results.open_loop_fields)
-        load = ({"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()} if info.rate_per_s is not None
-                else {"concurrency": info.concurrency})
-        out.append({"index": k, **load, "status": status, **stats.row(window_s),
+        out.append({"index": k, **info.load_fields(), "status": status, **stats.row(window_s),
                     "window_s": window_s, "search": info.search, "flags": ["slo_search"] if info.search else []})
     return out
 

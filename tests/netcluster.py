@@ -193,11 +193,13 @@ def assert_server_agrees(summary: dict, server: dict) -> None:
 
     Requests the client cut mid-flight (``cancelled_requests``: Locust moved their users) are the
     only slack: the server may or may not have started one (the POST can be cut before it is
-    read), counts its prompt tokens, and its last token may be in flight when the cut lands."""
+    read), counts its prompt tokens, its last token may be in flight when the cut lands, and it
+    may have finished at the server before the client read its end (once in a few hundred cuts on
+    a busy machine: the server counted 407 completed, the client 406 ok and the cut one)."""
     t = summary["totals"]
     failed, cut = sum(t["errors"].values()), t.get("cancelled_requests", 0)
     per_prompt = summary["scenario"]["input_tokens"]
-    assert server["completed"] == t["requests"], (server, t)
+    assert t["requests"] <= server["completed"] <= t["requests"] + cut, (server, t)
     assert t["requests"] + failed <= server["started"] <= t["requests"] + failed + cut, (server, t)
     assert 0 <= server["prompt_tokens"] - t["input_tokens"] <= cut * per_prompt, (server, t)
     generated = t["output_tokens"] + t["failed_output_tokens"] + t.get("cancelled_output_tokens", 0)

@@ -119,7 +119,8 @@ def test_a_worker_joining_20_s_late_takes_users_and_merges_exactly(late_run):
     assert stage_users(s) == [(c, c) for c in LATE_STAGES]
     assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts.values()), "the late worker did no work"
     assert_exact_merge(s, merged(parts.values()))
-    assert late_run["server"]["completed"] == s["totals"]["requests"]
+    t = s["totals"]  # a request cut at the join may have finished at the server (assert_server_agrees)
+    assert t["requests"] <= late_run["server"]["completed"] <= t["requests"] + t["cancelled_requests"]
 
 
 @integration

@@ -125,36 +125,33 @@ def _sweep_checks(run, stages: list[int], out: int = OUT) -> dict:
     return s
 
 
-QUEUE_OUT = 64  # output tokens a request in the queueing sweep
+SWEEP_OUT = 64  # output tokens a request in the C=1,2,4 sweep
 
 
 @pytest.fixture(scope="module")
-def queue_sweep(server, tmp_path_factory):
-    """One completions sweep C=1,2,4 of 32 + 64 tokens with hand-fitted IDs, for two tests: its
-    token counts against the server's counter, and its TTFT once users outnumber the slots.
-    Returns (the run, tokens the server generated meanwhile)."""
+def default_sweep(server, tmp_path_factory):
+    """One completions sweep C=1,2,4 of 32 + 64 tokens, IDs as a new user gets them (no hand-fitted
+    range), for two tests: its token counts and the range the start check chose, and its TTFT once
+    users outnumber the slots. Returns (the run, tokens the server generated meanwhile)."""
     before = server.metric(PREDICTED)
-    run = run_locust(server.url, tmp_path_factory.mktemp("queue") / "res", *SHORT, "--stages", "1,2,4",
-                     "--output-tokens", str(QUEUE_OUT), "--set", fitted_ids(8192))
+    run = run_locust(server.url, tmp_path_factory.mktemp("sweep") / "res", *SHORT, "--stages", "1,2,4",
+                     "--output-tokens", str(SWEEP_OUT))
     wait_until_idle(server)  # the counter grows when a slot is released
     return run, server.metric(PREDICTED) - before
 
 
-def test_completions_sweep_output_tokens_equal_the_servers_counter(queue_sweep):
-    run, delta = queue_sweep
-    s = _sweep_checks(run, [1, 2, 4], out=QUEUE_OUT)
+def test_completions_sweep_output_tokens_equal_the_servers_counter(default_sweep):
+    """Our output tokens (the start check's probe included) equal the server's counter. (Runs with
+    hand-fitted ranges are counted the same way below: the small vocabulary, the held-back text.)"""
+    run, delta = default_sweep
+    s = _sweep_checks(run, [1, 2, 4], out=SWEEP_OUT)
     assert s["totals"]["output_tokens"] == delta > 0
 
 
-def test_a_new_users_default_run_fits_the_vocabulary_by_itself(server, tmp_path):
-    """No hand-fitted range: IDs come from [1000, 8192) (the reported vocabulary), 0 errors, and
-    our output tokens (the start check's probe included) equal the server's counter."""
-    before = server.metric(PREDICTED)
-    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "1,2")
-    wait_until_idle(server)
-    delta = server.metric(PREDICTED) - before
-    s = _sweep_checks(run, [1, 2])
-    assert s["totals"]["output_tokens"] == delta > 0
+def test_a_new_users_default_run_fits_the_vocabulary_by_itself(default_sweep):
+    """No hand-fitted range: IDs come from [1000, 8192) (the reported vocabulary), 0 errors."""
+    run, _ = default_sweep
+    s = _sweep_checks(run, [1, 2, 4], out=SWEEP_OUT)
     compat = s["server"]["compat"]
     assert (compat["server"], compat["detected_by"], compat["token_id_range"]) == ("llamacpp", "owned_by", [1000, 8192])
     assert s["preflight"]["probes"] == ["ok"] and s["server"]["max_model_len"] == 512
@@ -228,13 +225,13 @@ def test_tokens_whose_text_the_server_holds_back_are_ok_and_counted(server, tmp_
         in run.stderr
 
 
-def test_more_users_than_slots_queue_and_ttft_shows_it(queue_sweep):
+def test_more_users_than_slots_queue_and_ttft_shows_it(default_sweep):
     """-np 2: at C=2 every request has a slot; at C=4 two always wait for one, so TTFT jumps to a
     large share of a request's E2E. (With -np 4 the same run gives TTFT p50 ~3 ms at C=4, about
     1.5x C=2's, and under 10 % of E2E: it is the queue, not batching, that these bounds see.)
     A 1 s window still holds some 40 requests a stage (the bounds hold with a wide margin: C=4's
     TTFT p50 has been 10-15x the others', half its E2E)."""
-    run, _ = queue_sweep
+    run, _ = default_sweep
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     one, two, four = run.summary["stages"]
     assert one["error_count"] == two["error_count"] == four["error_count"] == 0

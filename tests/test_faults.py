@@ -350,13 +350,15 @@ def test_server_killed_mid_run_and_restarted_the_run_carries_on(tmp_path):
     sims = [SimProcess(sim_args)]
     proc = subprocess.Popen(
         locust_cmd(sims[0].url, "--results-dir", str(results), *SHORT, "--output-tokens", str(OUT),
-                   "--stages", "2,4", "--stage-duration", "4"),
+                   "--stages", "2,4", "--stage-duration", "3"),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        for line in proc.stderr:  # stage 0's window opens 1-2 s after its ramp and lasts >= 4 s
+        # stage 0: warmup from 1 s after its ramp, window from ~2 s for >= 3 s; killed at 1 s, back
+        # by ~3 s: 2 s before stage 1's ramp, 4 s before its window opens
+        for line in proc.stderr:
             if "stage 0 C=2: ramp" in line:
                 break
-        time.sleep(2.5)
+        time.sleep(1.0)
         sims[0].proc.send_signal(signal.SIGKILL)
         sims[0].proc.wait()
         time.sleep(1.0)

@@ -57,13 +57,14 @@ def over_capacity_run(tmp_path_factory):
     capacity in, so C=256 never runs. Up to C=128's window the load is the same with or without
     ``abort_on_over_capacity`` (it acts only once that window has closed): one run serves the watch
     test and the abort test. (That a flag alone leaves the run's exit code 0 is pinned by
-    tests/test_first_day.py's preempting server.) A poll every 0.2 s: ~10 in a 2 s window, so the
-    queue rule (in half the polls) does not fire on C=8's odd queued request (~6 % of polls)."""
+    tests/test_first_day.py's preempting server.) A poll every 0.1 s: ~10 in a 1 s window (C=128's
+    lasts ~2 s, until 128 requests finished in it), so the queue rule (in half the polls) does not
+    fire on C=8's odd queued request (~6 % of polls)."""
     with running_sim("--preset", "llama8b-1gpu-vllm", "--time-scale", "5") as sim:
         return run_locust(sim.url, tmp_path_factory.mktemp("overcap") / "res", "--scenario", "config/smoke.yaml",
                           "--input-tokens", "1000", "--output-tokens", "200", "--stages", "8,128,256",
-                          "--warmup", "1", "--stage-duration", "2", "--guard-action", "warn",
-                          "--set", "guard.watch_interval_s=0.2", "--set", "guard.abort_on_over_capacity=true",
+                          "--warmup", "1", "--stage-duration", "1", "--guard-action", "warn",
+                          "--set", "guard.watch_interval_s=0.1", "--set", "guard.abort_on_over_capacity=true",
                           "--set", "stages.drain_s=5")
 
 

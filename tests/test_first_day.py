@@ -42,7 +42,7 @@ def console_run(fixed, tmp_path_factory):
     Returns the run and its folder (fixed now: a later run in the same results directory moves
     ``latest``)."""
     run = run_locust(fixed.url, tmp_path_factory.mktemp("console") / "results", *SMOKE, "--stages", "2,120",
-                     "--ramp", "1", "--loglevel", "INFO")
+                     "--ramp", "1", "--stage-duration", "1", "--loglevel", "INFO")
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     return run, run.run_dir
 
@@ -121,9 +121,10 @@ def _over(summary: dict) -> dict[int, bool]:
     return {s["concurrency"]: "server_over_capacity" in s["flags"] for s in summary["stages"]}
 
 
-# ~10 polls per 2 s window: the queue and KV rules need half of a stage's polls (and 2), so a
-# request caught queued now and then (~2 % of polls at C=4 below) cannot make a flag
-WATCH_OFTEN = ("--set", "guard.watch_interval_s=0.2")
+# 1 s windows (each lasts until C requests finished in it) polled ~10 times: the queue and KV rules
+# need half of a stage's polls (and 2), so a request caught queued now and then (~2 % of polls at
+# C=4 below) cannot make a flag
+WATCHED_WINDOWS = ("--stage-duration", "1", "--set", "guard.watch_interval_s=0.1")
 
 
 def test_no_over_capacity_flag_on_a_healthy_sweep_although_requests_queue_briefly(tmp_path):
@@ -132,8 +133,8 @@ def test_no_over_capacity_flag_on_a_healthy_sweep_although_requests_queue_briefl
     flagged that way at 26% KV): the simulated Qwen3.5-397B server has room for all of it."""
     with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "10") as sim:
         run = run_locust(sim.url, tmp_path / "res", "--input-tokens", "200", "--output-tokens", "200",
-                         "--stages", "16,64,256", "--stage-duration", "2", "--warmup", "1", "--ramp", "1",
-                         *WATCH_OFTEN)
+                         "--stages", "16,64,256", "--warmup", "1", "--ramp", "1",
+                         *WATCHED_WINDOWS)
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     servers = [s["server"] for s in run.summary["stages"]]
     for server in servers:
@@ -149,8 +150,8 @@ def test_a_server_that_preempts_is_flagged_with_its_evidence_and_the_legend(tmp_
     with running_sim("--preset", "llama8b-1gpu-vllm", "--time-scale", "10", "--kv-tokens", "8192",
                      "--max-model-len", "4096") as sim:
         run = run_locust(sim.url, tmp_path / "res", "--input-tokens", "200", "--output-tokens", "200",
-                         "--stages", "4,64", "--stage-duration", "2", "--warmup", "1", "--ramp", "1",
-                         "--guard-action", "warn", *WATCH_OFTEN)
+                         "--stages", "4,64", "--warmup", "1", "--ramp", "1",
+                         "--guard-action", "warn", *WATCHED_WINDOWS)
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     assert _over(run.summary) == {4: False, 64: True}
     big = run.summary["stages"][1]

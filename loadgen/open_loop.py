@@ -37,7 +37,7 @@ from loadgen.arrivals import ArrivalSpec
 from loadgen.client import StreamClient
 from loadgen.records import RequestRecord
 from loadgen.trace import TraceSchedule, is_trace
-from loadgen.users import PATHS, LLMUser, prompt_source, request_body, send_request
+from loadgen.users import PATHS, LLMUser, ask_body, prompt_source, send_request
 
 POLL_S = 0.05  # longest sleep between looks at the phase
 
@@ -72,8 +72,7 @@ class RateUser(LLMUser):
         client = self.idle_clients.pop() if self.idle_clients else self._new_client()
         try:
             ask = self.prompts.next() if line is None else self.prompts.from_line(line)
-            body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
-            ask = ask.sent()  # the body carries the prompt while it streams
+            body, ask = ask_body(sc, self.model, ask, rt.compat)
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
             send_request(self, client, body, RequestRecord(due_s, ask.output_tokens, sc.endpoint), stage, ask)
         finally:
@@ -148,7 +147,7 @@ def probe_duration_s(rt, n: int) -> tuple[float | None, list]:
         for _ in range(n):
             ask = prompts.next()
             record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
-            body = request_body(sc, model, ask.prompt, rt.compat, ask.output_tokens)
+            body, ask = ask_body(sc, model, ask, rt.compat)
             result, _ = client.stream(PATHS[sc.endpoint], body, record)
             results.append(result)
         e2e = [r.e2e_s for r in results if r.ok]

@@ -68,6 +68,13 @@ class StageInfo:
         rate = self.rate_per_s is not None
         return load_label(self.rate_per_s if rate else self.concurrency, rate)
 
+    def load_fields(self) -> dict:
+        """The stage's load as its summary.json row names it: ``{"concurrency": C}``, or for a rate
+        stage ``{"concurrency": None, "offered_rate_per_s": r}`` (``open_loop_fields``)."""
+        if self.rate_per_s is None:
+            return {"concurrency": self.concurrency}
+        return {"concurrency": None, "offered_rate_per_s": self.offered_rate_per_s()}
+
     @property
     def closed(self) -> bool:
         return self.window_s is not None

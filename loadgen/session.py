@@ -241,7 +241,7 @@ class Session:
             died_in = self.stage_info.get(lost.stage)  # where it was last heard (loadgen.worker_loss)
             self.worker_losses.append({
                 "worker": lost.client_id, "at": iso(time.time()), "stage": lost.stage,
-                "concurrency": died_in.concurrency if died_in else None, **lost.record(self.fleet.wall_iso),
+                **(died_in.load_fields() if died_in else {"concurrency": None}), **lost.record(self.fleet.wall_iso),
             })
             say(f"llm-loadgen: {lost.describe()}")
 

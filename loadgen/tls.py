@@ -6,9 +6,10 @@ The settings are the scenario's ``request.ca_cert`` (``--ca-cert PATH``) and
 
 - ``ca_cert``: the certificates in this PEM file (a CA bundle, or the server's own self-signed
   certificate) are the ones trusted, *instead of* the system store, as ``curl --cacert`` does.
-- no ``ca_cert``: the system store, the file OpenSSL names (``ssl.get_default_verify_paths``,
-  which honours the ``SSL_CERT_FILE`` environment variable as Python's ssl does by default),
-  else certifi's bundle: the rule geventhttpclient applied before this module.
+- no ``ca_cert``: the system store, the file and the hashed directory OpenSSL names
+  (``ssl.get_default_verify_paths``, which honours the ``SSL_CERT_FILE`` and ``SSL_CERT_DIR``
+  environment variables as Python's ssl does by default), with certifi's bundle when there is no
+  such file: the rule geventhttpclient applied before this module, plus the directory.
 - ``verify_tls`` false: no certificate and no host-name check at all.
 
 One context per process (``client_context``), shared by every connection: building one reads a
@@ -70,8 +71,8 @@ def _context(tls: TlsSettings) -> gevent.ssl.SSLContext:
     if tls.ca_cert is not None:
         context = _load_ca_cert(tls.ca_cert)
     elif tls.verify:
-        system_file = ssl.get_default_verify_paths().cafile  # SSL_CERT_FILE when that file exists
-        context = gevent.ssl.create_default_context(cafile=system_file or _certifi())
+        system = ssl.get_default_verify_paths()  # SSL_CERT_FILE / SSL_CERT_DIR when they exist
+        context = gevent.ssl.create_default_context(cafile=system.cafile or _certifi(), capath=system.capath)
     else:
         context = gevent.ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if not tls.verify:

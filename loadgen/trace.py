@@ -14,7 +14,7 @@ Each load process replays its disjoint share (loadgen.dataset.share, file order:
 If the stage lasts longer than the trace, the trace starts over one period later (period = the
 trace's span + its mean gap), so the rate stays the trace's. The dispatcher sends each line at its
 due time, late ones at once and counted late, exactly as a generated schedule (no coordinated
-omission); ``hash_ids`` lines get shared token-ID prefixes (loadgen.workload).
+omission); ``hash_ids`` lines get shared prefixes (token IDs, or words for text prompts: loadgen.workload).
 """
 
 from __future__ import annotations

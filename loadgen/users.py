@@ -25,7 +25,7 @@ from loadgen.failures import LocustFailure, is_client_refusal, locust_name
 from loadgen.preflight import PATHS, not_openai_message
 from loadgen.prompts import ChatPrompts, fit_word_count
 from loadgen.records import RequestRecord
-from loadgen.workload import DatasetCursor, PromptMaker, TextFit, Workload
+from loadgen.workload import Ask, DatasetCursor, PromptMaker, TextFit, Workload
 
 _user_numbers = itertools.count()
 _calibration_lock = Semaphore()
@@ -43,6 +43,12 @@ def _process_key(environment) -> int:
 def request_body(scenario, model: str, prompt, compat: Compat, output_tokens: int | None = None) -> bytes:
     """The JSON body of one streaming request (``loadgen.compat.build_body``)."""
     return build_body(scenario, model, prompt, compat, output_tokens)
+
+
+def ask_body(scenario, model: str, ask: Ask, compat: Compat) -> tuple[bytes, Ask]:
+    """The body of ``ask``'s request and ``ask.sent()``: the body carries
+    the prompt while the request streams, so the Ask kept beside it drops its copy."""
+    return request_body(scenario, model, ask.prompt, compat, ask.output_tokens), ask.sent()
 
 
 def _measure(client: StreamClient, scenario, model: str):
@@ -212,8 +218,7 @@ class LLMUser(User):
             self._prepare()
         sc = rt.scenario
         ask = self.prompts.next()
-        body = request_body(sc, self.model, ask.prompt, rt.compat, ask.output_tokens)
-        ask = ask.sent()  # the body carries the prompt while it streams
+        body, ask = ask_body(sc, self.model, ask, rt.compat)
         stage = rt.measuring
         record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
         result = send_request(self, self.client, body, record, stage, ask)

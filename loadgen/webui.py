@@ -27,7 +27,7 @@ import time
 from loadgen.failures import locust_name
 from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.table import errors_compact, mismatch_compact, stages_csv_text
-from loadgen.stage_load import is_rate_run, load_column, load_label, load_number, stage_load
+from loadgen.stage_load import is_rate_run, load_column, load_label, load_number, stage_label, stage_load
 from loadgen.stats import StageStats
 
 log = logging.getLogger("llm_loadgen")
@@ -103,9 +103,7 @@ def live_rows(session, now_s: float | None) -> list[dict]:
             continue  # a stage the guard stopped before it ramped
         stats = rt.collector.stages.get(k) or StageStats()
         # a rate stage's row names its offered rate, as its final row will (results.open_loop_fields)
-        load = ({"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()} if info.rate_per_s is not None
-                else {"concurrency": info.concurrency})
-        out.append({"index": k, **load, "status": status, **stats.row(window_s),
+        out.append({"index": k, **info.load_fields(), "status": status, **stats.row(window_s),
                     "window_s": window_s, "search": info.search, "flags": ["slo_search"] if info.search else []})
     return out
 
@@ -149,8 +147,9 @@ def run_items(view: dict) -> list[dict]:
 
     if run.get("ended_at"):  # the run is over; the process (and this UI) lives on
         state = f"finished at {run['ended_at']} (exit code {run.get('exit_code')}; {run.get('stop_reason')})"
-    elif phase["stage"] is not None:
-        state = f"stage {phase['stage']}: {phase['kind']}"
+    elif phase["stage"] is not None:  # the stage's load from its row, as the console's phase lines name it
+        row = next((r for r in view["stages"] if r["index"] == phase["stage"]), None)
+        state = f"stage {phase['stage']}{f' ({stage_label(row)})' if row else ''}: {phase['kind']}"
     else:
         state = phase["kind"]
     loads = [

@@ -8,7 +8,8 @@ A ``Workload`` hands out ``Ask``s one at a time from one of two sources:
   a prompt of that length made by ``PromptMaker``;
 - **dataset** (``--dataset``): the process's disjoint share of the file (loadgen.dataset.share),
   one request after the other, cycling. A line with ``input_tokens`` gets a synthesized prompt of
-  that length (``hash_ids``: shared token-ID blocks, loadgen.prompts.hashed_prefix_prompt); a line
+  that length (``hash_ids``: shared blocks of token IDs, or of words for text prompts,
+  ``PromptMaker.hashed``); a line
   with ``prompt`` / ``messages`` is sent as given and its input length is whatever the server's
   usage says (expected None: no mismatch verdict). A line without ``output_tokens`` draws one from
   the ``output:`` distribution.
@@ -114,8 +115,17 @@ class PromptMaker:
         text = self.text(self.fit.words(n_tokens))
         return ([{"role": "user", "content": text}] if self.kind == "chat" else text), n_tokens
 
-    def hashed(self, n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int, salt: int) -> TokenIds:
-        return hashed_prefix_prompt(n_tokens, hash_ids, block_tokens, self.id_range, self._rng, salt)
+    def hashed(self, n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int, salt: int) -> object:
+        """A prompt of ``n_tokens`` whose block i is a function of ``hash_ids[i]`` alone
+        (``hashed_prefix_prompt``). Text kinds: the same blocks over the word list, each of
+        round(block_tokens / a) words (a = the calibration's tokens per word; every word is one
+        token, so equal leading blocks are an equal token prefix), fit.words(n_tokens) in all."""
+        if self.kind == "token_ids":
+            return hashed_prefix_prompt(n_tokens, hash_ids, block_tokens, self.id_range, self._rng, salt)
+        block_words = max(1, round(block_tokens / (self.fit.a or 1.0)))
+        picks = hashed_prefix_prompt(self.fit.words(n_tokens), hash_ids, block_words, (0, len(_VOCAB)), self._rng, salt)
+        text = " ".join(_VOCAB[picks].tolist())
+        return [{"role": "user", "content": text}] if self.kind == "chat" else text
 
 
 class DatasetCursor:
@@ -163,7 +173,7 @@ class Workload:
                 prompt = [{"role": "user", "content": r.prompt}]
             expected = len(r.prompt) if isinstance(r.prompt, tuple) else None
             return Ask(prompt, expected, out, timestamp_ms=r.timestamp_ms, line=r.line)
-        if r.hash_ids and self.maker.kind == "token_ids":
+        if r.hash_ids:
             prompt = self.maker.hashed(r.input_tokens, r.hash_ids, self.block_tokens, self.hash_salt)
             return Ask(prompt, r.input_tokens, out, timestamp_ms=r.timestamp_ms, line=r.line)
         prompt, expected = self.maker.make(r.input_tokens)

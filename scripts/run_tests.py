@@ -1,12 +1,13 @@
-"""`make test`: the unit tests in one pytest process, then the integration test files side by side.
+"""`make test`: the unit tests in one pytest process and the integration test files, side by side.
 
 Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
 on the CPU, so two files run at once take about half the wall time. pytest-xdist cannot be used:
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
-forever. Instead, each integration file runs in its own pytest process, ``--jobs`` of them at once,
-slowest first (per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the
-largest files first). A file marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: it measures
-timing against a known answer) runs with no other file beside it.
+forever. Instead, each integration file runs in its own pytest process, ``--jobs`` processes at
+once: the unit tests first (they fail fastest), beside them the integration files slowest first
+(per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
+first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they measure
+timing against a known answer), each with no other process beside it.
 
 Each file's output is printed whole when it fails, and as one line when it passes. The exit code
 is 0 only when every pytest process passed (or had no test to run).
@@ -44,9 +45,9 @@ def is_solo(path: Path) -> bool:
 
 
 def run_order(files: list[Path], seconds: dict[str, float]) -> list[Path]:
-    """Solo files first (one after the other, alone), then the others slowest first: known files
-    by their last time, unknown ones by size (a fair proxy)."""
-    return sorted(files, key=lambda f: (is_solo(f), seconds.get(f.name, -1.0), f.stat().st_size), reverse=True)
+    """The shared files slowest first (known files by their last time, unknown ones by size: a fair
+    proxy), then the solo files (one after the other, alone), slowest first too."""
+    return sorted(files, key=lambda f: (not is_solo(f), seconds.get(f.name, -1.0), f.stat().st_size), reverse=True)
 
 
 def summary_line(output: str) -> str:
@@ -93,28 +94,24 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(job.name)
             print(output, flush=True)
 
-    print("unit tests (not integration), one process:", flush=True)
     only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/{e}*" for e in EXCLUDED]
-    unit = Job("unit", [*common, "-m", "not integration", *only])
-    unit.proc.wait()
-    report(unit)
-
-    queue = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
-    solo = {f.name for f in queue if is_solo(f)}
-    print(f"integration tests: {len(queue)} files, {opts.jobs} at a time (solo files alone):", flush=True)
+    files = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
+    solo = {f"tests/{f.name}" for f in files if is_solo(f)}
+    queue = [("unit", [*common, "-m", "not integration", *only])]
+    queue += [(f"tests/{f.name}", [*common, "-m", "integration", f"tests/{f.name}"]) for f in files]
+    print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
+          f"({len(solo)} solo files last, alone):", flush=True)
     running: list[Job] = []
     while queue or running:
         for job in [j for j in running if j.proc.poll() is not None]:
             running.remove(job)
             report(job)
-        solo_running = any(Path(j.name).name in solo for j in running)
-        while queue and len(running) < opts.jobs and not solo_running:
-            nxt = queue[0]
-            if nxt.name in solo and running:
+        while queue and len(running) < opts.jobs and not any(j.name in solo for j in running):
+            name, args = queue[0]
+            if name in solo and running:
                 break  # wait until the others finished
             queue.pop(0)
-            running.append(Job(f"tests/{nxt.name}", [*common, "-m", "integration", f"tests/{nxt.name}"]))
-            solo_running = nxt.name in solo
+            running.append(Job(name, args))
         time.sleep(0.2)
 
     TIMES.write_text(json.dumps(seconds, indent=1, sort_keys=True))

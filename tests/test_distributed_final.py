@@ -174,3 +174,24 @@ def test_the_final_report_merges_as_a_worker_report_and_marks_the_worker_done():
     install_final_reports(runner, True, fleet.finals)
     runner.messages[FINAL_REPORT_MESSAGE](env, SimpleNamespace(node_id="w0", data={"llm": {}}))
     assert fired == [{"client_id": "w0", "data": {"llm": {}}}] and fleet.finals.received == {"w0"}
+
+
+def test_a_worker_lost_in_a_rate_stage_is_recorded_with_the_stages_offered_rate_not_as_a_concurrency():
+    from loadgen.results import StageInfo
+    from loadgen.session import Session
+
+    fleet, rt, runner, clock = master_fleet("w0", "w1", open_loop=True)
+    session = Session(rt, fleet)
+    phase(fleet, rt, 0, "ramp")
+    fleet.assign_parts()
+    session.stage_info[0] = StageInfo(0, 8.0, open_t=clock.t, rate_per_s=8.0, parts=len(fleet.parts))
+    phase(fleet, rt, 0, "measure")
+    fleet.heard("w0", 1)
+    fleet.heard("w1", 1)
+    clock.t += 2
+    runner.clients["w1"].state = "missing"
+    session.check_workers(now=clock.t)
+    (loss,) = session.worker_losses
+    assert loss["worker"] == "w1" and loss["stage"] == 0
+    assert loss["concurrency"] is None and loss["offered_rate_per_s"] == 8.0, loss  # the window is still open
+    assert session.stage_info[0].parts_lost_t == [clock.t] and "worker_lost" in session.stage_info[0].flags

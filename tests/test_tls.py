@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ssl
+import subprocess
 
 import pytest
 
@@ -122,6 +123,23 @@ def test_ssl_cert_file_names_the_store_as_for_pythons_ssl(cert, monkeypatch):
         try:
             assert tls.client_context().cert_store_stats()["x509_ca"] == 1  # that file, not the system's
             assert _get(url).status == 404  # trusted: the server's own answer
+        finally:
+            tls._context.cache_clear()
+
+
+def test_ssl_cert_dir_names_a_hashed_directory_as_for_pythons_ssl(cert, monkeypatch, tmp_path):
+    """A directory of certificates named by their subject hash (``openssl rehash``), as a
+    corporate CA is often installed: trusted beside the system file."""
+    subject_hash = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(cert[0])],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f"{subject_hash}.0").write_bytes(cert[0].read_bytes())
+    with tls_server(*cert) as url:
+        tls._context.cache_clear()
+        try:
+            assert isinstance(_get(url), CertificateRejected)  # the system store alone
+            tls._context.cache_clear()
+            monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+            assert _get(url).status == 404  # trusted through the directory
         finally:
             tls._context.cache_clear()
 

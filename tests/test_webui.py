@@ -181,7 +181,7 @@ def test_requests_stats_carries_the_tables_live_despite_locusts_cache(ui):
     columns = {c["key"] for t in ui[0].web_ui.template_args["extended_tables"] if t["key"] == STAGES_TAB
                for c in t["structure"]}
     assert all(set(r) == columns for r in rows)  # every column has a cell in every row
-    assert items["KV capacity (tokens)"] == "300" and items["Phase"] == "stage 1: measure"
+    assert items["KV capacity (tokens)"] == "300" and items["Phase"] == "stage 1 (C=2): measure"
 
     # stage 1 ends and the guard refuses C=4: Locust's memoized stats answer, our tables move on
     s = rt.environment.llm_run
@@ -263,6 +263,7 @@ def test_a_rate_sweep_names_its_stages_and_knee_by_rate_in_both_tabs(ui, tmp_pat
     ext = {e["key"]: e["data"] for e in client.get("/stats/requests").get_json()["extended_stats"]}
     rows, items = ext[STAGES_TAB], {i["item"]: i["value"] for i in ext[RUN_TAB]}
     assert [r["load"] for r in rows] == ["4", "8", "-"]
+    assert items["Phase"] == "stage 1 (8 req/s): measure"
     assert items["Guard stopped before"] == "16 req/s" and items["Knee"] == "-"  # one stage: no knee yet
     assert items["KV ceiling (requests in flight)"] == str(300 // (64 + 32))
     assert not [v for v in items.values() if "C=" in v]

@@ -83,6 +83,29 @@ def test_hash_ids_share_token_blocks_across_users():
     assert pa[:16] == pb[:16] and pa[16:32] != pb[16:32]
 
 
+@pytest.mark.parametrize("kind", ["chat", "text"])
+def test_hash_ids_share_word_blocks_in_text_prompts(kind):
+    """Text prompts (chat, or completions on a server that refuses token IDs): block i is
+    round(block_tokens / a) one-token words drawn from hash_ids[i] alone; the whole prompt has the
+    calibrated word count. Here a = 0.5 token per word: 16-token blocks are 32 words."""
+    fit = TextFit(0.5, 10.0)  # tokens = 0.5 x words + 10: 40 tokens -> 60 words
+    a = DatasetRequest(1, 40, 4, hash_ids=(7, 8))
+    b = DatasetRequest(2, 40, 4, hash_ids=(7, 9))
+
+    def words(line, user):
+        w = Workload(PromptMaker(kind, RANGE, (0, 0, user), fit=fit), UNIFORM, FIXED_OUT, (0, 0, user),
+                     DatasetCursor([line]), block_tokens=16)
+        ask = w.next()
+        text = ask.prompt[0]["content"] if kind == "chat" else ask.prompt
+        assert ask.input_tokens == 40
+        return text.split()
+
+    wa, wb = words(a, 1), words(b, 2)
+    assert len(wa) == len(wb) == 60
+    assert wa[:32] == wb[:32] and wa[32:60] != wb[32:60]
+    assert words(a, 3) == wa  # the blocks cover every word: no user-seeded tail
+
+
 def test_chat_dataset_text_becomes_a_user_message_and_messages_pass_through():
     fit = TextFit(1.0, 0.0)
     msgs = ({"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"})

@@ -145,6 +145,7 @@ SIM_KIND = {  # simulator fault -> our category (None: the request is complete)
 
 @pytest.fixture(scope="module")
 def sim_run(tmp_path_factory):
+    """Every fault kind at 5 % of the requests: 10-30 of each kind in 2 s windows (and the warmups)."""
     tmp = tmp_path_factory.mktemp("simfaults")
     rates = [a for kind in SIM_KIND for a in (f"--fault-{kind.replace('_', '-')}", "0.05")]
     port = free_port()
@@ -152,7 +153,7 @@ def sim_run(tmp_path_factory):
         poller = Poller(f"http://127.0.0.1:{port}")
         try:
             run = run_locust_coop(sim.url, tmp / "res", *SHORT, LOCUST_SUMMARY, "--output-tokens", str(OUT),
-                                  "--stages", "4,8", "--stage-duration", "4", "--exporter-port", str(port))
+                                  "--stages", "4,8", "--stage-duration", "2", "--exporter-port", str(port))
         finally:
             poller.stop()
         metrics = scrape(sim.url)  # the simulator outlives locust: its final counts
@@ -322,7 +323,7 @@ class ScriptedServer:
 
 
 SCRIPTED_RUN = (*SHORT, LOCUST_SUMMARY, "--output-tokens", "5", "--input-tokens", "64", "--stages", "2,4",
-                "--stage-duration", "2", "--kv-capacity-tokens", "1000000")
+                "--stage-duration", "1", "--kv-capacity-tokens", "1000000")  # ~120 requests: each case ~8 times
 
 
 def test_scripted_faults_each_in_their_category_with_exact_counts_and_tokens(tmp_path):
@@ -349,13 +350,15 @@ def test_server_killed_mid_run_and_restarted_the_run_carries_on(tmp_path):
     sims = [SimProcess(sim_args)]
     proc = subprocess.Popen(
         locust_cmd(sims[0].url, "--results-dir", str(results), *SHORT, "--output-tokens", str(OUT),
-                   "--stages", "2,4", "--stage-duration", "6"),
+                   "--stages", "2,4", "--stage-duration", "3"),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        for line in proc.stderr:  # stage 0's window opens 1-2 s after its ramp and lasts >= 6 s
+        # stage 0: warmup from 1 s after its ramp, window from ~2 s for >= 3 s; killed at 1 s, back
+        # by ~3 s: 2 s before stage 1's ramp, 4 s before its window opens
+        for line in proc.stderr:
             if "stage 0 C=2: ramp" in line:
                 break
-        time.sleep(2.5)
+        time.sleep(1.0)
         sims[0].proc.send_signal(signal.SIGKILL)
         sims[0].proc.wait()
         time.sleep(1.0)

@@ -42,7 +42,7 @@ def console_run(fixed, tmp_path_factory):
     Returns the run and its folder (fixed now: a later run in the same results directory moves
     ``latest``)."""
     run = run_locust(fixed.url, tmp_path_factory.mktemp("console") / "results", *SMOKE, "--stages", "2,120",
-                     "--ramp", "1", "--stage-duration", "3", "--loglevel", "INFO")
+                     "--ramp", "1", "--stage-duration", "1", "--loglevel", "INFO")
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     return run, run.run_dir
 
@@ -77,7 +77,7 @@ def test_the_run_name_is_the_effective_scenario_and_compare_warns_when_runs_diff
                                                                                    tmp_path, capsys):
     a_dir = console_run[1]
     b = run_locust(fixed.url, tmp_path / "b", *SMOKE, "--stages", "1", "--input-tokens", "32",
-                   "--output-tokens", "10")
+                   "--output-tokens", "10", "--stage-duration", "1")
     assert b.code == errors.EXIT_OK, b.stderr[-3000:]
     assert json.loads((a_dir / "summary.json").read_text())["run"]["name"] == "smoke_completions-64-20_c2-120"
     assert b.summary["run"]["name"] == "smoke_completions-32-10_c1-1"
@@ -121,7 +121,10 @@ def _over(summary: dict) -> dict[int, bool]:
     return {s["concurrency"]: "server_over_capacity" in s["flags"] for s in summary["stages"]}
 
 
-WATCH_OFTEN = ("--set", "guard.watch_interval_s=0.5")  # 5-6 polls per 3 s window (the rule needs 2)
+# 1 s windows (each lasts until C requests finished in it) polled ~10 times: the queue and KV rules
+# need half of a stage's polls (and 2), so a request caught queued now and then (~2 % of polls at
+# C=4 below) cannot make a flag
+WATCHED_WINDOWS = ("--stage-duration", "1", "--set", "guard.watch_interval_s=0.1")
 
 
 def test_no_over_capacity_flag_on_a_healthy_sweep_although_requests_queue_briefly(tmp_path):
@@ -130,8 +133,8 @@ def test_no_over_capacity_flag_on_a_healthy_sweep_although_requests_queue_briefl
     flagged that way at 26% KV): the simulated Qwen3.5-397B server has room for all of it."""
     with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", "10") as sim:
         run = run_locust(sim.url, tmp_path / "res", "--input-tokens", "200", "--output-tokens", "200",
-                         "--stages", "16,64,256", "--stage-duration", "3", "--warmup", "1", "--ramp", "1",
-                         *WATCH_OFTEN)
+                         "--stages", "16,64,256", "--warmup", "1", "--ramp", "1",
+                         *WATCHED_WINDOWS)
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     servers = [s["server"] for s in run.summary["stages"]]
     for server in servers:
@@ -147,8 +150,8 @@ def test_a_server_that_preempts_is_flagged_with_its_evidence_and_the_legend(tmp_
     with running_sim("--preset", "llama8b-1gpu-vllm", "--time-scale", "10", "--kv-tokens", "8192",
                      "--max-model-len", "4096") as sim:
         run = run_locust(sim.url, tmp_path / "res", "--input-tokens", "200", "--output-tokens", "200",
-                         "--stages", "4,64", "--stage-duration", "3", "--warmup", "1", "--ramp", "1",
-                         "--guard-action", "warn", *WATCH_OFTEN)
+                         "--stages", "4,64", "--warmup", "1", "--ramp", "1",
+                         "--guard-action", "warn", *WATCHED_WINDOWS)
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     assert _over(run.summary) == {4: False, 64: True}
     big = run.summary["stages"][1]

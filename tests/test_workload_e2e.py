@@ -4,6 +4,7 @@ sent as written, a length distribution is drawn per request, bad datasets stop a
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -14,8 +15,9 @@ from tests.runlocust import run_locust
 pytestmark = pytest.mark.integration
 
 FAST_SIM = ("--preset", "fixed", "--ttft-ms", "2", "--itl-ms", "1")
-RUN = ("--scenario", "config/smoke.yaml", "--set", "guard.watch=false", "--stages", "4", "--warmup", "1",
-       "--stage-duration", "6")
+# C=8 on FAST_SIM: some 200 requests/s, 600 in the 3 s window
+RUN = ("--scenario", "config/smoke.yaml", "--set", "guard.watch=false", "--stages", "8", "--warmup", "1",
+       "--stage-duration", "3")
 INPUTS = [32, 64, 96, 128, 160, 192, 224, 256]
 OUTPUTS = [8, 16, 24, 32, 40, 48, 56, 64]
 
@@ -88,8 +90,11 @@ def _turn_ttfts(tmp_path, name: str, *sim_args: str) -> list[float]:
 
 
 def test_multi_turn_ttft_by_turn_shows_the_prefix_cache(tmp_path):
-    plain = _turn_ttfts(tmp_path, "plain")
-    cached = _turn_ttfts(tmp_path, "cached", "--prefix-cache-tokens", "100000", "--prefix-block-tokens", "16")
+    with ThreadPoolExecutor(2) as pool:  # two light runs at once (one user each, 6-12 conversations)
+        plain_run = pool.submit(_turn_ttfts, tmp_path, "plain")
+        cached_run = pool.submit(_turn_ttfts, tmp_path, "cached", "--prefix-cache-tokens", "100000",
+                                 "--prefix-block-tokens", "16")
+        plain, cached = plain_run.result(), cached_run.result()
     # without a cache turn 3 prefills its whole history (3 x 216 + 200 tokens at 200 us each)
     assert plain[3] > 2.5 * plain[0]
     # with one, only what is new since the last turn: no growth, and far below the uncached turn

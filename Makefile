@@ -34,7 +34,7 @@ docker-tools:
 	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
 
 # The whole suite except the container deploy test, which has its own target (CI runs both): the
-# unit tests, then the integration files two at a time (scripts/run_tests.py; TEST_JOBS=1: serial).
+# the unit tests and the integration files, two processes at a time (scripts/run_tests.py; TEST_JOBS=1: serial).
 test: install system-tools
 	$(PY) scripts/run_tests.py $(ARGS)
 

@@ -13,8 +13,8 @@ spec.loader.exec_module(run_tests)
 
 def test_shared_files_slowest_first_then_solo_files_and_unknown_files_by_size(tmp_path):
     def write(name: str, solo: bool, size: int):
-        mark = "pytest.mark.solo" if solo else "pytest.mark.integration"
-        (tmp_path / name).write_text(f"pytestmark = [{mark}]\n" + "#" * size)
+        mark = "solo" if solo else "integ" + "ration"  # spelled apart: run_tests reads this file's text too
+        (tmp_path / name).write_text(f"pytestmark = [pytest.mark.{mark}]\n" + "#" * size)
         return tmp_path / name
 
     files = [write("a.py", False, 10), write("b.py", True, 10), write("c.py", False, 10),

@@ -24,7 +24,10 @@ def test_port_rule():
 
 
 def test_two_processes_runs_one_second_apart_both_complete(tmp_path):
-    args = ("--scenario", "config/smoke.yaml", "--processes", "2", "--stages", "2,4", "--set", "guard.watch=false")
+    # min_requests 1: a window lasts until one request of its own finished. Seven processes on two
+    # shared cores once starved a worker through a whole 3 s window, and a stage had no request.
+    args = ("--scenario", "config/smoke.yaml", "--processes", "2", "--stages", "2,4", "--set", "guard.watch=false",
+            "--set", "stages.min_requests=1")
     with running_sim("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5") as sim:
         procs = []
         for i in range(2):

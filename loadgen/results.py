@@ -165,7 +165,7 @@ def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
     - dropped_by_client: arrivals not sent because --max-inflight were in flight
     """
     w = info.window_s
-    out = {"concurrency": None, "offered_rate_per_s": info.offered_rate_per_s()}
+    out = info.load_fields()
     if out["offered_rate_per_s"] != info.rate_per_s:
         out["planned_rate_per_s"] = info.rate_per_s
     out["scheduled_rate_per_s"] = stats.scheduled_requests / w if w else None

@@ -112,8 +112,11 @@ class PromptMaker:
         """(prompt, expected input tokens) for a prompt of ``n_tokens``."""
         if self.kind == "token_ids":
             return self.ids(n_tokens), n_tokens
-        text = self.text(self.fit.words(n_tokens))
-        return ([{"role": "user", "content": text}] if self.kind == "chat" else text), n_tokens
+        return self.as_prompt(self.text(self.fit.words(n_tokens))), n_tokens
+
+    def as_prompt(self, text: str) -> object:
+        """A text prompt in this kind's form: one user message (chat), else the text itself."""
+        return [{"role": "user", "content": text}] if self.kind == "chat" else text
 
     def hashed(self, n_tokens: int, hash_ids: tuple[int, ...], block_tokens: int, salt: int) -> object:
         """A prompt of ``n_tokens`` whose block i is a function of ``hash_ids[i]`` alone
@@ -124,8 +127,7 @@ class PromptMaker:
             return hashed_prefix_prompt(n_tokens, hash_ids, block_tokens, self.id_range, self._rng, salt)
         block_words = max(1, round(block_tokens / (self.fit.a or 1.0)))
         picks = hashed_prefix_prompt(self.fit.words(n_tokens), hash_ids, block_words, (0, len(_VOCAB)), self._rng, salt)
-        text = " ".join(_VOCAB[picks].tolist())
-        return [{"role": "user", "content": text}] if self.kind == "chat" else text
+        return self.as_prompt(" ".join(_VOCAB[picks].tolist()))
 
 
 class DatasetCursor:
@@ -170,7 +172,7 @@ class Workload:
             if r.messages is not None:
                 prompt = [dict(m) for m in r.messages]
             elif self.maker.kind == "chat":
-                prompt = [{"role": "user", "content": r.prompt}]
+                prompt = self.maker.as_prompt(r.prompt)
             expected = len(r.prompt) if isinstance(r.prompt, tuple) else None
             return Ask(prompt, expected, out, timestamp_ms=r.timestamp_ms, line=r.line)
         if r.hash_ids:

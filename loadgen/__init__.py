@@ -1,0 +1,36 @@
+"""llm-loadgen: a Locust-based load generator for LLM inference servers.
+
+The packages follow the data path, and each imports only its own layer and the layers below it
+(``LAYERS``, lowest first; ``tests/test_import_graph.py`` fails on an import that points up):
+
+    errors, phases   the vocabulary every layer shares: failure kinds and exit codes, run phases
+    stats            what came back, as numbers: request records, histograms, the metric table
+    workload         what to ask: prompts, lengths, datasets, traces, conversations, arrivals
+    config           the scenario: YAML + overrides + command-line options -> a frozen Scenario
+    wire             bytes on the socket: the HTTP client, SSE, TLS, deadlines, request bodies
+    server           what the server says about itself: the start check, its answers, the watch
+    report           results files: summary.json, stages.csv, the console table, report.html, compare
+    export           the Prometheus exporter
+    run              the run's control: the plan, the KV guard, the session, results, the runtime
+    fleet            many processes: master/worker reports, their exact merge, worker loss
+    locust_face      what Locust calls: the users, the plugin (options and event hooks), the web UI
+
+``sim`` (the built-in server simulator) stands apart: it imports nothing from the client side, so
+it cannot hide a client bug. ``shapes/`` and ``locustfile.py`` (outside this package) sit on top.
+"""
+
+# Lowest first; a module of one entry may import modules of its own entry and of entries before it.
+LAYERS = (
+    ("loadgen.errors", "loadgen.phases"),
+    ("loadgen.stats",),
+    ("loadgen.workload",),
+    ("loadgen.config",),
+    ("loadgen.wire",),
+    ("loadgen.server",),
+    ("loadgen.report",),
+    ("loadgen.export",),
+    ("loadgen.run",),
+    ("loadgen.fleet",),
+    ("loadgen.locust_face",),
+)
+APART = ("loadgen.sim",)  # imports only itself

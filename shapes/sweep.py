@@ -15,8 +15,8 @@ from locust import LoadTestShape
 
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
-from loadgen.results import slo_outcomes
-from shapes.sweep_plan import Observation, SweepPlan, Tick
+from loadgen.run.plan import Observation, SweepPlan, Tick
+from loadgen.run.results import slo_outcomes
 
 log = logging.getLogger("llm_loadgen")
 
@@ -26,18 +26,18 @@ class SweepShape(LoadTestShape):
 
     plan: SweepPlan | None = None
     # The users of each mode, by class name (locustfile.py imports both): a closed-loop user per
-    # stream, or one open-loop dispatcher per load-generating process (loadgen.open_loop).
+    # stream, or one open-loop dispatcher per load-generating process (loadgen.locust_face.open_loop).
     CLOSED_LOOP_USER, OPEN_LOOP_USER = "LLMUser", "RateUser"
 
     def _build_plan(self, rt) -> SweepPlan:
         st = rt.scenario.stages
         return SweepPlan(
             rt.scenario.loads(),
-            users_for=self.session.kv.load_processes if rt.scenario.open_loop else None,
+            users_for=self.session.stage_guard.load_processes if rt.scenario.open_loop else None,
             ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
             min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
             turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            decide=self.session.kv.decide, slo=rt.scenario.slo,
+            decide=self.session.stage_guard.decide, slo=rt.scenario.slo,
         )
 
     def _step(self, rt, now: float) -> Tick:

@@ -1,4 +1,5 @@
-"""The import graph of loadgen/: no cycles (lazy imports included), and every module imports alone.
+"""The import graph of loadgen/: imports point down the layers (``loadgen.LAYERS``), no cycles (lazy
+imports included), and every module imports alone.
 
 Read from the source with ``ast``, so a function-level import that would hide a cycle still counts
 as an edge. ``from loadgen.report import table`` is an edge to ``loadgen.report.table``; the
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from loadgen import APART, LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "loadgen"
@@ -89,7 +92,7 @@ def test_cycle_finder_finds_a_lazy_cycle():
 
 
 def test_no_import_cycle_in_loadgen_lazy_imports_included():
-    assert len(MODULES) > 20 and "loadgen.metrics" in MODULES
+    assert len(MODULES) > 20 and "loadgen.stats.metrics" in MODULES
     assert find_cycle(GRAPH) is None, f"import cycle: {' -> '.join(find_cycle(GRAPH))}"
 
 
@@ -114,8 +117,74 @@ def test_report_has_no_lazy_imports_but_the_documented_one():
     assert lazy == set(LAZY_REPORT_IMPORTS)
 
 
-@pytest.mark.parametrize("name", [n for n in MODULES if n.startswith(("loadgen.report", "loadgen.metrics"))])
+@pytest.mark.parametrize("name", [n for n in MODULES if n.startswith(("loadgen.report", "loadgen.stats.metrics"))])
 def test_module_imports_alone_in_a_fresh_interpreter(name):
     out = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def layer_of(name: str, layers=LAYERS, apart=APART) -> int | str:
+    """The index in ``layers`` of the entry holding module ``name`` (a module or a package prefix),
+    or the apart package's name."""
+    for prefix in apart:
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix
+    for i, entry in enumerate(layers):
+        if any(name == p or name.startswith(p + ".") for p in entry):
+            return i
+    raise LookupError(name)
+
+
+def upward_imports(graph, layers=LAYERS, apart=APART) -> list[str]:
+    """Every import (lazy ones too) of a module from a layer above its own, or into or out of an
+    apart package, as 'a -> b (layer x imports layer y)'."""
+    bad = []
+    for name, edges in graph.items():
+        if name == "loadgen":
+            continue
+        mine = layer_of(name, layers, apart)
+        for target, _ in edges:
+            theirs = layer_of(target, layers, apart)
+            if isinstance(mine, str) or isinstance(theirs, str):
+                ok = mine == theirs
+            else:
+                ok = theirs <= mine
+            if not ok:
+                bad.append(f"{name} -> {target} (layer {mine} imports layer {theirs})")
+    return sorted(bad)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    layers = (("p.low",), ("p.mid",), ("p.top",))
+    graph = {"p.low.a": [("p.mid.b", True)], "p.mid.b": [("p.low.a", False)], "p.top.c": [("p.mid.b", False)],
+             "p.sim.x": [("p.low.a", False)]}
+    assert upward_imports(graph, layers, ("p.sim",)) == [
+        "p.low.a -> p.mid.b (layer 0 imports layer 1)", "p.sim.x -> p.low.a (layer p.sim imports layer 0)"]
+
+
+def test_every_module_belongs_to_a_layer():
+    unplaced = []
+    for name in MODULES:
+        if name == "loadgen":
+            continue
+        try:
+            layer_of(name)
+        except LookupError:
+            unplaced.append(name)
+    assert unplaced == [], f"modules in no entry of loadgen.LAYERS: {unplaced}"
+
+
+def test_imports_point_down_the_layers():
+    assert upward_imports(GRAPH) == [], "an import points up the layers (loadgen/__init__.py's LAYERS)"
+
+
+def test_loadgen_never_imports_the_faces_above_it():
+    """``shapes/`` and ``locustfile.py`` sit on top: nothing in loadgen imports them."""
+    bad = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{name} imports {m}" for m in mods if m.split(".")[0] in ("shapes", "locustfile")]
+    assert bad == []

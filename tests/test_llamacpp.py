@@ -19,10 +19,10 @@ import time
 import pytest
 
 from loadgen import errors
-from loadgen.compat import Compat
 from loadgen.config import load_scenario
-from loadgen.prompts import ChatPrompts, TokenIdPrompts
-from loadgen.users import PATHS, request_body
+from loadgen.wire.compat import Compat, build_body
+from loadgen.wire.endpoints import PATHS
+from loadgen.workload.prompts import ChatPrompts, TokenIdPrompts
 from tests.llamacpp import LlamaServer, http, require_llama_server
 from tests.make_gguf import write_tiny_llama
 from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust
@@ -86,13 +86,13 @@ def test_default_requests_are_refused_400_with_the_servers_reason(server):
     prompt = TokenIdPrompts(sc.input_tokens, tuple(sc.prompt.token_id_range), (0, 0, 0)).next()
     assert max(prompt) >= 8192
     status, body = http(server.url + PATHS["completions"],
-                             json.loads(request_body(sc, server.alias, prompt, Compat())))
+                             json.loads(build_body(sc, server.alias, prompt, Compat())))
     assert status == 400, body
     assert json.loads(body)["error"] == {"code": 400, "message": "Prompt contains invalid tokens",
                                          "type": "invalid_request_error"}
     chat = load_scenario(None, {"endpoint": "chat", "input_tokens": IN, "output_tokens": OUT})
     status, body = http(server.url + PATHS["chat"],
-                             json.loads(request_body(chat, server.alias, ChatPrompts(600, (0,)).next(), Compat())))
+                             json.loads(build_body(chat, server.alias, ChatPrompts(600, (0,)).next(), Compat())))
     assert status == 400, body
     error = json.loads(body)["error"]
     assert error["type"] == "exceed_context_size_error" and error["n_ctx"] == 512, error

@@ -1,0 +1,135 @@
+"""Locust users: glue between the streaming client, synthetic prompts, records and the runtime.
+
+Each user is one closed-loop stream: send, read to the end, record, send again (no think time), so
+the number of users is the concurrency. Each LLM request is one entry in Locust's own stats
+(name = endpoint path, response time = E2E in ms), so the web UI, ``--csv`` and ``--html`` keep
+working; TTFT/ITL/TPOT go into our own histograms (Locust rounds times to ~2 significant digits).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import gevent
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from loadgen.errors import CONNECT_FAILED, NOT_OPENAI, RequestError, ServerUnusableError, is_client_refusal
+from loadgen.run.prompt_source import prompt_source
+from loadgen.server.start_check import not_openai_message
+from loadgen.stats.failures import LocustFailure, locust_name
+from loadgen.wire.client import StreamClient
+from loadgen.wire.compat import refusal_line
+from loadgen.wire.endpoints import PATHS
+from loadgen.wire.exchange import prepare, stream_prepared
+
+_user_numbers = itertools.count()
+
+
+def _process_key(environment) -> int:
+    """This process's place in the run (the worker index the master assigned; 0 locally), so
+    prompts differ across workers yet repeat from run to run with the same seed and workers."""
+    return int(getattr(environment.runner, "worker_index", 0) or 0)
+
+
+def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None, sent_s: float | None = None):
+    """Send ``body`` and ``ask`` (``loadgen.wire.exchange.prepare``), account for it (in flight, statistics,
+    Locust's stats) and return its RequestResult. ``sent_s``: when it counts as sent: now (closed
+    loop) or its scheduled time (open loop). Shared by the closed-loop user and the open-loop
+    dispatcher."""
+    rt, path = user.rt, user.path
+    sc = rt.scenario
+    rt.request_started(stage)
+    start_wall = time.time()
+    result = None
+    try:
+        result, nbytes = stream_prepared(client, sc, body, ask, sent_s=sent_s, on_tokens=rt.on_tokens,
+                                         on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens))
+    finally:
+        rt.request_finished(stage, ok=result is not None and result.ok)
+    if not result.ok:
+        result.error_message = rt.redact(result.error_message)  # a server may echo the key back
+    turn = ask.turn if sc.workload.turns > 1 else None
+    rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn)
+    user.environment.events.request.fire(
+        request_type="POST",
+        name=path,
+        response_time=(result.e2e_s or 0.0) * 1000.0,
+        response_length=nbytes,
+        response=None,
+        context={"stage": stage},
+        exception=None if result.ok else LocustFailure(locust_name(result.error_kind, result.error_status)),
+        start_time=start_wall,
+        url=path,
+    )
+    if result.ok:
+        rt.any_ok = True
+    elif result.error_kind == NOT_OPENAI and not rt.any_ok:
+        rt.fatal(ServerUnusableError(not_openai_message(user.host, f"POST {path}: {result.error_message}")))
+    if rt.fail_fast.observe(result.ok, result.error_kind, result.error_status, result.error_message):
+        rt.fatal(refusal_line(user.host, path, rt.fail_fast, user.model))
+    return result
+
+
+class LLMUser(User):
+    """One closed-loop streaming client of an OpenAI-compatible server."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        rt = self.environment.llm
+        sc = rt.scenario
+        self.rt = rt
+        self.client = StreamClient(
+            self.host,
+            api_key=rt.api_key,
+            connect_timeout_s=sc.request.connect_timeout_s,
+            read_timeout_s=sc.request.read_timeout_s,
+        )
+        self.path = PATHS[sc.endpoint]
+        key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
+        self.model = None
+        self.prompts = None  # on first use: needs the model and what the server accepts (rt.compat)
+        self._seed_key = key
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+    def _prepare(self) -> None:
+        rt = self.rt
+        try:
+            self.model = rt.model(self.client)
+            if self.prompts is None:
+                self.prompts = prompt_source(rt, self.client, self.model, self._seed_key)
+        except (ServerUnusableError, RequestError) as exc:
+            rt.fatal(exc)
+            raise StopUser() from None  # the run stops with one clear line, not a traceback per user
+
+    @task
+    def generate(self) -> None:
+        rt = self.rt
+        if not rt.kind.sends_requests or rt.fatal_sent or rt.compat is None:
+            # not sending now, or a fatal error (the run is stopping), or a worker that has not yet
+            # heard from the master what the server accepts
+            gevent.sleep(0.2)
+            return
+        if self.model is None or self.prompts is None:
+            self._prepare()
+        body, ask = prepare(rt.scenario, self.model, rt.compat, self.prompts.next())
+        result = send_request(self, self.client, body, ask, rt.measuring)
+        self.prompts.answered(ask, result.ok, result.completion_tokens)
+        self._after(result)
+
+    def _after(self, result) -> None:
+        """Pause after a refusal or a refused connection (never a flood of either)."""
+        rt = self.rt
+        if result.error_kind == CONNECT_FAILED:
+            # The server is down (killed, restarting): every user of this process retries at one
+            # shared, growing pause instead of thousands of instant refusals a second.
+            gevent.sleep(rt.connect_backoff.failed())
+        else:
+            rt.connect_backoff.reset()
+        if not result.ok and is_client_refusal(result.error_kind, result.error_status) and not rt.fatal_sent:
+            # a server that starts refusing mid-run is not hammered either: each user pauses
+            gevent.sleep(rt.scenario.request.client_error_pause_s)

@@ -1,0 +1,153 @@
+"""The server watch: ``/metrics`` polled by a greenlet during the run, judged per stage.
+
+All requests go through ``StreamClient`` (the one HTTP client; gevent-native, so a slow answer
+yields instead of blocking the loop). Nothing here raises for an odd or unreachable server; it
+reports what it tried instead. The judgment itself is pure: ``loadgen.server.overload``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import gevent
+
+from loadgen.errors import RequestError
+from loadgen.server.answers import (
+    GENERATION_COUNTERS,
+    WATCH_METRICS,
+    failure_text,
+    flavor_of,
+    parse_metrics,
+    series_total,
+    server_root,
+    watch_sample,
+)
+from loadgen.server.overload import OverCapacityRule, StageWatch
+from loadgen.wire.client import StreamClient
+from loadgen.wire.endpoints import METRICS_PATH
+
+log = logging.getLogger(__name__)
+
+
+class ServerWatch:
+    """A greenlet polling ``/metrics`` every ``interval_s`` into a StageWatch (see its rules).
+
+    If the first poll finds no /metrics (error, or none of the watched names) the watch disables
+    itself with one log line. Later failed polls are counted per stage and logged once.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        flavor: str | None,
+        interval_s: float = 2.0,
+        timeout_s: float = 2.0,
+        rule: OverCapacityRule | None = None,
+        clock=time.perf_counter,
+    ):
+        root = server_root(base_url)
+        self.url = root + METRICS_PATH
+        self.flavor, self.interval_s, self.timeout_s = flavor, interval_s, timeout_s
+
+        def client() -> StreamClient:
+            return StreamClient(root, api_key=api_key, connect_timeout_s=timeout_s, read_timeout_s=timeout_s)
+
+        # one for the polling greenlet, one for the reads at the window's edges (never waiting on a poll)
+        self._poll_client, self._edge_client = client(), client()
+        self.clock = clock
+        self.stages = StageWatch(rule)
+        self.disabled: str | None = None
+        self._seen_ok = self._warned = False
+        self._poll_errors = 0
+        self._greenlet: gevent.Greenlet | None = None
+        self._gen_start: tuple[float, float] | None = None  # (t, generation counter) at window open
+
+    def start(self) -> ServerWatch:
+        self._greenlet = gevent.spawn(self._run)
+        return self
+
+    def _run(self) -> None:
+        while self.poll_once():
+            gevent.sleep(self.interval_s)
+
+    def poll_once(self) -> bool:
+        """One poll; False once the watch has disabled itself."""
+        text, error = self._get(self._poll_client)
+        samples = parse_metrics(text) if error is None else {}
+        self.flavor = self.flavor or flavor_of(samples)
+        sample = watch_sample(samples, self.flavor)
+        if sample is not None:
+            self._seen_ok = True
+            self.stages.feed(self.clock(), sample)
+        elif not self._seen_ok:
+            self.disabled = error or f"no {self.flavor or 'vLLM/SGLang'} queue or KV metrics in it"
+            log.warning(
+                "server watch off: GET %s: %s (no preemption/queue figures per stage)",
+                self.url,
+                self.disabled,
+            )
+            return False
+        else:
+            self._poll_errors += 1
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "server watch: GET %s failed (%s); counting failed polls per stage",
+                    self.url,
+                    error or "metrics missing",
+                )
+        return True
+
+    @staticmethod
+    def _get(client: StreamClient) -> tuple[str, str | None]:
+        """(/metrics text, None), or ("", what failed)."""
+        try:
+            return client.get_text(METRICS_PATH), None
+        except RequestError as exc:
+            return "", failure_text(exc)
+
+    def generation_tokens(self) -> tuple[float, float] | None:
+        """(time, the server's generation-token counter) now, or None if it doesn't expose one."""
+        name = GENERATION_COUNTERS.get(self.flavor or "")
+        if name is None or not self._seen_ok:  # only once /metrics has answered (or never, if off)
+            return None
+        t = self.clock()
+        text, error = self._get(self._edge_client)
+        series = parse_metrics(text).get(name) if error is None else None
+        value = series_total(series) if series else None
+        return None if value is None else ((t + self.clock()) / 2, value)
+
+    def begin_stage(self, index: int, concurrency: int | None = None) -> None:
+        self._poll_errors = 0
+        self._gen_start = self.generation_tokens()
+        self.stages.begin(index, self.clock(), concurrency)
+
+    def end_stage(self, index: int) -> dict:
+        """The stage's ``server`` object: StageWatch.end(...) + flavor, the counter behind
+        ``preemptions``, failed polls, why the watch is off (None if on), and the server's own
+        ``output_tokens`` / ``output_tokens_per_s`` over the window (generation-token counter
+        read when the window opened and closed; None when the server has no such counter)."""
+        gen_end, gen_start = self.generation_tokens(), self._gen_start
+        out = self.stages.end(index, self.clock())
+        if gen_start and gen_end and gen_end[1] >= gen_start[1] and gen_end[0] > gen_start[0]:
+            tokens = gen_end[1] - gen_start[1]
+            out.update(output_tokens=int(tokens), output_tokens_per_s=tokens / (gen_end[0] - gen_start[0]))
+        else:
+            out.update(output_tokens=None, output_tokens_per_s=None)
+        counter = WATCH_METRICS.get(self.flavor or "", {}).get("preemptions_total", (None,))[0]
+        out.update(
+            flavor=self.flavor,
+            preemption_metric=counter,
+            poll_errors=self._poll_errors,
+            disabled=self.disabled,
+        )
+        return out
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True, timeout=self.timeout_s + 1)
+            self._greenlet = None
+        self._poll_client.close()
+        self._edge_client.close()

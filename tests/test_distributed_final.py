@@ -10,12 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from loadgen.fleet.distributed import Fleet
-from loadgen.fleet.final_reports import (
-    FINAL_MESSAGE,
-    FINAL_REPORT_MESSAGE,
-    FINAL_REPORT_WAIT_S,
-    install_final_reports,
-)
+from loadgen.fleet.final_reports import FINAL_MESSAGE, FINAL_REPORT_MESSAGE, FINAL_REPORT_WAIT_S
 from loadgen.phases import Phase
 from loadgen.stats.stage_stats import Collector
 
@@ -68,6 +63,12 @@ def master_fleet(*ids: str, open_loop: bool = False):
     fleet = Fleet(rt, clock=clock)
     fleet.finals.sleep = clock.sleep
     return fleet, rt, runner, clock
+
+
+def hook_master(runner, fleet) -> None:
+    """What loadgen.locust_face.plugin registers on a master for the final reports."""
+    runner.register_message(FINAL_REPORT_MESSAGE, fleet.finals.on_final_report)
+    runner.quit = fleet.finals.quit_after(runner.quit)
 
 
 def phase(fleet, rt, stage, kind) -> None:
@@ -156,7 +157,7 @@ def test_a_worker_going_missing_during_the_wait_ends_it_early():
 
 def test_quit_runs_the_collection_once_and_a_quit_during_it_returns_at_once():
     fleet, rt, runner, clock = master_fleet("w0")
-    install_final_reports(runner, True, fleet.finals)
+    hook_master(runner, fleet)
     nested = []
     clock.at[clock.t + 0.5] = lambda: nested.append(runner.quit())  # Locust's listener: last worker left
     clock.at[clock.t + 0.7] = lambda: fleet.finals.received.add("w0")
@@ -171,7 +172,7 @@ def test_the_final_report_merges_as_a_worker_report_and_marks_the_worker_done():
     fired = []
     env = SimpleNamespace(events=SimpleNamespace(worker_report=SimpleNamespace(
         fire=lambda **kw: fired.append(kw))))
-    install_final_reports(runner, True, fleet.finals)
+    hook_master(runner, fleet)
     runner.messages[FINAL_REPORT_MESSAGE](env, SimpleNamespace(node_id="w0", data={"llm": {}}))
     assert fired == [{"client_id": "w0", "data": {"llm": {}}}] and fleet.finals.received == {"w0"}
 

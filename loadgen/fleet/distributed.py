@@ -36,7 +36,7 @@ import logging
 import time
 from pathlib import Path
 
-from loadgen.fleet.final_reports import FinalReports, install_final_reports
+from loadgen.fleet.final_reports import FinalReports
 from loadgen.fleet.worker_loss import (
     NO_FINAL_REPORT,
     STOPPED_REPORTING,
@@ -57,7 +57,7 @@ FATAL_MESSAGE = "llm_fatal"  # worker -> master: this target cannot be load-test
 HEARTBEAT_S = 1.0  # Locust's HEARTBEAT_INTERVAL: a live worker is heard at least this often
 LOCAL = "local"  # the health table's key for a local run's own process
 
-__all__ = ["Fleet", "LostWorker", "install_fleet"]
+__all__ = ["Fleet", "LostWorker"]
 
 
 class Fleet:
@@ -244,68 +244,48 @@ class Fleet:
         per_worker = self.health_by_stage.get(stage, {})
         return worst_of([h.summary() for h in per_worker.values()])
 
-    @property
-    def workers(self) -> int:
-        """Load-generating processes that took part (1 for a local run)."""
-        return len(self.workers_seen) if self.master else 1
+    # -- Locust's hooks and messages (registered by loadgen.locust_face.plugin) --------------------
+    def on_report_to_master(self, client_id, data, **_) -> None:
+        data["llm"] = self.report()
 
-
-def install_fleet(rt) -> Fleet:
-    """Wire this process's ``Fleet`` into Locust's report hooks and custom messages.
-
-    Worker: reports, the phase message, its final report when asked, the ledger at quit, and
-    ``rt.fatal`` tells the master. Master: merges reports, hears heartbeats, collects the final
-    reports at a stop (``loadgen.fleet.final_reports``); a worker's ``llm_fatal`` becomes ``rt.fatal``
-    (whose handler the owner installs).
-    """
-    fleet = Fleet(rt)
-    events, runner = rt.environment.events, rt.environment.runner
-
-    @events.report_to_master.add_listener
-    def _on_report_to_master(client_id, data, **_):
-        data["llm"] = fleet.report()
-
-    @events.worker_report.add_listener
-    def _on_worker_report(client_id, data, **_):
+    def on_worker_report(self, client_id, data, **_) -> None:
         if "llm" in data:
-            fleet.merge_report(client_id, data["llm"], data.get("user_count"))
+            self.merge_report(client_id, data["llm"], data.get("user_count"))
 
-    @events.heartbeat_sent.add_listener  # on the master: a worker's heartbeat arrived (Locust 2.47)
-    def _on_heartbeat(client_id, **_):
-        if rt.is_master:
-            node = runner.clients.get(client_id)
-            fleet.heard(client_id, node.user_count if node is not None else None)
+    def on_heartbeat(self, client_id, **_) -> None:
+        """Master: a worker's heartbeat arrived (Locust 2.47's ``heartbeat_sent`` event)."""
+        if self.rt.is_master:
+            node = self.rt.environment.runner.clients.get(client_id)
+            self.heard(client_id, node.user_count if node is not None else None)
 
-    @events.quit.add_listener
-    def _on_quit(**_):
-        if rt.is_worker:
-            fleet.write_ledger()
+    def on_quit(self, **_) -> None:
+        if self.rt.is_worker:
+            self.write_ledger()
 
-    def _on_phase(environment, msg, **_):
-        d = msg.data
+    def on_phase_message(self, environment, msg, **_) -> None:
+        """Worker: the master's ``llm_phase``: the phase, this process's share of a rate, and what
+        the server accepts."""
+        rt, d = self.rt, msg.data
         if d.get("sent_t") is not None:
-            fleet.echo = (d["sent_t"], fleet.clock())
+            self.echo = (d["sent_t"], self.clock())
         if d.get("compat") and rt.compat is None:  # what the master's start check found the server accepts
             rt.compat = Compat.from_dict(d["compat"])
         if d["seq"] > rt.phase_seq:
             parts = list(d.get("parts") or [])
-            me = runner.client_id
+            me = rt.environment.runner.client_id
             rt.set_arrivals(d.get("rate"), parts.index(me) if me in parts else None, len(parts))
         rt.set_phase(d["stage"], d["kind"], seq=d["seq"])
 
-    def _on_fatal(environment, msg, **_):
-        rt.fatal(f"worker {msg.node_id}: {msg.data}")
+    def on_fatal_message(self, environment, msg, **_) -> None:
+        """Master: a worker's ``llm_fatal``: the target is unusable; the run stops."""
+        self.rt.fatal(f"worker {msg.node_id}: {msg.data}")
 
-    def _tell_master(message: str) -> None:
-        log.error("llm-loadgen: %s", rt.redact(message))
-        runner.send_message(FATAL_MESSAGE, rt.redact(message))  # the master stops the run
+    def tell_master(self, message: str) -> None:
+        """Worker: ``rt.fatal``'s route: one line here, and the master stops the run."""
+        log.error("llm-loadgen: %s", self.rt.redact(message))
+        self.rt.environment.runner.send_message(FATAL_MESSAGE, self.rt.redact(message))
 
-    if runner is not None and rt.is_worker:
-        runner.register_message(PHASE_MESSAGE, _on_phase)
-        install_final_reports(runner, False, None)
-        rt.on_fatal = _tell_master
-    elif runner is not None and rt.is_master:
-        runner.register_message(FATAL_MESSAGE, _on_fatal)
-        install_final_reports(runner, True, fleet.finals)
-    return fleet
-
+    @property
+    def workers(self) -> int:
+        """Load-generating processes that took part (1 for a local run)."""
+        return len(self.workers_seen) if self.master else 1

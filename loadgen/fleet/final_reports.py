@@ -47,6 +47,22 @@ class FinalReports:
         self.waited_s: float | None = None
         self.collecting = self.done = False
 
+    def on_final_report(self, environment, msg, **_) -> None:
+        """A worker's ``llm_final_report``: merged as a worker report, the worker marked done."""
+        environment.events.worker_report.fire(client_id=msg.node_id, data=msg.data)
+        self.received.add(msg.node_id)
+
+    def quit_after(self, locust_quit: Callable[[], None]) -> Callable[[], None]:
+        """Locust's ``MasterRunner.quit`` preceded by the collection (``stop``), once."""
+
+        def quit_after_final_reports() -> None:
+            if self.collecting:
+                return  # the collecting caller quits once the collection is over
+            self.stop()
+            locust_quit()
+
+        return quit_after_final_reports
+
     def round_trip(self, client_id: str, now: float, sent_t: float, held_s: float) -> None:
         """A report echoed the phase message the master sent at ``sent_t`` (its clock), held
         ``held_s`` by the worker: the round trip is ``now - sent_t - held_s``."""
@@ -90,34 +106,17 @@ class FinalReports:
             log.info("llm-loadgen: final reports from %d workers in %.2f s", len(waiting), self.waited_s)
 
 
-def install_final_reports(runner, is_master: bool, finals: FinalReports | None) -> None:
-    """Master (``finals`` given): merge final reports, and route Locust's quit through
-    ``finals.stop``. Worker: answer ``llm_final`` once."""
-    if is_master:
-        locust_quit = runner.quit
+class WorkerFinal:
+    """Worker: answer the master's ``llm_final`` once (module docstring)."""
 
-        def _on_final_report(environment, msg, **_):
-            environment.events.worker_report.fire(client_id=msg.node_id, data=msg.data)
-            finals.received.add(msg.node_id)
+    def __init__(self, runner):
+        self.runner, self.sent = runner, False
 
-        def quit_after_final_reports() -> None:
-            if finals.collecting:
-                return  # the collecting caller quits once the collection is over
-            finals.stop()
-            locust_quit()
-
-        runner.register_message(FINAL_REPORT_MESSAGE, _on_final_report)
-        runner.quit = quit_after_final_reports
-        return
-    sent = []
-
-    def _on_final(environment, msg, **_):
-        if sent:
+    def on_final(self, environment, msg, **_) -> None:
+        if self.sent:
             return
-        sent.append(True)
-        runner.stop()  # every user stopped: the requests cut now are counted as cancelled
+        self.sent = True
+        self.runner.stop()  # every user stopped: the requests cut now are counted as cancelled
         data: dict = {}
-        environment.events.report_to_master.fire(client_id=runner.client_id, data=data)
-        runner.send_message(FINAL_REPORT_MESSAGE, data)
-
-    runner.register_message(FINAL_MESSAGE, _on_final)
+        environment.events.report_to_master.fire(client_id=self.runner.client_id, data=data)
+        self.runner.send_message(FINAL_REPORT_MESSAGE, data)

@@ -1,5 +1,9 @@
-"""Locust event listeners: command-line options, the per-process Runtime and Fleet, and the run's
-Session (``environment.llm_run``, on the process that owns the run).
+"""Every Locust event hook and custom message of llm-loadgen, registered here and nowhere else.
+
+Command-line options (``init_command_line_parser``); at ``init``: the per-process ``Runtime``
+(``environment.llm``) and ``Fleet``, and on the process that owns the run its ``Session``
+(``environment.llm_run``). ``_hook`` wires them into Locust: which object answers which event or
+message, on which kind of process, and where ``rt.fatal`` goes. The objects only expose handlers.
 
 Imported by ``locustfile.py`` for its side effects (listeners on Locust's global ``events``).
 """
@@ -16,7 +20,8 @@ import gevent
 from locust import events
 
 from loadgen.config import ConfigError, exit_on_config_error, register_options
-from loadgen.fleet.distributed import install_fleet
+from loadgen.fleet.distributed import FATAL_MESSAGE, PHASE_MESSAGE, Fleet
+from loadgen.fleet.final_reports import FINAL_MESSAGE, FINAL_REPORT_MESSAGE, WorkerFinal
 from loadgen.locust_face.defaults import (
     drop_runner_noise,
     exposure_warnings,
@@ -81,9 +86,10 @@ def _init(environment, **_):
         rt = install(environment)
     except ConfigError as err:
         exit_on_config_error(err)
-    fleet = install_fleet(rt)
+    fleet = Fleet(rt)
     drop_runner_noise(environment.parsed_options)
     quiet_console(environment.parsed_options)
+    session = None
     if not rt.is_worker:
         for line in exposure_warnings(environment.parsed_options, environment.web_ui is not None, rt.is_master):
             print(line, file=sys.stderr, flush=True)
@@ -96,25 +102,43 @@ def _init(environment, **_):
         _interrupt_on_signals(environment)
         if environment.web_ui:
             install_webui(environment)
+    _hook(environment, rt, fleet, session)
 
-        @environment.events.quitting.add_listener
-        def _quitting(environment, **_):
-            if fleet.finals is not None and session.finished_wall is None:
-                # a master: every live worker's final report in (it stops the run first), and a
-                # worker that did not deliver booked, before the stages are concluded
-                fleet.finals.stop()
-                shape = environment.shape_class
-                session.check_workers(shape.get_run_time() if shape is not None else None)
-            session.on_quitting()
 
-        @environment.events.quit.add_listener
-        def _quit(**_):
-            session.on_quit()
+def _hook(environment, rt, fleet: Fleet, session: Session | None) -> None:
+    """Locust's events and our messages, each to the one object that answers it."""
+    events, runner = environment.events, environment.runner
+    events.test_start.add_listener(rt.on_test_start)
+    events.test_stop.add_listener(rt.on_test_stop)
+    events.report_to_master.add_listener(fleet.on_report_to_master)
+    events.worker_report.add_listener(fleet.on_worker_report)
+    events.heartbeat_sent.add_listener(fleet.on_heartbeat)  # on the master: a worker's heartbeat arrived
+    events.quit.add_listener(fleet.on_quit)
+    if runner is not None and rt.is_worker:
+        runner.register_message(PHASE_MESSAGE, fleet.on_phase_message)
+        runner.register_message(FINAL_MESSAGE, WorkerFinal(runner).on_final)
+        rt.on_fatal = fleet.tell_master
+    elif runner is not None and rt.is_master:
+        runner.register_message(FATAL_MESSAGE, fleet.on_fatal_message)
+        runner.register_message(FINAL_REPORT_MESSAGE, fleet.finals.on_final_report)
+        runner.quit = fleet.finals.quit_after(runner.quit)
+    if session is None:
+        return
+    rt.on_fatal = session.server_unusable
 
-        if environment.web_ui:
-            @environment.events.test_stop.add_listener
-            def _stopped(**_):  # the run ends; the web UI stays up (a greenlet: a master waits)
-                gevent.spawn(session.on_runner_stopped)
+    def _quitting(environment, **_):
+        if fleet.finals is not None and session.finished_wall is None:
+            # a master: every live worker's final report in (it stops the run first), and a
+            # worker that did not deliver booked, before the stages are concluded
+            fleet.finals.stop()
+            shape = environment.shape_class
+            session.check_workers(shape.get_run_time() if shape is not None else None)
+        session.on_quitting()
+
+    events.quitting.add_listener(_quitting)
+    events.quit.add_listener(lambda **_: session.on_quit())
+    if environment.web_ui:  # the run ends; the web UI stays up (a greenlet: a master waits)
+        events.test_stop.add_listener(lambda **_: gevent.spawn(session.on_runner_stopped))
 
 
 def _interrupt_on_signals(environment) -> None:

@@ -4,7 +4,7 @@ Every process (local runner, master, worker) has one ``Runtime``, reachable from
 ``environment.llm``. It holds the scenario, the ``Collector`` of request statistics, the current
 phase, the client-health monitor, the API key and the model. It knows nothing of the run's
 results (``loadgen.run.session``) nor of other processes (``loadgen.fleet.distributed``): those are told
-what they need, and install ``on_fatal`` to hear that the target is unusable.
+what they need; ``on_fatal`` (set once by the plugin) carries the news that the target is unusable.
 
 Stage membership (docs/ARCHITECTURE.md): the shape on the master owns the phase ``(stage, kind)``
 and broadcasts it; a request belongs to stage k when it was sent during (k, MEASURE) as this
@@ -65,9 +65,28 @@ class Runtime:
         self.compat: Compat | None = None
         self.connect_backoff = Backoff()  # one pause for every user of this process while connects fail
         self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
-        # The target is unusable (one line); the process that owns the run installs its stop here,
-        # a worker tells the master (loadgen.fleet.distributed).
+        # The target is unusable (one line): set once, by loadgen.locust_face.plugin, to the owner's
+        # stop (Session.server_unusable) or, on a worker, to Fleet.tell_master.
         self.on_fatal: Callable[[str], None] = lambda message: log.error("llm-loadgen: %s", self.redact(message))
+
+    # -- Locust's test_start / test_stop (registered by loadgen.locust_face.plugin) -----------------
+    def on_test_start(self, environment, **_) -> None:
+        # A separately started worker saw default options at init; the master's arrive now.
+        if self.is_worker:
+            scenario = scenario_from_options(environment.parsed_options)
+            self.dataset, self._dataset_cursor = scenario_dataset(scenario), None
+            self.scenario = trace_scenario(scenario, self.dataset)
+            self.use_model(self.scenario.model)
+            self.api_key = api_key(self.scenario)
+            try:
+                tls.configure(self.scenario.request.ca_cert, self.scenario.request.verify_tls)
+            except ConfigError as exc:  # the master's file is not on this worker's machine
+                self.fatal(f"config error on a worker: {exc}")
+        if not self.is_master:
+            self.health.start()
+
+    def on_test_stop(self, **_) -> None:
+        self.health.stop()
 
     # -- dataset ---------------------------------------------------------------------------------
     def dataset_share(self) -> tuple[int, int]:
@@ -206,30 +225,9 @@ def api_key(scenario) -> str | None:
 
 
 def install(environment) -> Runtime:
-    """Create this process's Runtime from the parsed options and hook it into Locust's events."""
+    """Create this process's Runtime from the parsed options (``environment.llm``); its Locust
+    hooks (``on_test_start``, ``on_test_stop``) are registered by ``loadgen.locust_face.plugin``."""
     rt = Runtime(environment, scenario_from_options(environment.parsed_options))
     tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)  # a bad file: ConfigError
     environment.llm = rt
-    events = environment.events
-
-    @events.test_start.add_listener
-    def _on_test_start(environment, **_):
-        # A separately started worker saw default options at init; the master's arrive now.
-        if rt.is_worker:
-            scenario = scenario_from_options(environment.parsed_options)
-            rt.dataset, rt._dataset_cursor = scenario_dataset(scenario), None
-            rt.scenario = trace_scenario(scenario, rt.dataset)
-            rt.use_model(rt.scenario.model)
-            rt.api_key = api_key(rt.scenario)
-            try:
-                tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)
-            except ConfigError as exc:  # the master's file is not on this worker's machine
-                rt.fatal(f"config error on a worker: {exc}")
-        if not rt.is_master:
-            rt.health.start()
-
-    @events.test_stop.add_listener
-    def _on_test_stop(environment, **_):
-        rt.health.stop()
-
     return rt

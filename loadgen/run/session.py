@@ -59,7 +59,6 @@ class Session:
 
     def __init__(self, rt, fleet):
         self.rt, self.fleet = rt, fleet
-        rt.on_fatal = lambda message: self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
         self.started_wall = time.time()
         self.server = None  # preflight.ServerInfo, once the start check passed
         self.watch: ServerWatch | None = None
@@ -256,6 +255,10 @@ class Session:
             say(f"llm-loadgen: {lost.describe()}")
 
     # -- stop paths --------------------------------------------------------------------------------
+    def server_unusable(self, message: str) -> None:
+        """``rt.fatal``'s route on the owning process: the target cannot be load-tested (exit 4)."""
+        self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
+
     def fatal(self, code: int, message: str) -> None:
         """Stop the run now with a clear one-line message; results so far are written on quit."""
         say(self.rt.redact(f"llm-loadgen: {message}"))

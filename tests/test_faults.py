@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import errors
 from loadgen.sim.launch import SimProcess, running_sim
-from loadgen.sim.probe import request
+from loadgen.sim.raw_client import request
 from loadgen.stats.failures import locust_name
 from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
 from tests.runlocust import ROOT, LocustRun, locust_cmd, run_dir

@@ -33,7 +33,7 @@ from loadgen.server.answers import (
     watch_sample,
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
-from loadgen.server.start_check import probe
+from loadgen.server.start_check import models_and_capacity
 from loadgen.server.watch import ServerWatch
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -311,7 +311,7 @@ def serve(routes: dict):
 
 def discover(url: str, api_key: str | None = None, timeout_s: float = 2.0, configured: int | None = None):
     """The start check's capacity: /v1/models read once, then the capacity sources."""
-    return probe(url, api_key=api_key, configured_capacity=configured,
+    return models_and_capacity(url, api_key=api_key, configured_capacity=configured,
                  models_timeouts_s=(timeout_s, timeout_s), probe_timeout_s=timeout_s)[1]
 
 
@@ -469,7 +469,7 @@ def test_poll_once_feeds_stages_with_a_fake_clock(caplog):
         watch = ServerWatch(url, None, None, interval_s=1, clock=lambda: now[0])
         assert watch.poll_once()  # baseline
         watch.begin_stage(0)
-        with caplog.at_level(logging.WARNING, logger="loadgen.server.answers"):
+        with caplog.at_level(logging.WARNING, logger="loadgen.server.watch"):
             for _ in range(5):
                 now[0] += 1
                 assert watch.poll_once()
@@ -483,7 +483,7 @@ def test_poll_once_feeds_stages_with_a_fake_clock(caplog):
 
 @pytest.mark.timeout(30)
 def test_watch_greenlet_disables_itself_once_without_metrics(caplog):
-    with serve({}) as (url, hits), caplog.at_level(logging.WARNING, logger="loadgen.server.answers"):
+    with serve({}) as (url, hits), caplog.at_level(logging.WARNING, logger="loadgen.server.watch"):
         watch = ServerWatch(url, None, "sglang", interval_s=0.01).start()
         watch.begin_stage(0)
         gevent.sleep(0.3)
@@ -499,7 +499,11 @@ def test_watch_greenlet_sees_sglang_retractions():
     retracted = fixture("metrics_sglang.txt")
     script = Script([retracted] * 3 + [retracted.replace("} 5.0\n", "} 9.0\n")])
     with serve({"/metrics": script}) as (url, _):
-        watch = ServerWatch(url, None, None, interval_s=0.01).start()
+        watch = ServerWatch(url, None, None, interval_s=0.01)
+        polls_begun = []  # counted where a poll starts: the server counts a poll only once it is
+        poll_once = watch.poll_once  # answered, which may be after stop() (one already in flight)
+        watch.poll_once = lambda: polls_begun.append(1) or poll_once()
+        watch.start()
         for _ in range(500):  # until the baseline poll happened (bounded: ~5 s)
             if script.i:
                 break
@@ -511,9 +515,9 @@ def test_watch_greenlet_sees_sglang_retractions():
             gevent.sleep(0.01)
         out = watch.end_stage(0)
         watch.stop()
-        polls_after_stop = script.i
+        begun_at_stop = len(polls_begun)
         gevent.sleep(0.1)
-    assert script.i == polls_after_stop  # stop() ended the greenlet
+    assert len(polls_begun) == begun_at_stop  # stop() ended the greenlet: no poll began after it
     assert out["flavor"] == "sglang" and out["preemption_metric"] == "sglang:num_retracted_requests_total"
     assert out["preemptions"] == 4 and out["over_capacity"] is True and out["kv_usage_max"] == 0.82
 

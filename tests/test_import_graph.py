@@ -176,7 +176,8 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_imports_point_down_the_layers():
-    assert upward_imports(GRAPH) == [], "an import points up the layers (loadgen/__init__.py's LAYERS)"
+    bad = upward_imports(GRAPH)
+    assert bad == [], "imports that point up the layers (loadgen/__init__.py's LAYERS):\n" + "\n".join(bad)
 
 
 def test_loadgen_never_imports_the_faces_above_it():

@@ -84,7 +84,7 @@ def test_http_chat_turns_hit_the_cache_and_the_server_says_so():
     from prometheus_client.parser import text_string_to_metric_families
 
     from loadgen.sim.launch import running_sim
-    from loadgen.sim.probe import request
+    from loadgen.sim.raw_client import request
 
     def counters(url):
         text = request(url, "GET", "/metrics").body.decode()

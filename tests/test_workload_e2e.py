@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from loadgen.sim.launch import running_sim
-from loadgen.sim.probe import request
+from loadgen.sim.raw_client import request
 from tests.runlocust import run_locust
 
 pytestmark = pytest.mark.integration

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 STAGES_CSV = "stages.csv"
 REPORT_HTML = "report.html"
-SCHEMA = 1
+SCHEMA = 1  # summary.json's schema: written by loadgen.run.results, checked here on read
 
 
 def _json_safe(value):

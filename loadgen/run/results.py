@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from loadgen.report.files import SCHEMA
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.slo import Objectives, slo_answer, stage_slo
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 
-SCHEMA = 1
 TOOL = {"name": "llm-loadgen", "version": "0.1.0"}
 
 

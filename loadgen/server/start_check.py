@@ -186,7 +186,7 @@ def _clients(host: str, api_key: str | None, models_timeouts_s: tuple[float, flo
                          read_timeout_s=probe_timeout_s))
 
 
-def probe(host: str, *, api_key: str | None = None, configured_capacity: int | None = None,
+def models_and_capacity(host: str, *, api_key: str | None = None, configured_capacity: int | None = None,
           models_timeouts_s: tuple[float, float] = (PROBE_TIMEOUT_S, PROBE_TIMEOUT_S),
           probe_timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ModelsReply, Capacity]:
     """Read /v1/models once (``models_timeouts_s`` = connect, read) and resolve the capacity from

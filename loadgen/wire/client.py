@@ -35,7 +35,7 @@ from geventhttpclient._parser import HTTPParseError
 from geventhttpclient.response import HTTPConnectionClosed
 
 from loadgen import errors
-from loadgen.config import Shown
+from loadgen.config.fields import Shown
 from loadgen.errors import CertificateRejected, ConfigError, RequestError
 from loadgen.stats.failures import excerpt, server_reason
 from loadgen.stats.records import RequestRecord, RequestResult

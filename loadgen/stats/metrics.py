@@ -175,19 +175,19 @@ SLO_COUNTS = (SLO_MET, SLO_MET_TOKENS)
 
 
 @dataclass(frozen=True)
-class Shown:
+class DisplayUnit:
     """How people read a value: ``unit`` label and ``scale`` from the stored unit (s -> ms: 1000)."""
 
     unit: str
     scale: float = 1.0
 
 
-MS = Shown("ms", 1000.0)
-SECONDS = Shown("s")
-TOK_S = Shown("tok/s")
-REQ_S = Shown("req/s")
-TOKENS = Shown("tokens")
-PERCENT = Shown("%", 100.0)
+MS = DisplayUnit("ms", 1000.0)
+SECONDS = DisplayUnit("s")
+TOK_S = DisplayUnit("tok/s")
+REQ_S = DisplayUnit("req/s")
+TOKENS = DisplayUnit("tokens")
+PERCENT = DisplayUnit("%", 100.0)
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class StageMetric:
     source: Histogram | Counter | SloCount | Share
     q: float | None
     unit: str
-    shown: Shown
+    shown: DisplayUnit
     title: str
     console: Console | None = None
     compare: bool = False

@@ -1,4 +1,4 @@
-"""Multi-turn sessions (``--turns K``): a user holds a conversation of K turns. Pure: no I/O.
+"""Multi-turn conversations (``--turns K``): a user holds a conversation of K turns. Pure: no I/O.
 
 Turn t (0-based) sends the whole history plus a new user message drawn from the user's workload
 (loadgen.workload.asks; its length from the ``input:`` distribution or the dataset line):

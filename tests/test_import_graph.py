@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import APART, LAYERS
+from scripts import architecture
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "loadgen"
@@ -28,34 +29,12 @@ LAZY_REPORT_IMPORTS = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {name: path for name, path in architecture.modules().items() if name.split(".")[0] == "loadgen"}
 
 
 def imports(name: str) -> list[tuple[str, bool]]:
     """(imported loadgen module, lazy) for every import statement of module ``name``."""
-    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
-    top_level = {id(node) for node in tree.body}
-    is_pkg = MODULES[name].name == "__init__.py"
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: resolve against this module's package
-                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = ".".join(pkg[: len(pkg) - node.level + 1] + ([base] if base else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-        else:
-            continue
-        lazy = id(node) not in top_level
-        out += [(t, lazy) for t in targets if t in MODULES and t != name]
-    return out
+    return architecture.imports(name, MODULES)
 
 
 GRAPH = {name: imports(name) for name in MODULES}

@@ -187,8 +187,8 @@ def _clients(host: str, api_key: str | None, models_timeouts_s: tuple[float, flo
 
 
 def models_and_capacity(host: str, *, api_key: str | None = None, configured_capacity: int | None = None,
-          models_timeouts_s: tuple[float, float] = (PROBE_TIMEOUT_S, PROBE_TIMEOUT_S),
-          probe_timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ModelsReply, Capacity]:
+                        models_timeouts_s: tuple[float, float] = (PROBE_TIMEOUT_S, PROBE_TIMEOUT_S),
+                        probe_timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ModelsReply, Capacity]:
     """Read /v1/models once (``models_timeouts_s`` = connect, read) and resolve the capacity from
     the server's root, whatever the models answer was. Never raises for a bad server."""
     models_client, root_client = _clients(check_host(host), api_key, models_timeouts_s, probe_timeout_s)

@@ -18,6 +18,7 @@ import time
 import gevent
 
 from loadgen import errors
+from loadgen.cache_report import prefix_sharing
 from loadgen.console import StageConsole
 from loadgen.errors import ConfigError
 from loadgen.exporter import exporter_from_config
@@ -203,7 +204,9 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
-        for line in stage_warnings(row, *sc.expected_lengths()):
+        sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
+                                 any(r.hash_ids for r in rt.dataset or ()))
+        for line in stage_warnings(row, *sc.expected_lengths(), sharing):
             say(line)
         if not self._rows_pending():
             self.console.flush()

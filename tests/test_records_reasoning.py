@@ -137,3 +137,42 @@ def test_answer_figures_formulas():
     assert answer_figures(0.0, 1.0, 1.0, 1, None, 0).answer_decode_tps is None  # one answer token
     assert stream_reasoning_tokens(False, None) == 1 and stream_reasoning_tokens(True, None) == 0
     assert stream_reasoning_tokens(True, 4) == 3 and stream_reasoning_tokens(False, 4) == 4
+
+
+def _result(key, reasoning_usage, cached=None, sent=0.0):
+    return replay_split([(p, t + sent) for p, t in thinking_stream(key, reasoning_usage, cached)], sent=sent)
+
+
+def test_stage_row_reasoning_chunks_and_cache_figures():
+    from loadgen.stats import StageStats
+
+    s = StageStats()
+    s.add_result(_result("reasoning_content", 3, cached=40), 100, 6)
+    s.add_result(_result("reasoning", None, cached=60), 100, 6)
+    plain = RequestRecord(0.0, 2, "/v1/completions")  # no reasoning, no cache detail
+    plain.on_payload(orjson.dumps({"choices": [{"text": "a b", "finish_reason": "length"}],
+                                   "usage": usage(2)}), 0.2)
+    s.add_result(plain.finish(0.2, eof=True), 100, 2)
+    row = s.row(10.0)
+    assert row["ttfat_p50_s"] == pytest.approx(0.5, rel=0.012)  # 0.5, 0.5, 0.2: the median
+    assert row["reasoning_tokens_per_request"] == pytest.approx(6 / 3)  # over every ok request
+    assert (row["reasoning_tokens"], row["reasoning_tokens_source"]) == (6, "mixed")
+    assert row["tokens_per_chunk"] == pytest.approx((6 + 6 + 2) / (6 + 6 + 1))
+    # only the requests whose usage said count, on both sides of the share
+    assert row["cached_prompt_tokens"] == 100 and row["cached_share"] == pytest.approx(100 / 200)
+
+
+def test_stage_row_of_a_plain_model_shows_no_reasoning_figures():
+    from loadgen.stats import StageStats
+
+    s = StageStats()
+    rec = RequestRecord(0.0, 2, CHAT)
+    for payload, t in [(delta_chunk({"content": "a"}), 0.1), (delta_chunk({"content": "b"}, finish="length"), 0.2),
+                       (final_usage(2, reasoning=0), 0.2)]:
+        rec.on_payload(payload, t)
+    s.add_result(rec.finish(0.2, eof=True), 100, 2)
+    row = s.row(10.0)
+    assert row["ttft_p50_s"] is not None and s.ttfat_s.count == 1  # the sample is kept (equal to TTFT) ...
+    assert row["ttfat_p50_s"] is None and row["answer_decode_tps_p50"] is None  # ... but not shown
+    assert row["reasoning_tokens_per_request"] is None and "reasoning_tokens" not in row
+    assert row["tokens_per_chunk"] == 1.0

@@ -35,6 +35,7 @@ from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
 from loadgen.server_probe import ServerWatch
+from loadgen.stage_extras import extras_line
 from loadgen.stage_guard import StageGuard
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 
@@ -204,6 +205,8 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
+        if (extras := extras_line(row)) is not None:
+            say(extras)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
                                  any(r.hash_ids for r in rt.dataset or ()))
         for line in stage_warnings(row, *sc.expected_lengths(), sharing):

@@ -31,7 +31,7 @@ def _reasoning_stage(tmp_path, name: str, *sim_args: str, run_args: tuple = ()) 
     (stage,) = run.summary["stages"]
     assert stage["requests"] >= 6 and stage["error_count"] == 0
     assert stage["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}
-    return stage, run.stdout
+    return stage, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize(("spelling", "usage", "source"), [
@@ -41,21 +41,22 @@ def _reasoning_stage(tmp_path, name: str, *sim_args: str, run_args: tuple = ()) 
 def test_time_to_first_answer_token_is_r_tokens_after_ttft(tmp_path, spelling, usage, source):
     """The first R = 20 tokens are thinking at a fixed 20 ms per token: the first answer token comes
     R x ITL = 400 ms after the first token, whatever the delta's spelling."""
-    s, _ = _reasoning_stage(tmp_path, spelling, "--reasoning-field", spelling, "--reasoning-usage", usage)
+    s, out = _reasoning_stage(tmp_path, spelling, "--reasoning-field", spelling, "--reasoning-usage", usage)
     assert s["ttft_p50_s"] == pytest.approx(0.200, rel=0.05)  # the first thinking token
     assert s["ttfat_p50_s"] - s["ttft_p50_s"] == pytest.approx(R * ITL_S, rel=0.05)
     assert s["reasoning_tokens_per_request"] == R and s["reasoning_tokens_source"] == source
     assert s["answer_decode_tps_p50"] == pytest.approx(1 / ITL_S, rel=0.05)
     assert s["tokens_per_chunk"] == 1.0
+    assert f"{R}.0 reasoning tokens/request ({source})" in out, out[-2000:]  # the console line
 
 
 def test_thinking_off_makes_a_plain_stage(tmp_path):
     """request.thinking=false is sent as chat_template_kwargs.enable_thinking: the server does not
     think, and the stage shows no reasoning figure (None, not 0 or a copy of TTFT)."""
-    s, _ = _reasoning_stage(tmp_path, "off", run_args=("--set", "request.thinking=false"))
+    s, out = _reasoning_stage(tmp_path, "off", run_args=("--set", "request.thinking=false"))
     assert s["ttft_p50_s"] == pytest.approx(0.200, rel=0.05)
     assert s["ttfat_p50_s"] is None and s["reasoning_tokens_per_request"] is None
-    assert "reasoning_tokens" not in s
+    assert "reasoning_tokens" not in s and "reasoning tokens/request" not in out
 
 
 def test_tokens_per_chunk_is_the_mean_accept_length(tmp_path):
@@ -74,6 +75,7 @@ def test_tokens_per_chunk_is_the_mean_accept_length(tmp_path):
     chunks = s["output_tokens"] / s["tokens_per_chunk"]
     assert chunks > 2000, s  # enough draws for the bound below
     assert s["tokens_per_chunk"] == pytest.approx(2.3, rel=0.03)
+    assert f"{s['tokens_per_chunk']:.2f} tokens/chunk" in run.stdout + run.stderr
     # the server's own counters say the same accept length (vLLM: 1 + accepted / drafts)
     accept = 1 + c["vllm:spec_decode_num_accepted_tokens_total"] / c["vllm:spec_decode_num_drafts_total"]
     assert accept == pytest.approx(2.3, rel=0.03)

@@ -73,7 +73,10 @@ class Stream:
             return
         if start == 0 and self.server.config.cache_report:
             fmt.cached_tokens = self.req.cached_tokens  # known once admitted (engine prefix cache)
-        text, reasoning = self._texts(start, n)
+        if fmt.reasoning_tokens > start:  # still thinking (the hot path skips this)
+            text, reasoning = self._texts(start, n)
+        else:
+            text, reasoning = generated_text(self.text_offset, start, n), b""
         fault = self.fault
         if fault is not None and self.sent >= fault.at_token and (fault.kind != "no_done" or done):
             self.fault = None
@@ -85,10 +88,8 @@ class Stream:
 
     def _texts(self, start: int, n: int) -> tuple[bytes, bytes]:
         """(answer text, thinking text) of tokens ``start .. start + n - 1``: the request's first
-        ``fmt.reasoning_tokens`` tokens are thinking."""
-        r = min(max(self.fmt.reasoning_tokens - start, 0), n)
-        if not r:
-            return generated_text(self.text_offset, start, n), b""
+        ``fmt.reasoning_tokens`` tokens are thinking; called while start < that."""
+        r = min(self.fmt.reasoning_tokens - start, n)
         answer = generated_text(self.text_offset, start + r, n - r) if n > r else b""
         return answer, generated_text(self.text_offset, start, r)
 

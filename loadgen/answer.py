@@ -32,7 +32,10 @@ USAGE, STREAM = "usage", "stream"  # where a request's reasoning token count cam
 
 def delta_parts(delta: dict) -> tuple[str | None, str | None]:
     """(reasoning text, answer text) of one chat delta, both spellings of reasoning read."""
-    return delta.get("reasoning_content") or delta.get("reasoning"), delta.get("content")
+    answer = delta.get("content")
+    if answer and len(delta) == 1:  # the common chunk: {"content": "..."}, one lookup
+        return None, answer
+    return delta.get("reasoning_content") or delta.get("reasoning"), answer
 
 
 def usage_reasoning_tokens(usage: dict) -> int | None:

@@ -176,3 +176,23 @@ def test_stage_row_of_a_plain_model_shows_no_reasoning_figures():
     assert row["ttfat_p50_s"] is None and row["answer_decode_tps_p50"] is None  # ... but not shown
     assert row["reasoning_tokens_per_request"] is None and "reasoning_tokens" not in row
     assert row["tokens_per_chunk"] == 1.0
+
+
+def test_exporter_has_the_answer_histogram_and_the_chunk_and_cache_counters():
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from loadgen.exporter import ExporterSnapshot, make_registry
+    from loadgen.stats import Collector
+
+    c = Collector()
+    c.record_result(_result("reasoning", 3, cached=40), 0, 100, 6)
+    snap = ExporterSnapshot(totals=c.totals)
+    text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
+    got = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels.get("le")}
+    assert got["llm_loadgen_reasoning_tokens_total"] == 3
+    assert (got["llm_loadgen_output_chunk_tokens_total"], got["llm_loadgen_output_chunks_total"]) == (6, 6)
+    assert got["llm_loadgen_cached_prompt_tokens_total"] == 40
+    assert got["llm_loadgen_cache_reported_prompt_tokens_total"] == 100
+    assert got["llm_loadgen_time_to_first_answer_token_seconds_count"] == 1
+    assert got["llm_loadgen_time_to_first_answer_token_seconds_sum"] == pytest.approx(0.5)

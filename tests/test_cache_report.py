@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loadgen.cache_report import missing_cache_detail, prefix_sharing
-from loadgen.results import stage_warnings
+from loadgen.run.cache_report import missing_cache_detail, prefix_sharing
+from loadgen.run.results import stage_warnings
 
 
 def row(cached_share, requests=5):

@@ -1,14 +1,14 @@
 """Known answers end to end (simulator -> real locust run -> summary.json) for a reasoning model,
-speculative decoding and a prefix cache (loadgen.answer, loadgen.metrics)."""
+speculative decoding and a prefix cache (loadgen.stats.answer, loadgen.stats.metrics)."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.locust_face.users import FIT_PROBE_WORDS
 from loadgen.sim.launch import running_sim
 from loadgen.sim.probe import request
-from loadgen.users import FIT_PROBE_WORDS
 from tests.runlocust import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against a known answer: alone

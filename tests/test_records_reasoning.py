@@ -1,5 +1,5 @@
 """RequestRecord on reasoning streams: TTFT is the first token of any kind, the answer timed on its
-own (loadgen.answer), reasoning tokens from usage or counted, cached prompt tokens. Fake clock:
+own (loadgen.stats.answer), reasoning tokens from usage or counted, cached prompt tokens. Fake clock:
 every arrival time is given; the SSE bytes are split at every offset."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.answer import STREAM, USAGE, answer_figures, stream_reasoning_tokens
-from loadgen.records import RequestRecord
-from loadgen.sse import SSEDecoder
+from loadgen.stats.answer import STREAM, USAGE, answer_figures, stream_reasoning_tokens
+from loadgen.stats.records import RequestRecord
+from loadgen.wire.sse import SSEDecoder
 
 CHAT = "/v1/chat/completions"
 SPELLINGS = ("reasoning_content", "reasoning")  # SGLang / vLLM >= 0.19.1
@@ -144,7 +144,7 @@ def _result(key, reasoning_usage, cached=None, sent=0.0):
 
 
 def test_stage_row_reasoning_chunks_and_cache_figures():
-    from loadgen.stats import StageStats
+    from loadgen.stats.stage_stats import StageStats
 
     s = StageStats()
     s.add_result(_result("reasoning_content", 3, cached=40), 100, 6)
@@ -163,7 +163,7 @@ def test_stage_row_reasoning_chunks_and_cache_figures():
 
 
 def test_stage_row_of_a_plain_model_shows_no_reasoning_figures():
-    from loadgen.stats import StageStats
+    from loadgen.stats.stage_stats import StageStats
 
     s = StageStats()
     rec = RequestRecord(0.0, 2, CHAT)
@@ -182,8 +182,8 @@ def test_exporter_has_the_answer_histogram_and_the_chunk_and_cache_counters():
     from prometheus_client.exposition import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from loadgen.exporter import ExporterSnapshot, make_registry
-    from loadgen.stats import Collector
+    from loadgen.export.exporter import ExporterSnapshot, make_registry
+    from loadgen.stats.stage_stats import Collector
 
     c = Collector()
     c.record_result(_result("reasoning", 3, cached=40), 0, 100, 6)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadgen.stage_extras import extras_line
+from loadgen.report.stage_extras import extras_line
 
 
 def test_a_plain_stage_has_no_line():

@@ -177,6 +177,28 @@ def loadgen_rows(lay: Layout) -> None:
                 f"sum(rate(llm_loadgen_e2e_seconds_sum{L}{RI})) / sum(rate(llm_loadgen_e2e_seconds_count{L}{RI}))",
                 "offered x E2E mean")])
 
+    lay.row("Load generator: reasoning, speculative decoding, prefix cache")
+    ok = f'sum(rate(llm_loadgen_requests_total{{job=~"$loadgen_job", model=~"$model", outcome="ok"}}{RI}))'
+    lay.panel("timeseries", "Time to first answer token",
+              "A reasoning model thinks first (delta.reasoning_content / delta.reasoning); TTFT is its first "
+              "token of any kind, this the first answer token (delta.content). Equal without reasoning.",
+              [*quantiles("llm_loadgen_time_to_first_answer_token_seconds", qs=(0.5, 0.99), prefix="answer "),
+               (quantile(0.5, "llm_loadgen_ttft_seconds"), "TTFT p50")], "s", w=6)
+    lay.panel("timeseries", "Reasoning tokens per request",
+              "Reasoning tokens (usage.completion_tokens_details.reasoning_tokens, else counted from the "
+              "stream) per ok request.",
+              [(f"{rate('llm_loadgen_reasoning_tokens_total')} / {ok}", "reasoning tokens/request")], w=6)
+    lay.panel("timeseries", "Tokens per chunk",
+              "Completion tokens / content chunks of ok requests: above 1 with speculative decoding "
+              "(the accepted tokens of a step come in one chunk) or a stream interval.",
+              [(f"{rate('llm_loadgen_output_chunk_tokens_total')} / {rate('llm_loadgen_output_chunks_total')}",
+                "tokens/chunk")], w=6)
+    lay.panel("timeseries", "Cached prompt share",
+              "usage.prompt_tokens_details.cached_tokens / prompt tokens of the requests that reported it "
+              "(vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report; llama.cpp always).",
+              [(f"{rate('llm_loadgen_cached_prompt_tokens_total')} / "
+                f"{rate('llm_loadgen_cache_reported_prompt_tokens_total')}", "cached share")], "percentunit", w=6)
+
 
 # The server rows: the same panels for each engine, with that engine's own metric names.
 SERVERS = (

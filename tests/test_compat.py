@@ -97,3 +97,17 @@ def test_round_trip_for_the_phase_message():
     c = Compat("llamacpp", "owned_by", "text", (5, 9), ("min_tokens",), ("a", "b"))
     assert Compat.from_dict(orjson.loads(orjson.dumps(c.to_dict()))) == c
     assert "output length asked" in c.describe() and "min_tokens" in c.describe()
+
+
+@pytest.mark.parametrize("thinking", [True, False])
+def test_request_thinking_is_sent_as_the_chat_template_switch(thinking):
+    b = body(Compat(), endpoint="chat", request={"thinking": thinking})
+    assert b["chat_template_kwargs"] == {"enable_thinking": thinking}
+    assert "chat_template_kwargs" not in body(Compat(), endpoint="chat")  # null: the server's default
+
+
+def test_request_thinking_on_completions_is_refused():
+    from loadgen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="request.thinking.*chat only"):
+        scenario(request={"thinking": False})

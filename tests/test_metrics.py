@@ -30,10 +30,13 @@ def test_declarations_are_consistent():
             assert m.source.of in metrics.SLO_COUNTS and m.q is None and m.unit == "ratio", m.key
         elif isinstance(m.source, metrics.SloCount):  # an SLO count per second (goodput)
             assert m.source in metrics.SLO_COUNTS and m.q is None and m.unit.endswith("/s"), m.key
+        elif isinstance(m.source, metrics.Ratio):  # counter / counter (tokens per chunk, shares)
+            assert {m.source.num, m.source.den} <= set(metrics.COUNTERS) and m.q is None, m.key
         else:
             assert m.source in metrics.COUNTERS and m.q is None and m.unit.endswith("/s"), m.key
+        assert m.only_if is None or m.only_if in metrics.COUNTERS, m.key
         suffix = {"s": "_s", "tok/s": "_per_s"}.get(m.unit, "")  # a key carries its unit ...
-        assert m.key.endswith(suffix) or m.key.startswith("decode_tps"), m.key  # ... or says tps
+        assert m.key.endswith(suffix) or "decode_tps" in m.key, m.key  # ... or says tps
         assert m.shown.unit in m.title, m.key
     names = [h.exporter for h in metrics.HISTOGRAMS if h.exporter]
     assert len(set(names)) == len(names) and all(n.endswith("_seconds") for n in names)
@@ -50,7 +53,8 @@ def test_row_is_the_fixed_fields_then_every_metric_in_table_order():
         s.itl_token_s.add(float(v) / 10)
     s.window_output_tokens = 600
     row = s.row(60.0)
-    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch", "textless_requests", "failures"]
+    assert list(row) == ROW_HEAD + [m.key for m in STAGE_METRICS] + ["token_mismatch", "textless_requests",
+                                                                       "cached_prompt_tokens", "failures"]
     for m in STAGE_METRICS:
         if m.source is metrics.TTFT:
             assert row[m.key] == pytest.approx(0.1 + 0.2 * m.q, rel=0.025), m.key
@@ -74,7 +78,7 @@ def test_views_derive_from_the_table():
     assert all(m.title.replace("&", "&amp;") in html for m in STAGE_METRICS)
     exported = {h.exporter for h in exporter.HISTOGRAMS}
     assert exported == {"ttft_seconds", "itl_seconds", "itl_chunk_seconds", "tpot_seconds", "e2e_seconds",
-                        "schedule_lateness_seconds"}
+                        "schedule_lateness_seconds", "time_to_first_answer_token_seconds"}
 
 
 def test_cells_are_in_the_shown_unit():

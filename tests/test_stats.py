@@ -88,8 +88,13 @@ def test_row_fields_and_window_rate():
         "achieved_rate_per_s",
         "lateness_p99_s", "failures", "input_len_p50_tokens", "input_len_p99_tokens", "output_len_p50_tokens",
         "output_len_p99_tokens", "length_hist", "slo_attainment", "goodput_requests_per_s",
-        "goodput_output_tokens_per_s",
+        "goodput_output_tokens_per_s", "ttfat_p50_s", "ttfat_p90_s", "ttfat_p99_s",
+        "reasoning_tokens_per_request", "answer_decode_tps_p50", "tokens_per_chunk", "cached_share",
+        "cached_prompt_tokens",
     }  # fmt: skip
+    # a plain model: no reasoning figure, no cache figure without the server's detail (None, not 0)
+    assert row["ttfat_p50_s"] is None and row["reasoning_tokens_per_request"] is None
+    assert row["cached_share"] is None and row["cached_prompt_tokens"] is None
     # no objective set: no SLO figure (None, not a misleading 0)
     assert row["slo_attainment"] is None and row["goodput_requests_per_s"] is None
     hist = row["length_hist"]

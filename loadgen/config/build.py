@@ -79,6 +79,8 @@ SPEC: dict[str, Check] = {
     "request.ca_cert": text("a PEM file with the server's CA certificate, or null for the system store",
                             nullable=True),
     "request.verify_tls": boolean(),
+    "request.thinking": boolean("true or false turns a reasoning model's thinking on or off (chat); null "
+                                "sends nothing (the server's default)", nullable=True),
     "stages.list": stage_list,
     "stages.start": integer("the first stage's concurrency, e.g. 1", ge=1),
     "stages.factor": number("use 2 to double concurrency each stage", gt=1),
@@ -276,6 +278,9 @@ def _check_relations(v: dict[str, Any]) -> None:
         raise ConfigError("slo.search", True, "bisects concurrency; an open-loop rate sweep has no search",
                           "drop --slo-search (each rate stage still reports its attainment), or sweep "
                           "concurrency (stages.*)")
+    if v["request.thinking"] is not None and v["endpoint"] != "chat":
+        raise ConfigError("request.thinking", v["request.thinking"], "applies to chat only (it is sent as "
+                          "chat_template_kwargs.enable_thinking)", "set endpoint: chat, or drop request.thinking")
     if v["workload.turns"] > 1 and (v["rate.list"] is not None or v["rate.start"] is not None):
         raise ConfigError("workload.turns", v["workload.turns"], "needs the concurrency sweep (a turn waits for "
                           "the previous answer; open-loop arrivals do not)", "drop --turns or the rate stages")

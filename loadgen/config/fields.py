@@ -120,8 +120,10 @@ def integer(fix: str, **kwargs: Any) -> Check:
     return number(fix, integer=True, **kwargs)
 
 
-def boolean(fix: str = "write true or false") -> Check:
-    def check(key: str, value: Any) -> bool:
+def boolean(fix: str = "write true or false", *, nullable: bool = False) -> Check:
+    def check(key: str, value: Any) -> bool | None:
+        if value is None and nullable:
+            return None
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):

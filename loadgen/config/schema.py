@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
         "client_error_pause_s": 1.0,
         "ca_cert": None,
         "verify_tls": True,
+        "thinking": None,
     },
     "stages": {
         "list": None,
@@ -161,6 +162,8 @@ class RequestConfig:
     client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
     ca_cert: str | None  # a PEM file trusted instead of the system store (loadgen.wire.tls)
     verify_tls: bool  # false: no certificate or host-name check (--insecure)
+    # chat: chat_template_kwargs.enable_thinking (Qwen3-style templates on vLLM and SGLang); None: not sent
+    thinking: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from loadgen.report.files import SCHEMA
+from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.slo import Objectives, slo_answer, stage_slo
@@ -175,10 +176,12 @@ def open_loop_fields(info: StageInfo, stats: StageStats) -> dict:
     return out
 
 
-def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str) -> list[str]:
+def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str,
+                   prefix_sharing: str | None = None) -> list[str]:
     """The lines to print under a stage row: token mismatches, missing usage, textless requests,
-    client-bound.
-    ``input_tokens``/``output_tokens``: the expected lengths, or words for them (a mix)."""
+    no cache report on a workload that shares prefixes, client-bound.
+    ``input_tokens``/``output_tokens``: the expected lengths, or words for them (a mix);
+    ``prefix_sharing``: loadgen.run.cache_report.prefix_sharing of the workload."""
     k, out = row["index"], []
     mismatch = row.get("token_mismatch") or {}
     if mismatch.get("input") or mismatch.get("output"):
@@ -194,6 +197,8 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str)
                    "tokens (server usage) but no text, so their TTFT is their E2E (the stream's finishing "
                    "chunk): the server held the text back (an unfinished UTF-8 character) or the tokens "
                    "render as nothing")
+    if (line := missing_cache_detail(row, prefix_sharing)) is not None:
+        out.append(line)
     if "server_over_capacity" in row["flags"]:
         evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
         out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the server was over capacity ({evidence}): "
@@ -230,6 +235,12 @@ def totals_of(t: StageStats) -> dict:
         "cancelled_requests": t.cancelled_requests,  # cut by the client itself: neither ok nor failed
         "cancelled_output_tokens": t.cancelled_output_tokens,
         "histogram_counts": {name: getattr(t, name).count for name in HISTOGRAMS},
+        "reasoning_tokens": t.reasoning_tokens,
+        # usage.prompt_tokens_details (loadgen.stats.answer): only when the server reported it
+        **({"prompt_cache": {"cached_prompt_tokens": t.cached_prompt_tokens,
+                             "reported_prompt_tokens": t.cache_reported_prompt_tokens,
+                             "reported_requests": t.cache_reported_requests}}
+           if t.cache_reported_requests else {}),
         "failures": t.failures.to_summary(),
         **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,
                     "met_output_tokens": t.slo.met_output_tokens, "met_by": dict(t.slo.met_by)}}

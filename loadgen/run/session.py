@@ -24,7 +24,9 @@ from loadgen.phases import Phase
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
 from loadgen.report.runs import create_run_dir, run_name
+from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
+from loadgen.run.cache_report import prefix_sharing
 from loadgen.run.console import FailureNotices, StageConsole
 from loadgen.run.exporter_feed import ExporterFeed
 from loadgen.run.health import stage_client_bound
@@ -210,7 +212,11 @@ class Session:
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
-        for line in stage_warnings(row, *sc.expected_lengths()):
+        if (extras := extras_line(row)) is not None:
+            say(extras)
+        sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
+                                 any(r.hash_ids for r in rt.dataset or ()))
+        for line in stage_warnings(row, *sc.expected_lengths(), sharing):
             say(line)
         if not self._rows_pending():
             self.console.flush()

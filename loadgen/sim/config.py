@@ -58,6 +58,11 @@ class SimConfig:
     admit_output_reserve: float = 0.0
     prefix_cache_tokens: int = 0
     prefix_block_tokens: int = 16
+    cache_report: int = 1
+    # a reasoning model (chat streams)
+    reasoning_tokens: int = 0
+    reasoning_field: str = "auto"
+    reasoning_usage: int = 1
     # a stricter server than vLLM/SGLang (loadgen.sim.strict)
     reject_fields: str = ""
     prompt_token_ids: str = "accept"
@@ -67,6 +72,12 @@ class SimConfig:
     faults: dict[str, float] = field(default_factory=dict)
     stall_max_s: float = 60.0
     idle_timeout_s: float = 300.0
+
+    def reasoning_key(self) -> str:
+        """The reasoning delta's field name (``reasoning_field``; auto: vLLM reasoning, SGLang reasoning_content)."""
+        if self.reasoning_field != "auto":
+            return self.reasoning_field
+        return "reasoning" if self.flavor == "vllm" else "reasoning_content"
 
     def engine_params(self) -> EngineParams:
         return EngineParams(
@@ -109,6 +120,16 @@ HELP = {
                             "remaining output tokens (SGLang-style; 0 = vLLM-style)",
     "prefix_cache_tokens": "engine: automatic prefix cache size, tokens; 0 = off",
     "prefix_block_tokens": "engine: tokens per prefix cache block (only whole blocks are reused)",
+    "cache_report": "engine with a prefix cache: 1 puts usage.prompt_tokens_details.cached_tokens (prompt "
+                    "tokens found in the cache at admission) in every usage, as vLLM "
+                    "--enable-prompt-tokens-details and SGLang --enable-cache-report do; 0 leaves it out",
+    "reasoning_tokens": "chat: the first R generated tokens of each streamed request are thinking, sent as "
+                        "reasoning deltas before the answer's delta.content (at most the whole output; none "
+                        "when the request sets chat_template_kwargs.enable_thinking false); 0 = a plain model",
+    "reasoning_field": "the reasoning delta's field: reasoning_content (SGLang, older vLLM), reasoning "
+                       "(vLLM >= 0.19.1) or auto (by flavor)",
+    "reasoning_usage": "1: usage.completion_tokens_details.reasoning_tokens counts the thinking tokens sent "
+                       "so far; 0: left out (the client then counts them from the stream)",
     "reject_fields": "comma-separated request fields answered 422 'Unexpected fields' (a strict server)",
     "prompt_token_ids": "accept or reject token-ID prompts (reject: 400, string prompts only)",
     "vocab_size": "vocabulary size: token IDs at or above it are refused with 400, as llama.cpp does; 0 = no check",
@@ -116,7 +137,8 @@ HELP = {
     "stall_max_s": "wall seconds a stalled stream (fault stall) holds its socket",
     "idle_timeout_s": "wall seconds a keep-alive connection may sit idle before the server closes it",
 }
-_CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang"), "prompt_token_ids": ("accept", "reject")}
+_CHOICES = {"timing": ("fixed", "engine"), "flavor": ("vllm", "sglang"), "prompt_token_ids": ("accept", "reject"),
+            "reasoning_field": ("auto", "reasoning_content", "reasoning")}
 _MIN = {  # key -> (lowest allowed, inclusive?)
     "max_model_len": (1, True), "kv_tokens": (1, True), "block_size": (1, True),
     "max_running": (1, True), "max_queued": (0, True), "time_scale": (0, False),
@@ -124,6 +146,7 @@ _MIN = {  # key -> (lowest allowed, inclusive?)
     "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
     "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
     "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True),
+    "cache_report": (0, True), "reasoning_tokens": (0, True), "reasoning_usage": (0, True),
     "vocab_size": (0, True), "advertise_max_model_len": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),
 }
 

@@ -54,6 +54,7 @@ class SimRequest:
     kv_held: int = 0  # KV tokens allocated (block-rounded)
     preemptions: int = 0
     prefix_hashes: tuple[int, ...] = ()  # loadgen.sim.prefix.block_hashes of the prompt (caching on)
+    cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
 
 
 @dataclass
@@ -79,6 +80,10 @@ class EngineStats:
     preemptions_total: int = 0
     prompt_tokens_total: int = 0  # prompt tokens whose prefill completed (first time only)
     generated_tokens_total: int = 0
+    # speculative decoding (spec_accept with more than one entry): one draft per request per decode
+    # step, drafting len(spec_accept) - 1 tokens, of which k - 1 are accepted (k tokens emitted)
+    spec_drafts_total: int = 0
+    spec_accepted_tokens_total: int = 0
 
 
 class QueueFull(Exception):
@@ -209,6 +214,9 @@ class Engine:
                     break
             if req.state != RUNNING:
                 break
+            if self._spec:
+                self.stats.spec_drafts_total += 1
+                self.stats.spec_accepted_tokens_total += k - 1
             self._emit(req, k, events)
             if req.state == FINISHED:
                 continue  # _emit removed it from running; index i now holds the next one
@@ -251,6 +259,8 @@ class Engine:
             # cached leading prompt blocks cost no prefill (a recompute after preemption too)
             cache = self.prefix_cache
             req.prefill_done = cache.lookup(req.prefix_hashes, req.prefill_target) if cache is not None else 0
+            if cache is not None and req.cached_tokens is None:  # the first admission: usage's cached_tokens
+                req.cached_tokens = req.prefill_done
             self._grow(req, req.prefill_target + 1)
             self.running.append(req)
             n = self._prefill_one(req, budget, events)

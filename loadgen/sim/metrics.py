@@ -78,6 +78,33 @@ class SimMetrics:
             self.itl.observe(gap_s / n, n, gap_s)
 
 
+def spec_draft_tokens(cfg) -> int:
+    """Tokens drafted per speculative step: len(spec_accept) - 1 (0: no speculation)."""
+    return len(cfg.spec_accept) - 1
+
+
+def mean_accept_length(stats) -> float:
+    """1 + accepted / drafts (vLLM's formula; SGLang's accept length counts the verified token too)."""
+    return 1 + stats.spec_accepted_tokens_total / stats.spec_drafts_total if stats.spec_drafts_total else 0.0
+
+
+def _spec_decode(cfg, model, p: str, counter, gauge) -> Iterator:
+    """Speculative decoding (engine with spec_accept): vLLM's counters, SGLang's accept-length gauge
+    (here the mean over every speculative step since the start; SGLang's covers its recent batches)."""
+    if cfg.timing != "engine" or not spec_draft_tokens(cfg):
+        return
+    st = model.stats
+    if cfg.flavor == "vllm":
+        yield counter(p + "spec_decode_num_drafts", "Number of spec decoding drafts.", st.spec_drafts_total)
+        yield counter(p + "spec_decode_num_draft_tokens", "Number of draft tokens.",
+                      st.spec_drafts_total * spec_draft_tokens(cfg))
+        yield counter(p + "spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                      st.spec_accepted_tokens_total)
+    else:
+        yield gauge(p + "spec_accept_length", "The average acceptance length of speculative decoding.",
+                    mean_accept_length(st))
+
+
 class SimCollector:
     """prometheus_client custom collector over one server's state."""
 
@@ -134,6 +161,7 @@ class SimCollector:
         elif cache is not None:
             rate = cache.hit_tokens / cache.queried_tokens if cache.queried_tokens else 0.0
             yield gauge(p + "cache_hit_rate", "The prefix cache hit rate.", rate)
+        yield from _spec_decode(cfg, model, p, counter, gauge)
         yield counter(p + "prompt_tokens", "Number of prefill tokens processed.", m.prompt_tokens)
         yield counter(p + "generation_tokens", "Number of generation tokens processed.", m.generation_tokens)
         yield hist(p + "time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft)

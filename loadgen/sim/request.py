@@ -29,6 +29,7 @@ class GenParams:
     include_usage: bool
     continuous_usage: bool
     prompt_ids: list[int] | None = None  # only when asked (prefix caching): IDs, or one per word
+    thinking: bool = True  # chat_template_kwargs.enable_thinking (Qwen3-style templates); absent: on
 
 
 def prompt_token_ids(obj: dict, chat: bool) -> list[int]:
@@ -114,4 +115,17 @@ def parse(body: bytes, chat: bool, max_model_len: int, default_max_tokens: int,
                      ignore_eos=_bool(obj, "ignore_eos"), stream=_bool(obj, "stream"),
                      include_usage=_bool(opts, "include_usage"),
                      continuous_usage=_bool(opts, "continuous_usage_stats"),
-                     prompt_ids=prompt_token_ids(obj, chat) if want_ids else None)
+                     prompt_ids=prompt_token_ids(obj, chat) if want_ids else None, thinking=_thinking(obj))
+
+
+def _thinking(obj: dict) -> bool:
+    """``chat_template_kwargs.enable_thinking``, True when absent (a reasoning model thinks by default)."""
+    kwargs = obj.get("chat_template_kwargs")
+    if kwargs is None:
+        return True
+    if not isinstance(kwargs, dict):
+        raise BadRequest(f"'chat_template_kwargs' must be an object, got {kwargs!r}")
+    value = kwargs.get("enable_thinking", True)
+    if not isinstance(value, bool):
+        raise BadRequest(f"'chat_template_kwargs.enable_thinking' must be a boolean, got {value!r}")
+    return value

@@ -27,7 +27,7 @@ from loadgen.sim.engine import Engine, QueueFull, SimRequest
 from loadgen.sim.faults import PRE_STREAM, FaultPlan
 from loadgen.sim.fixed import FixedSchedule
 from loadgen.sim.httpio import HTTPError, HTTPRequest, RequestReader
-from loadgen.sim.metrics import SimCollector, SimMetrics
+from loadgen.sim.metrics import SimCollector, SimMetrics, mean_accept_length
 from loadgen.sim.prefix import block_hashes
 from loadgen.sim.runner import EngineRunner, FixedRunner
 from loadgen.sim.stream import KEEP, Stream
@@ -149,7 +149,9 @@ class SimServer:
         return 200, {"model_path": c.model, "served_model_name": c.model, "context_length": c.max_model_len,
                      "max_total_num_tokens": c.kv_tokens, "max_running_requests": c.max_running,
                      "max_queued_requests": c.max_queued or None, "page_size": c.block_size,
-                     "version": "llmsim-0.1.0"}
+                     "version": "llmsim-0.1.0",
+                     # as SGLang's own benchmark reads it (speculative decoding: the mean accept length)
+                     "internal_states": [{"avg_spec_accept_length": mean_accept_length(self.model.stats)}]}
 
     def _tokenize(self, body: bytes) -> tuple[int, dict]:
         try:
@@ -193,9 +195,12 @@ class SimServer:
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):016x}"
         fmt = None
         if p.stream:
+            thinking = min(cfg.reasoning_tokens, output) if chat and p.thinking else 0
             fmt = wire.StreamFormat(chat=chat, rid=rid, created=int(time.time()), model=cfg.model,
                                     prompt_tokens=p.prompt_tokens, flavor=cfg.flavor,
-                                    include_usage=p.include_usage, continuous_usage=p.continuous_usage)
+                                    include_usage=p.include_usage, continuous_usage=p.continuous_usage,
+                                    reasoning_key=cfg.reasoning_key(), reasoning_tokens=thinking,
+                                    reasoning_usage=bool(cfg.reasoning_usage))
         sim = SimRequest(p.prompt_tokens, output)
         if p.prompt_ids is not None:
             sim.prefix_hashes = block_hashes(p.prompt_ids, cfg.prefix_block_tokens)

@@ -71,21 +71,33 @@ class Stream:
             if done:
                 self._finish(KEEP, b"")
             return
-        text = generated_text(self.text_offset, start, n)
+        if start == 0 and self.server.config.cache_report:
+            fmt.cached_tokens = self.req.cached_tokens  # known once admitted (engine prefix cache)
+        if fmt.reasoning_tokens > start:  # still thinking (the hot path skips this)
+            text, reasoning = self._texts(start, n)
+        else:
+            text, reasoning = generated_text(self.text_offset, start, n), b""
         fault = self.fault
         if fault is not None and self.sent >= fault.at_token and (fault.kind != "no_done" or done):
             self.fault = None
-            self._inject(fault.kind, text, done)
+            self._inject(fault.kind, text, done, reasoning)
         elif not done:
-            self._write(wire.http_chunk(fmt.content_event(text, self.sent)))
+            self._write(wire.http_chunk(fmt.content_event(text, self.sent, None, reasoning)))
         else:
-            self._emit_tail(fmt.content_event(text, self.sent, self.finish_reason))
+            self._emit_tail(fmt.content_event(text, self.sent, self.finish_reason, reasoning))
 
-    def _inject(self, kind: str, text: bytes, done: bool) -> None:
+    def _texts(self, start: int, n: int) -> tuple[bytes, bytes]:
+        """(answer text, thinking text) of tokens ``start .. start + n - 1``: the request's first
+        ``fmt.reasoning_tokens`` tokens are thinking; called while start < that."""
+        r = min(self.fmt.reasoning_tokens - start, n)
+        answer = generated_text(self.text_offset, start + r, n - r) if n > r else b""
+        return answer, generated_text(self.text_offset, start, r)
+
+    def _inject(self, kind: str, text: bytes, done: bool, reasoning: bytes = b"") -> None:
         fmt, m = self.fmt, self.server.metrics
         m.faults[kind] += 1
         self.faulted = True
-        content = fmt.content_event(text, self.sent)
+        content = fmt.content_event(text, self.sent, None, reasoning)
         if kind == "malformed":  # the stream goes on after one broken event
             self._write(wire.http_chunk(content + wire.MALFORMED_EVENT))
             if done:
@@ -96,12 +108,12 @@ class Stream:
             err = fmt.error_event("simulated engine failure (fault stream_error)", "InternalServerError", 500)
             self._finish(KEEP, wire.http_chunk(content + err + wire.DONE_EVENT) + wire.LAST_CHUNK)
         elif kind == "abort":
-            body = fmt.content_event(text, self.sent, b"abort") + fmt.usage_event(self.sent)
+            body = fmt.content_event(text, self.sent, b"abort", reasoning) + fmt.usage_event(self.sent)
             self._finish(KEEP, wire.http_chunk(body + wire.DONE_EVENT) + wire.LAST_CHUNK)
         elif kind == "truncate":
             self._finish(CLOSE, wire.http_chunk(content) + wire.LAST_CHUNK)
         elif kind == "no_done":
-            body = fmt.content_event(text, self.sent, self.finish_reason) + fmt.usage_event(self.sent)
+            body = fmt.content_event(text, self.sent, self.finish_reason, reasoning) + fmt.usage_event(self.sent)
             self._finish(CLOSE, wire.http_chunk(body) + wire.LAST_CHUNK)
         elif kind == "reset":
             self._finish(RESET, wire.http_chunk(content))

@@ -3,9 +3,13 @@
 Streaming is the hot path, so a ``StreamFormat`` prebuilds the constant parts of every chunk of one
 request once; a chunk is then one ``b"".join`` of a few byte strings (no json.dumps per chunk).
 Completions chunks: ``choices[0].text``; chat chunks: ``choices[0].delta.content``, after a
-role-only first delta ``{"role": "assistant"}``. Usage: ``include_usage`` adds a final chunk with
+role-only first delta ``{"role": "assistant"}``; a reasoning model's thinking tokens come first as
+``delta.reasoning_content`` or ``delta.reasoning`` (a chunk crossing the end of the thinking carries
+both fields). Usage: ``include_usage`` adds a final chunk with
 ``choices: []``; ``continuous_usage_stats`` puts cumulative usage on every chunk (vLLM: only together
-with include_usage; SGLang: alone too, and it prints ``"usage": null`` on other chunks).
+with include_usage; SGLang: alone too, and it prints ``"usage": null`` on other chunks). Usage
+details: ``completion_tokens_details.reasoning_tokens`` (thinking tokens sent so far) for a request
+that thinks, ``prompt_tokens_details.cached_tokens`` once ``cached_tokens`` is set (prefix cache).
 """
 
 from __future__ import annotations
@@ -65,9 +69,13 @@ class StreamFormat:
     """Prebuilt byte templates for the SSE events of one streaming request."""
 
     def __init__(self, *, chat: bool, rid: str, created: int, model: str, prompt_tokens: int,
-                 flavor: str, include_usage: bool, continuous_usage: bool):
+                 flavor: str, include_usage: bool, continuous_usage: bool, reasoning_key: str = "reasoning",
+                 reasoning_tokens: int = 0, reasoning_usage: bool = True):
         self.chat = chat
         self.prompt_tokens = prompt_tokens
+        self.reasoning_tokens = reasoning_tokens  # the request's thinking tokens (its first ones)
+        self.reasoning_usage = reasoning_usage and reasoning_tokens > 0
+        self.cached_tokens: int | None = None  # set by the stream once the engine looked the prompt up
         self.include_usage = include_usage
         self.continuous = continuous_usage and (include_usage or flavor == "sglang")
         self._null_usage = b',"usage":null' if flavor == "sglang" else b""
@@ -76,6 +84,7 @@ class StreamFormat:
             rid.encode(), obj, created, json.dumps(model).encode())
         if chat:
             self._open = self._prefix + b'{"index":0,"delta":{"content":"'
+            self._open_reasoning = self._prefix + b'{"index":0,"delta":{"%b":"' % reasoning_key.encode()
             self._mid = b'"},"logprobs":null,"finish_reason":'
             self._close = b"}]"
         else:
@@ -85,18 +94,28 @@ class StreamFormat:
 
     def _usage(self, completion: int) -> bytes:
         p = self.prompt_tokens
-        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-            p, p + completion, completion)
+        details = b""
+        if self.cached_tokens is not None:
+            details += b',"prompt_tokens_details":{"cached_tokens":%d}' % self.cached_tokens
+        if self.reasoning_usage:
+            details += b',"completion_tokens_details":{"reasoning_tokens":%d}' % min(completion, self.reasoning_tokens)
+        return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
+            p, p + completion, completion, details)
 
     def role_event(self) -> bytes:
         usage = self._usage(0) if self.continuous else self._null_usage
         return (self._prefix + b'{"index":0,"delta":{"role":"assistant"},"logprobs":null,'
                 b'"finish_reason":null}]' + usage + b"}\n\n")
 
-    def content_event(self, text: bytes, completion: int, finish: bytes | None = None) -> bytes:
-        """One content chunk; ``finish`` e.g. b"length" on the last one; ``completion`` = tokens so far."""
+    def content_event(self, text: bytes, completion: int, finish: bytes | None = None,
+                      reasoning: bytes = b"") -> bytes:
+        """One content chunk; ``finish`` e.g. b"length" on the last one; ``completion`` = tokens so far;
+        ``reasoning``: the chunk's thinking text (chat), before its answer ``text`` if any."""
         usage = self._usage(completion) if self.continuous else self._null_usage
         reason = b'"%b"' % finish if finish else b"null"
+        if reasoning:
+            head = self._open_reasoning + reasoning + (b'","content":"' + text if text else b"")
+            return b"".join((head, self._mid, reason, self._close, usage, b"}\n\n"))
         return b"".join((self._open, text, self._mid, reason, self._close, usage, b"}\n\n"))
 
     def usage_event(self, completion: int) -> bytes:

@@ -106,7 +106,16 @@ INPUT_LEN = Histogram("input_len_tokens", "tokens", "Prompt tokens of one ok req
                       "else the expected input length.")
 OUTPUT_LEN = Histogram("output_len_tokens", "tokens", "Completion tokens of one ok request (usage, else "
                        "counted chunks).")
-HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS, LATENESS, INPUT_LEN, OUTPUT_LEN)
+# A reasoning model's answer after its thinking (loadgen.stats.answer): samples of every ok request with
+# answer text; without reasoning they equal TTFT and the decode rate.
+TTFAT = Histogram("ttfat_s", "s", "Time to first answer token: t(first chunk with answer text: delta.content "
+                  "or completions text) - t(sent), one sample per request; thinking (delta.reasoning_content "
+                  "or delta.reasoning) before it; equals TTFT without reasoning.",
+                  "time_to_first_answer_token_seconds", TTFT_EDGES)
+ANSWER_DECODE_TPS = Histogram("answer_decode_tps", "tok/s", "Per-request decode rate of the answer: (A - 1) / "
+                              "(t(last answer chunk) - t(first answer chunk)), A = completion - reasoning tokens.")
+HISTOGRAMS = (TTFT, ITL_TOKEN, ITL_CHUNK, TPOT, E2E, DECODE_TPS, LATENESS, INPUT_LEN, OUTPUT_LEN, TTFAT,
+              ANSWER_DECODE_TPS)
 
 WINDOW_OUTPUT_TOKENS = Counter(
     "window_output_tokens",
@@ -133,6 +142,26 @@ COUNTERS = (
             "Locust moving users to a joining worker): neither ok nor failed."),
     Counter("cancelled_output_tokens", "Completion tokens received by requests the client cut mid-flight."),
 )
+# Reasoning, speculative decoding (several tokens per chunk) and prefix caches, from each ok
+# request's stream and usage (loadgen.stats.answer).
+REQUESTS_OK = COUNTERS[0]
+REASONING_REQUESTS = Counter("reasoning_requests", "Ok requests with reasoning tokens (R > 0).")
+REASONING_TOKENS = Counter("reasoning_tokens", "Reasoning tokens of ok requests: usage.completion_tokens_details."
+                           "reasoning_tokens, else counted from the stream's reasoning chunks.", "reasoning_tokens")
+REASONING_COUNTED = Counter("reasoning_counted_requests", "Ok requests with reasoning whose reasoning tokens were "
+                            "counted from the stream (the server's usage had no reasoning_tokens).")
+OUTPUT_CHUNKS = Counter("output_chunks", "Content chunks (answer or reasoning text) of ok requests.",
+                        "output_chunks")
+OUTPUT_CHUNK_TOKENS = Counter("output_chunk_tokens", "Completion tokens of the ok requests that had content "
+                              "chunks (textless ones left out).", "output_chunk_tokens")
+CACHE_REPORTED_REQUESTS = Counter("cache_reported_requests", "Ok requests whose usage had prompt_tokens_details."
+                                  "cached_tokens.")
+CACHED_PROMPT_TOKENS = Counter("cached_prompt_tokens", "Prompt tokens the server served from its prefix cache: "
+                               "usage.prompt_tokens_details.cached_tokens of ok requests.", "cached_prompt_tokens")
+CACHE_REPORTED_PROMPT_TOKENS = Counter("cache_reported_prompt_tokens", "Prompt tokens of the ok requests whose "
+                                       "usage had cached_tokens.", "cache_reported_prompt_tokens")
+COUNTERS += (REASONING_REQUESTS, REASONING_TOKENS, REASONING_COUNTED, OUTPUT_CHUNKS, OUTPUT_CHUNK_TOKENS,
+             CACHE_REPORTED_REQUESTS, CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS)
 # Counted by time, not by the request's stage: like window_output_tokens, these belong to the stage
 # whose window was open when the event happened (loadgen.stats.inflight, loadgen.locust_face.open_loop).
 WINDOW_REQUESTS = Counter("window_requests", "Ok requests that finished inside the window (whichever "
@@ -175,6 +204,14 @@ SLO_COUNTS = (SLO_MET, SLO_MET_TOKENS)
 
 
 @dataclass(frozen=True)
+class Ratio:
+    """``num`` / ``den``, two StageStats counters; None when ``den`` is 0."""
+
+    num: Counter
+    den: Counter
+
+
+@dataclass(frozen=True)
 class DisplayUnit:
     """How people read a value: ``unit`` label and ``scale`` from the stored unit (s -> ms: 1000)."""
 
@@ -206,17 +243,24 @@ class StageMetric:
     compare; ``unit`` is the stored value's; ``compare=True`` puts it in compare's text table."""
 
     key: str
-    source: Histogram | Counter | SloCount | Share
+    source: Histogram | Counter | SloCount | Share | Ratio
     q: float | None
     unit: str
     shown: DisplayUnit
     title: str
     console: Console | None = None
     compare: bool = False
+    only_if: Counter | None = None  # None (not shown) while this counter is 0: no noise for plain models
 
     def value(self, stats, window_s: float | None) -> float | None:
         """From a loadgen.stats.stage_stats.StageStats: histogram quantile ``q``, counter / window_s, SLO goodput
-        (output tok/s x count / measured output tokens) or SLO share (count / judged requests)."""
+        (output tok/s x count / measured output tokens), SLO share (count / judged requests) or a
+        Ratio of counters; None while ``only_if`` is 0."""
+        if self.only_if is not None and not getattr(stats, self.only_if.attr):
+            return None
+        if isinstance(self.source, Ratio):
+            den = getattr(stats, self.source.den.attr)
+            return getattr(stats, self.source.num.attr) / den if den else None
         if isinstance(self.source, SloCount | Share):
             slo = stats.slo
             if not slo.judged:
@@ -262,6 +306,20 @@ STAGE_METRICS = (
     StageMetric("tpot_p50_s", TPOT, 0.5, "s", MS, "TPOT p50 (ms)", Console("TPOT p50", 9)),
     StageMetric("e2e_p50_s", E2E, 0.5, "s", SECONDS, "E2E p50 (s)", Console("E2E p50", 8)),
     StageMetric("e2e_p99_s", E2E, 0.99, "s", SECONDS, "E2E p99 (s)", Console("p99", 6)),
+    # Reasoning (loadgen.stats.answer): None unless a request of the stage reasoned (plain models: no noise)
+    StageMetric("ttfat_p50_s", TTFAT, 0.5, "s", MS, "Time to answer p50 (ms)", only_if=REASONING_REQUESTS),
+    StageMetric("ttfat_p90_s", TTFAT, 0.9, "s", MS, "Time to answer p90 (ms)", only_if=REASONING_REQUESTS),
+    StageMetric("ttfat_p99_s", TTFAT, 0.99, "s", MS, "Time to answer p99 (ms)", only_if=REASONING_REQUESTS),
+    StageMetric("reasoning_tokens_per_request", Ratio(REASONING_TOKENS, REQUESTS_OK), None, "tokens", TOKENS,
+                "Reasoning tokens/req", only_if=REASONING_REQUESTS),
+    StageMetric("answer_decode_tps_p50", ANSWER_DECODE_TPS, 0.5, "tok/s", TOK_S, "Answer tok/s p50",
+                only_if=REASONING_REQUESTS),
+    # Speculative decoding or a stream interval: tokens per content chunk, output_chunk_tokens / output_chunks
+    StageMetric("tokens_per_chunk", Ratio(OUTPUT_CHUNK_TOKENS, OUTPUT_CHUNKS), None, "tokens", TOKENS,
+                "Output tokens per chunk"),
+    # Prefix cache: cached / prompt tokens of the requests whose usage said; None when none did
+    StageMetric("cached_share", Ratio(CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS), None, "ratio",
+                PERCENT, "Cached prompt (%)"),
     StageMetric("achieved_rate_per_s", WINDOW_REQUESTS, None, "req/s", REQ_S, "Achieved req/s"),
     StageMetric("lateness_p99_s", LATENESS, 0.99, "s", MS, "Send lateness p99 (ms)"),
     StageMetric("input_len_p50_tokens", INPUT_LEN, 0.5, "tokens", TOKENS, "Input tokens p50"),

@@ -18,6 +18,10 @@ Metric formulas (t = arrival time of a content chunk, i.e. a chunk carrying gene
 - decode rate = (N - 1) / (E2E - TTFT) tokens/s; None if N < 2 or E2E == TTFT
 - N = usage ``completion_tokens`` (the last usage seen), else the number of content chunks
   (``tokens_estimated=True``)
+- content chunk: a chunk carrying completions text, or chat ``delta.content``,
+  ``delta.reasoning_content`` or ``delta.reasoning`` text; so TTFT is the first token of any kind.
+  The answer's own figures (time to first answer token, reasoning tokens, answer decode rate) and
+  the cached prompt tokens: loadgen.stats.answer.
 
 A textless request: the stream completed (a finish reason other than "abort") and the server's
 usage counts N >= 1 tokens, but no chunk carried text: the server held it back (llama.cpp keeps an
@@ -43,6 +47,13 @@ from loadgen.errors import (
     STREAM_ERROR,
     TRUNCATED,
     RequestError,
+)
+from loadgen.stats.answer import (
+    answer_figures,
+    delta_parts,
+    stream_reasoning_tokens,
+    usage_cached_tokens,
+    usage_reasoning_tokens,
 )
 
 MAX_MESSAGE_CHARS = 200  # server error texts can be huge (stack traces); keep the start
@@ -82,6 +93,12 @@ class RequestResult:
     finish_reason: str | None
     chunks: int  # content chunks received; 0 for an ok request: textless (module docstring)
     error_status: int | None = None  # the HTTP status of a failure answered before the stream
+    # loadgen.stats.answer: the answer after a reasoning model's thinking, and the prompt cache's share
+    ttfat_s: float | None = None  # time to first answer token; == ttft_s without reasoning
+    reasoning_tokens: int = 0
+    reasoning_source: str | None = None  # "usage" | "stream" | None (no reasoning)
+    answer_decode_tps: float | None = None
+    cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if sent
 
 
 class RequestRecord:
@@ -109,6 +126,11 @@ class RequestRecord:
         "_finish_t",
         "_stream_error",
         "_raised",
+        "_first_answer_t",
+        "_last_answer_t",
+        "_reasoning_seen",
+        "_usage_rt",
+        "_usage_cached",
     )
 
     def __init__(self, sent_s: float, expected_output_tokens: int, endpoint: str):
@@ -128,6 +150,11 @@ class RequestRecord:
         self._finish_t = 0.0
         self._stream_error: tuple[str, float] | None = None  # (message, t) of an {"error"} event
         self._raised: tuple[str, str, float] | None = None  # (kind, message, t) raised by on_payload
+        self._first_answer_t: float | None = None  # loadgen.stats.answer
+        self._last_answer_t = 0.0
+        self._reasoning_seen = 0  # reasoning tokens counted from the stream
+        self._usage_rt: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+        self._usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
     def on_payload(self, payload: bytes, t: float) -> None:
         """Interpret one SSE data payload that arrived at ``t``.
@@ -160,18 +187,28 @@ class RequestRecord:
                 return
             c = choices[0]
             delta = c.get("delta")
-            if delta is None:  # /v1/completions
-                text = c.get("text")
+            if delta is None:  # /v1/completions: all answer
+                text = answer = c.get("text")
+                reasoning = None
             else:  # chat; a role-only delta has none of these and is not a token
-                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                reasoning, answer = delta_parts(delta)
+                text = answer or reasoning
             if text:
                 self._times.append(t)
+                n = None
                 if ct is not None:
                     n = ct - self._ct_at_chunk
                     self._ct_at_chunk = ct
-                    self._tokens.append(n if n > 0 else 0)
+                    n = n if n > 0 else 0
+                    self._tokens.append(n)
                 else:
                     self.chunk_tokens_seen += 1
+                if answer:
+                    if self._first_answer_t is None:
+                        self._first_answer_t = t
+                    self._last_answer_t = t
+                if reasoning:
+                    self._reasoning_seen += stream_reasoning_tokens(bool(answer), n)
             reason = c.get("finish_reason")
             if reason:
                 self._on_finish_reason(reason, t)
@@ -182,6 +219,11 @@ class RequestRecord:
 
     def _on_usage(self, usage: dict) -> int | None:
         """Record a usage object; return its completion_tokens (None if it has none)."""
+        rt, cached = usage_reasoning_tokens(usage), usage_cached_tokens(usage)
+        if rt is not None:
+            self._usage_rt = rt
+        if cached is not None:
+            self._usage_cached = cached
         ct = usage.get("completion_tokens")
         if ct is None:
             return None
@@ -241,16 +283,19 @@ class RequestRecord:
         estimated = self._usage_ct is None
         n_tokens = n_chunks if estimated else self._usage_ct
         ttft = float(times[0]) - self.sent_s if n_chunks else None
+        a = answer_figures(self.sent_s, self._first_answer_t, self._last_answer_t, n_tokens, self._usage_rt,
+                           self._reasoning_seen)
+        answer = (a.ttfat_s, a.reasoning_tokens, a.reasoning_source, a.answer_decode_tps, self._usage_cached)
         if kind is not None:
             return RequestResult(
                 False, kind, msg, self._usage_pt, max(n_tokens, 0), estimated, ttft, t_fail - self.sent_s,
-                None, None, _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, n_chunks, status,
+                None, None, _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, n_chunks, status, *answer,
             )  # fmt: skip
         if not n_chunks:  # textless (module docstring): timed by its finishing chunk
             e2e = self._finish_t - self.sent_s
             return RequestResult(
                 True, None, "", self._usage_pt, n_tokens, False, e2e, e2e, None, None,
-                _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, 0,
+                _EMPTY_F, _EMPTY_I, _EMPTY_F, self.finish_reason, 0, None, *answer,
             )  # fmt: skip
         e2e = float(times[-1]) - self.sent_s
         span = e2e - ttft
@@ -260,7 +305,7 @@ class RequestRecord:
         itl_token, itl_w = self._per_token_itl(times, itl_chunk, n_tokens)
         return RequestResult(
             True, None, "", self._usage_pt, n_tokens, estimated, ttft, e2e, tpot, decode_tps,
-            itl_token, itl_w, itl_chunk, self.finish_reason, n_chunks,
+            itl_token, itl_w, itl_chunk, self.finish_reason, n_chunks, None, *answer,
         )  # fmt: skip
 
     def fail(self, error: RequestError, t: float) -> RequestResult:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from loadgen.stats import metrics
+from loadgen.stats.answer import STREAM, USAGE
 from loadgen.stats.failures import FailureSamples
 from loadgen.stats.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
 from loadgen.stats.slo import Objectives, SloCounts, request_verdict
@@ -87,11 +88,31 @@ class StageStats:
             self.tpot_s.add(result.tpot_s)
         if result.decode_tps is not None:
             self.decode_tps.add(result.decode_tps)
+        self._add_answer(result)
         chunk, token = itl if itl is not None else bin_itl(result)
         if chunk is not None:
             self.itl_chunk_s.add_binned(chunk)
         if token is not None:
             self.itl_token_s.add_binned(token)
+
+    def _add_answer(self, result) -> None:
+        """Reasoning, chunks and cached prompt tokens of an ok result (loadgen.stats.answer)."""
+        if result.ttfat_s is not None:
+            self.ttfat_s.add(result.ttfat_s)
+        if result.answer_decode_tps is not None:
+            self.answer_decode_tps.add(result.answer_decode_tps)
+        if result.reasoning_tokens:
+            self.reasoning_requests += 1
+            self.reasoning_tokens += result.reasoning_tokens
+            if result.reasoning_source == STREAM:
+                self.reasoning_counted_requests += 1
+        if result.chunks:
+            self.output_chunks += result.chunks
+            self.output_chunk_tokens += result.completion_tokens
+        if result.cached_prompt_tokens is not None and result.prompt_tokens is not None:
+            self.cache_reported_requests += 1
+            self.cached_prompt_tokens += result.cached_prompt_tokens
+            self.cache_reported_prompt_tokens += result.prompt_tokens
 
     @property
     def error_count(self) -> int:
@@ -172,10 +193,23 @@ class StageStats:
                 "estimated": self.tokens_estimated,
             },
             "textless_requests": self.textless_requests,
+            **self._answer_fields(),
             "failures": self.failures.to_summary(),
             **self._by_turn(),
             **self._length_hist(),
         }
+
+    def _answer_fields(self) -> dict:
+        """``cached_prompt_tokens`` (None when no request's usage said) and, for a stage with
+        reasoning, ``reasoning_tokens`` and where they came from (``reasoning_tokens_source``:
+        usage, stream, or mixed: some requests each way)."""
+        fields: dict = {"cached_prompt_tokens": self.cached_prompt_tokens if self.cache_reported_requests else None}
+        if self.reasoning_requests:
+            counted = self.reasoning_counted_requests
+            fields["reasoning_tokens"] = self.reasoning_tokens
+            fields["reasoning_tokens_source"] = (
+                USAGE if not counted else STREAM if counted == self.reasoning_requests else "mixed")
+        return fields
 
     def _length_hist(self) -> dict:
         """``length_hist``: requests per bin of input and output tokens, counts[i] = requests with

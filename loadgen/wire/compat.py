@@ -162,6 +162,8 @@ def build_body(scenario, model: str, prompt, compat: Compat, output_tokens: int 
     if scenario.request.continuous_usage:
         body["stream_options"]["continuous_usage_stats"] = True
     body["messages" if scenario.endpoint == "chat" else "prompt"] = prompt
+    if scenario.request.thinking is not None:  # chat only (config check); extra_body may still override it
+        body["chat_template_kwargs"] = {"enable_thinking": scenario.request.thinking}
     body.update(scenario.request.extra_body)
     raw = orjson.dumps(_without(body, compat.dropped_fields), option=orjson.OPT_SERIALIZE_NUMPY)  # TokenIds
     return bytes(memoryview(raw))  # exact size: orjson's result keeps its growth buffer (~32 bytes a token)

@@ -1,0 +1,37 @@
+"""One console line under a stage row for what only some servers have: a reasoning model's answer,
+several tokens per chunk, a prefix cache. Pure: a summary.json stage row in, text out.
+
+The stage table keeps its columns (a plain model's run looks as before); the line appears only
+when there is something to say: a request reasoned, chunks carried more than one token on average
+(speculative decoding, a stream interval), or the server reported cached prompt tokens.
+"""
+
+from __future__ import annotations
+
+from loadgen.stats.metrics import num
+
+ONE_TOKEN_SLACK = 0.005  # tokens per chunk within this of 1 is one token a chunk
+
+
+def extras_line(row: dict) -> str | None:
+    """``llm-loadgen: stage 2: answer after 812 ms p50 (p99 905 ms; TTFT p50 200 ms), 20 reasoning
+    tokens/request (usage), answer 50.0 tok/s p50; 2.29 tokens/chunk; 54% of prompt tokens cached``."""
+    parts = []
+    if row.get("ttfat_p50_s") is not None or row.get("reasoning_tokens_per_request") is not None:
+        parts.append(
+            f"answer after {_ms(row.get('ttfat_p50_s'))} ms p50 (p99 {_ms(row.get('ttfat_p99_s'))} ms; TTFT p50 "
+            f"{_ms(row.get('ttft_p50_s'))} ms), {num(row.get('reasoning_tokens_per_request'))} reasoning "
+            f"tokens/request ({row.get('reasoning_tokens_source') or '-'}), answer "
+            f"{num(row.get('answer_decode_tps_p50'))} tok/s p50")
+    tpc = row.get("tokens_per_chunk")
+    if tpc is not None and abs(tpc - 1) > ONE_TOKEN_SLACK:
+        parts.append(f"{tpc:.2f} tokens/chunk")
+    if row.get("cached_share") is not None:
+        parts.append(f"{row['cached_share'] * 100:.0f}% of prompt tokens cached")
+    if not parts:
+        return None
+    return f"llm-loadgen: stage {row['index']}: " + "; ".join(parts)
+
+
+def _ms(seconds: float | None) -> str:
+    return num(None if seconds is None else seconds * 1000)

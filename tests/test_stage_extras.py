@@ -1,0 +1,21 @@
+"""The console line under a stage row for reasoning, tokens per chunk and cached prompt tokens."""
+
+from __future__ import annotations
+
+from loadgen.report.stage_extras import extras_line
+
+
+def test_a_plain_stage_has_no_line():
+    assert extras_line({"index": 0, "tokens_per_chunk": 1.0, "cached_share": None, "ttfat_p50_s": None}) is None
+    assert extras_line({"index": 0, "tokens_per_chunk": 1.004}) is None
+
+
+def test_each_part_only_when_there():
+    row = {"index": 2, "ttfat_p50_s": 0.812, "ttfat_p99_s": 0.905, "ttft_p50_s": 0.2,
+           "reasoning_tokens_per_request": 20.0, "reasoning_tokens_source": "usage", "answer_decode_tps_p50": 50.0,
+           "tokens_per_chunk": 2.29, "cached_share": 0.54}
+    assert extras_line(row) == ("llm-loadgen: stage 2: answer after 812 ms p50 (p99 905 ms; TTFT p50 200 ms), "
+                                "20.0 reasoning tokens/request (usage), answer 50.0 tok/s p50; 2.29 tokens/chunk; "
+                                "54% of prompt tokens cached")
+    assert extras_line({"index": 1, "tokens_per_chunk": 1.0, "cached_share": 0.0}) == (
+        "llm-loadgen: stage 1: 0% of prompt tokens cached")

@@ -28,8 +28,10 @@ from loadgen.server.answers import (
     capacity_from_server_info,
     capacity_from_sglang_metrics,
     capacity_from_vllm_metrics,
+    flavor_of,
     parse_metrics,
     server_root,
+    slots_from_props,
     watch_sample,
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
@@ -312,7 +314,7 @@ def serve(routes: dict):
 def discover(url: str, api_key: str | None = None, timeout_s: float = 2.0, configured: int | None = None):
     """The start check's capacity: /v1/models read once, then the capacity sources."""
     return models_and_capacity(url, api_key=api_key, configured_capacity=configured,
-                 models_timeouts_s=(timeout_s, timeout_s), probe_timeout_s=timeout_s)[1]
+                               models_timeouts_s=(timeout_s, timeout_s), probe_timeout_s=timeout_s)[1]
 
 
 def test_discover_sglang_server_info_with_auth_header():
@@ -343,6 +345,46 @@ def test_a_v1_suffix_reads_the_management_endpoints_at_the_root():
     )
     assert [p for p, _ in hits] == ["/v1/v1/models", "/get_server_info"]
     assert all(auth == "Bearer k" for _, auth in hits)
+
+
+LLAMACPP_MODELS = {"object": "list", "data": [{"id": "tiny-llama", "object": "model", "owned_by": "llamacpp",
+                                                "meta": {"n_vocab": 8192, "n_ctx": 512, "n_ctx_train": 4096}}]}
+
+
+def test_llamacpp_props_give_the_slots_and_the_cache_as_per_slot_caches_hold_it():
+    """Read from a real llama-server -c 1024 -np 2 (tests/fixtures/llamacpp_props.json)."""
+    slots = slots_from_props(json.loads(fixture("llamacpp_props.json")))
+    assert (slots.total, slots.per_slot, slots.tokens) == (2, 512, 1024)
+    assert slots_from_props({"total_slots": 2}) is None and slots_from_props({}) is None
+    assert slots_from_props("not json") is None
+    assert slots_from_props({"total_slots": 0, "default_generation_settings": {"n_ctx": 512}}) is None
+
+
+def test_llamacpp_metrics_are_watched_deferred_requests_as_the_queue():
+    """A real llama-server's /metrics with 2 slots busy and 1 request deferred."""
+    samples = parse_metrics(fixture("metrics_llamacpp.txt"))
+    assert flavor_of(samples) == "llamacpp"
+    sample = watch_sample(samples, "llamacpp")
+    assert (sample["waiting"], sample["running"]) == (1, 2)
+    assert sample["preemptions_total"] is None and sample["kv_usage"] is None  # llama.cpp has neither
+
+
+def test_discover_llamacpp_reads_its_props_after_the_other_sources():
+    routes = {"/v1/models": (200, LLAMACPP_MODELS), "/metrics": (200, fixture("metrics_llamacpp.txt")),
+              "/props": (200, fixture("llamacpp_props.json"))}
+    with serve(routes) as (url, hits):
+        cap = discover(url)
+    assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len, cap.slots) == (
+        1024, "llamacpp_props", "llamacpp", 512, 2)
+    assert "2 slots x 512 tokens of context each" in cap.detail and "--kv-unified" in cap.detail
+    assert [p for p, _ in hits] == ["/v1/models", "/get_server_info", "/metrics", "/props"]
+
+
+def test_props_are_not_asked_of_a_vllm_server():
+    routes = {"/v1/models": (200, VLLM_MODELS), "/metrics": (200, "# nothing\n")}
+    with serve(routes) as (url, hits):
+        cap = discover(url)
+    assert cap.tokens is None and cap.slots is None and "/props" not in [p for p, _ in hits]
 
 
 @pytest.mark.parametrize("name", ["metrics_vllm_old.txt", "metrics_vllm_new.txt"])

@@ -135,7 +135,7 @@ def default_sweep(server, tmp_path_factory):
     users outnumber the slots. Returns (the run, tokens the server generated meanwhile)."""
     before = server.metric(PREDICTED)
     run = run_locust(server.url, tmp_path_factory.mktemp("sweep") / "res", *SHORT, "--stages", "1,2,4",
-                     "--output-tokens", str(SWEEP_OUT))
+                     "--output-tokens", str(SWEEP_OUT), "--set", "guard.watch_interval_s=0.1")
     wait_until_idle(server)  # the counter grows when a slot is released
     return run, server.metric(PREDICTED) - before
 
@@ -223,6 +223,40 @@ def test_tokens_whose_text_the_server_holds_back_are_ok_and_counted(server, tmp_
     assert st["ttft_p50_s"] == pytest.approx(st["e2e_p50_s"], rel=0.15) and st["tpot_p50_s"] is None
     assert f"stage 0: {st['requests']} of {st['requests']} requests had tokens (server usage) but no text" \
         in run.stderr
+
+
+def test_the_sweep_is_guarded_by_the_servers_own_slots(default_sweep):
+    """llama.cpp's /props (2 slots x 512 tokens) is the KV guard's capacity, said at the start with
+    the slots; the server watch reads its /metrics (requests deferred = the queue)."""
+    run, _ = default_sweep
+    s = run.summary
+    assert (s["guard"]["capacity_tokens"], s["guard"]["capacity_source"]) == (1024, "llamacpp_props"), s["guard"]
+    assert (s["server"]["flavor"], s["server"]["slots"]) == ("llamacpp", 2)
+    assert "KV capacity 1,024 tokens (source: llamacpp_props)" in run.stderr
+    assert "the server runs 2 requests at once (llamacpp slots); a stage above C=2 queues" in run.stderr
+    assert "UNGUARDED" not in run.stderr
+
+
+def test_a_stage_past_the_slots_is_flagged_as_queueing(default_sweep):
+    """At C=4 on 2 slots, two requests are always deferred: the watch sees the queue in most polls
+    (10 a second) and flags the stage; at C=1 and C=2 nothing waits."""
+    run, _ = default_sweep
+    one, two, four = run.summary["stages"]
+    assert four["server"]["over_capacity"] is True and "server_over_capacity" in four["flags"], four["server"]
+    assert any(e.startswith("queue >= 1") for e in four["server"]["over_capacity_evidence"]), four["server"]
+    assert four["server"]["waiting_max"] >= 1 and four["server"]["running_max"] == 2
+    for low in (one, two):
+        assert low["server"]["polls"] >= 2 and low["server"]["over_capacity"] is False, low["server"]
+
+
+def test_a_stage_that_does_not_fit_the_slots_is_refused_before_it_starts(server, tmp_path):
+    """16 x (32 + 64) = 1,536 tokens > 2 x 512: the guard stops before C=16 (exit 3), nothing sent."""
+    before = server.metric(PREDICTED)
+    run = run_locust(server.url, tmp_path / "res", *SHORT, "--stages", "16", "--output-tokens", str(SWEEP_OUT))
+    assert run.code == errors.EXIT_GUARD_ABORT, run.stderr[-3000:]
+    assert run.summary["guard"]["stopped_before"] == 16 and run.summary["stages"] == []
+    wait_until_idle(server)
+    assert server.metric(PREDICTED) - before == 2  # the start check's probe request only
 
 
 def test_more_users_than_slots_queue_and_ttft_shows_it(default_sweep):

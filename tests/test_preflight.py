@@ -25,7 +25,7 @@ def test_parse_models_reads_each_servers_fields():
     assert (sglang.model, sglang.max_model_len, sglang.owned_by, sglang.flavor) == ("qwen", 262144, "sglang", "sglang")
     llama = parse_models(LLAMACPP_MODELS)
     assert (llama.model, llama.n_vocab, llama.n_ctx, llama.max_model_len) == ("tiny.gguf", 512, 2048, None)
-    assert llama.owned_by == "llamacpp" and llama.flavor is None  # no vLLM/SGLang /metrics to watch
+    assert llama.owned_by == "llamacpp" and llama.flavor == "llamacpp"  # its /metrics are watched too
 
 
 @pytest.mark.parametrize("answer", [None, [], {}, {"data": []}, {"data": ["x"]}, {"data": [{"id": ""}]},

@@ -324,6 +324,7 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "flavor": cap.flavor if cap else None,
             "max_model_len": cap.max_model_len if cap else None,
             "capacity_detail": cap.detail if cap else None,
+            "slots": cap.slots if cap else None,
             "compat": compat.to_dict() if compat else None,
         },
         "preflight": {"probes": list(probes[0]), **totals_of(probes[1] or StageStats())},

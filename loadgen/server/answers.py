@@ -33,15 +33,24 @@ WATCH_METRICS = {
         "running": ("sglang:num_running_reqs",),
         "kv_usage": ("sglang:token_usage",),
     },
+    # llama.cpp (--metrics): a request that finds every slot busy is deferred (queued) until one frees;
+    # it never preempts, and exports no KV use.
+    "llamacpp": {
+        "waiting": ("llamacpp:requests_deferred",),
+        "running": ("llamacpp:requests_processing",),
+    },
 }
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 # Tokens the server generated, read at the edges of each measurement window so a stage shows the
 # server's own output tokens/s beside the client's (a large gap means one side is wrong).
+WATCH_KEYS = ("preemptions_total", "waiting", "running", "kv_usage")
+
 GENERATION_COUNTERS = {
     "vllm": "vllm:generation_tokens_total",
     "sglang": "sglang:generation_tokens_total",
+    "llamacpp": "llamacpp:tokens_predicted_total",
 }
 
 
@@ -138,9 +147,35 @@ def capacity_from_sglang_metrics(samples: Samples) -> int | None:
     return int(total) if total else None
 
 
+@dataclass(frozen=True)
+class Slots:
+    """llama.cpp's ``GET /props``: ``total_slots`` requests run at once, each with up to
+    ``per_slot`` tokens of context (``default_generation_settings.n_ctx``)."""
+
+    total: int
+    per_slot: int
+
+    @property
+    def tokens(self) -> int:
+        """The KV cache as per-slot caches hold it: total x per_slot (``-c`` split over ``-np``).
+        llama.cpp does not say when its slots share one unified cache (``--kv-unified``, its default
+        when ``-np`` is not given); that cache holds ``per_slot`` tokens in all."""
+        return self.total * self.per_slot
+
+
+def slots_from_props(props: object) -> Slots | None:
+    """``GET /props`` of llama.cpp's server -> Slots, or None when the answer is not that."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    total = _positive_int(props.get("total_slots"))
+    per_slot = _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    return Slots(total, per_slot) if total and per_slot else None
+
+
 def flavor_of(samples: Samples) -> str | None:
     names = samples.keys()
-    for flavor in ("vllm", "sglang"):
+    for flavor in WATCH_METRICS:
         if any(n.startswith(flavor + ":") for n in names):
             return flavor
     return None
@@ -156,8 +191,8 @@ def watch_sample(samples: Samples, flavor: str | None) -> dict | None:
     if names is None:
         return None
     sample: dict = {}
-    for key, candidates in names.items():
-        series = next((samples[n] for n in candidates if n in samples), None)
+    for key in WATCH_KEYS:  # every key, None where the flavor exports no such figure (llama.cpp: KV use)
+        series = next((samples[n] for n in names.get(key, ()) if n in samples), None)
         if series is None:
             sample[key] = None
         elif key == "kv_usage":
@@ -172,10 +207,11 @@ class Capacity:
     """The server's KV capacity in tokens (None: unknown, the guard is off) and where it came from."""
 
     tokens: int | None
-    source: str | None  # scenario | sglang_server_info | vllm_cache_config | sglang_metrics
-    flavor: str | None  # sglang | vllm
+    source: str | None  # scenario | sglang_server_info | vllm_cache_config | sglang_metrics | llamacpp_props
+    flavor: str | None  # sglang | vllm | llamacpp
     max_model_len: int | None
     detail: str  # what was tried, for the startup message
+    slots: int | None = None  # requests the server runs at once, where it says (llama.cpp total_slots)
 
 
 @dataclass(frozen=True)
@@ -194,7 +230,7 @@ class ModelsInfo:
 
     @property
     def flavor(self) -> str | None:
-        """``owned_by`` when it names a server whose /metrics the watch knows (vllm, sglang)."""
+        """``owned_by`` when it names a server whose /metrics the watch knows (vllm, sglang, llamacpp)."""
         return self.owned_by if self.owned_by in WATCH_METRICS else None
 
 

@@ -34,10 +34,11 @@ from loadgen.server.answers import (
     parse_metrics,
     parse_models,
     server_root,
+    slots_from_props,
 )
 from loadgen.wire.client import StreamClient, check_host
 from loadgen.wire.compat import Compat, adapt, initial, likely_fix
-from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, SERVER_INFO_PATH
+from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH
 from loadgen.wire.exchange import stream_ask
 from loadgen.wire.scheme import scheme_mismatch
 from loadgen.workload.asks import Ask
@@ -120,7 +121,9 @@ def not_openai_message(host: str, what: str) -> str:
 
 
 def discover_capacity(client: StreamClient, models: ModelsReply) -> Capacity:
-    """Try, in order: SGLang /get_server_info, vLLM /metrics cache_config_info, SGLang /metrics gauge.
+    """Try, in order: SGLang /get_server_info, vLLM /metrics cache_config_info, SGLang /metrics gauge,
+    llama.cpp /props (slots x per-slot context; asked of a llama.cpp server, or of one whose
+    /v1/models answered without naming a server we know).
 
     ``client`` talks to the server's root (``server_root(host)``). ``models`` is the start check's
     one read of /v1/models (flavor, max_model_len); a refused connection there ends the search.
@@ -144,9 +147,9 @@ def discover_capacity(client: StreamClient, models: ModelsReply) -> Capacity:
             tried.append(f"GET {path}: {failure_text(exc)}")
             return None
 
-    def found(tokens: int, source: str, flavor: str, how: str) -> Capacity:
+    def found(tokens: int, source: str, flavor: str, how: str, slots: int | None = None) -> Capacity:
         tried.append(f"{tokens:,} tokens from {how}")
-        return Capacity(tokens, source, flavor, max_model_len, "; ".join(tried))
+        return Capacity(tokens, source, flavor, max_model_len, "; ".join(tried), slots)
 
     server_info = get(SERVER_INFO_PATH, client.get_json)
     if tokens := capacity_from_server_info(server_info):
@@ -162,6 +165,15 @@ def discover_capacity(client: StreamClient, models: ModelsReply) -> Capacity:
         return found(tokens, "sglang_metrics", "sglang", "/metrics sglang:max_total_num_tokens")
     if samples is not None:
         tried.append("GET /metrics: no vllm:cache_config_info or sglang:max_total_num_tokens")
+    if flavor == "llamacpp" or (flavor is None and models.info is not None):  # an OpenAI server we don't know
+        props = get(PROPS_PATH, client.get_json)
+        if slots := slots_from_props(props):
+            return found(slots.tokens, "llamacpp_props", "llamacpp",
+                         f"GET /props: {slots.total} slots x {slots.per_slot:,} tokens of context each (as "
+                         f"per-slot caches; a unified cache, --kv-unified, holds {slots.per_slot:,} in all: "
+                         "then set guard.kv_capacity_tokens)", slots.total)
+        if props is not None:
+            tried.append("GET /props: no total_slots or n_ctx")
     return Capacity(None, None, flavor, max_model_len, "KV capacity unknown: " + "; ".join(tried))
 
 
@@ -174,7 +186,7 @@ def resolve_capacity(configured: int | None, client: StreamClient, models: Model
     detail = f"{configured:,} tokens from scenario guard.kv_capacity_tokens"
     if discovered.tokens is not None and discovered.tokens != configured:
         detail += f" (server reports {discovered.tokens:,} via {discovered.source})"
-    return Capacity(configured, "scenario", discovered.flavor, discovered.max_model_len, detail)
+    return Capacity(configured, "scenario", discovered.flavor, discovered.max_model_len, detail, discovered.slots)
 
 
 def _clients(host: str, api_key: str | None, models_timeouts_s: tuple[float, float],
@@ -289,6 +301,9 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
                                "KV capacity; set --kv-capacity-tokens to the server's KV tokens")
     else:
         say(f"llm-loadgen: KV capacity {capacity.tokens:,} tokens (source: {capacity.source})")
+    if capacity.slots:
+        say(f"llm-loadgen: the server runs {capacity.slots} requests at once ({capacity.flavor} slots); "
+            f"a stage above C={capacity.slots} queues the rest in the server")
     info = models.info or ModelsInfo(None)
     compat = initial(req.compat, info.owned_by, capacity.flavor, info.n_vocab, tuple(scenario.prompt.token_id_range))
     for note in compat.adaptations:

@@ -33,6 +33,7 @@ from loadgen.report.knee import run_knee
 from loadgen.report.runs import create_run_dir, run_name
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.results import GuardRecord, RunFacts, StageInfo, build_summary, iso, stage_row, stage_warnings
+from loadgen.run_tags import tags_from_options
 from loadgen.server_probe import ServerWatch
 from loadgen.stage_guard import StageGuard
 from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
@@ -51,6 +52,7 @@ class Session:
 
     def __init__(self, rt, fleet):
         self.rt, self.fleet = rt, fleet
+        self.tags = tags_from_options(getattr(rt.environment, "parsed_options", None))  # ConfigError
         rt.on_fatal = lambda message: self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
         self.started_wall = time.time()
         self.server = None  # preflight.ServerInfo, once the start check passed
@@ -87,7 +89,7 @@ class Session:
         host = rt.environment.host
         self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
         try:
-            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, run_name(sc))
+            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, self.tags.run_name(run_name(sc)))
         except OSError as exc:
             self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
@@ -341,10 +343,10 @@ class Session:
         ended = (self.finished_wall or time.time()) if final else None
         run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
-                       run_name(rt.scenario))
-        return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
-                             rt.collector.totals, self.server.compat if self.server else None,
-                             (self.probes.outcomes, self.probes.stats))
+                       self.tags.run_name(run_name(rt.scenario)))
+        return self.tags.into_summary(build_summary(
+            run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(), rt.collector.totals,
+            self.server.compat if self.server else None, (self.probes.outcomes, self.probes.stats)))
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)

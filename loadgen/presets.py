@@ -1,7 +1,7 @@
 """Files the package carries for the user: the scenario presets and the Grafana kit.
 
-In a clone ``loadgen/scenarios`` and ``loadgen/grafana`` are symbolic links to ``config/`` and
-``grafana/``; the wheel carries their files inside the package (pyproject.toml package-data). So
+In a clone ``loadgen/scenarios``, ``loadgen/grafana`` and ``loadgen/docs`` are symbolic links to
+``config/``, ``grafana/`` and ``docs/``; the wheel carries their files inside the package (pyproject.toml package-data). So
 the same paths work in both, and the clone keeps one copy of each file.
 
 ``--scenario smoke`` names a preset; ``--scenario path/to/file.yaml`` a file. A path that exists
@@ -17,6 +17,7 @@ from pathlib import Path
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCENARIOS_DIR = PACKAGE_DIR / "scenarios"
 GRAFANA_DIR = PACKAGE_DIR / "grafana"
+DOCS_DIR = PACKAGE_DIR / "docs"  # docs/ of the repository (a link in the clone)
 
 # What the grafana subcommand writes: the dashboard, Prometheus' scrape config, Grafana's
 # provisioning and the compose file that ties them together (paths relative to GRAFANA_DIR).
@@ -29,7 +30,8 @@ GRAFANA_FILES = (
     "provisioning/datasources/prometheus.yml",
 )
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+# a sentence ends at ". " before a capital; "... 1024" (an ellipsis before a number) does not end one
+_SENTENCE_END = re.compile(r"(?<=[^.][.!?])\s+(?=[A-Z`(])")
 
 
 def scenario_names() -> list[str]:

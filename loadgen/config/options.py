@@ -95,7 +95,8 @@ def register_options(parser: Any) -> None:
         # argument group's add_argument does not accept the kwarg, so set the attribute directly.
         group.add_argument(*args, **kwargs).include_in_web_ui = False
 
-    add("--scenario", default=None, metavar="PATH", help="scenario YAML file (default: config/default.yaml)")
+    add("--scenario", default=None, metavar="PATH", help="a preset's name (llm-loadgen scenarios) or a scenario YAML file "
+        "(default: the preset default)")
     for flag, dotted, kind, text in _OPTIONS:
         if kind == "metadata":
             add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")
@@ -245,8 +246,8 @@ def _refuse_capped_rate(parsed_options: Any) -> None:
     the pair would not mean what its user expects."""
     rate, cap = (getattr(parsed_options, n, None) for n in ("request_rate", "max_concurrency"))
     if rate is not None and cap is not None:
-        raise ConfigError("--max-concurrency", cap, "with --request-rate asks for arrivals that wait in "
-                          "the client above the cap, as vllm bench serve does; llm-loadgen does not queue",
+        raise ConfigError("--max-concurrency", cap, "cannot be combined with --request-rate: vllm bench serve "
+                          "then queues arrivals in the client above the cap, and llm-loadgen does not queue",
                           "pass one: --request-rate R (one open-loop stage; --max-inflight N drops "
                           "arrivals above N) or --max-concurrency C (one closed-loop stage)")
 

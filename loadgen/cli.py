@@ -105,6 +105,11 @@ def _main(args: list[str]) -> int:
     if command is None or "-h" in args or "--help" in args:
         print(format_help(min(100, shutil.get_terminal_size((100, 20)).columns - 1)), end="")
         return 0
+    if command in ("--version", "-V"):
+        from importlib.metadata import version
+
+        print(f"llm-loadgen {version('llm-loadgen')} (Locust {version('locust')})")
+        return 0
     if command == "scenarios":
         return list_scenarios() if len(args) == 1 else _error("scenarios: takes no arguments")
     if command == "grafana":

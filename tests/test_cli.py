@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,7 +51,8 @@ def test_help_lists_every_registered_option_once_in_its_group():
 
 def test_help_shows_the_built_in_defaults_and_units():
     text = " ".join(cli_help.format_help(width=10_000).split())
-    assert "--stage-duration STAGE_DURATION measured seconds per stage (default: 60) [stages.duration_s]" in text
+    assert "--stage-duration SECONDS measured seconds per stage (default: 60) [stages.duration_s]" in text
+    assert "--input-tokens TOKENS prompt length in tokens (default: 1000) [input_tokens]" in text
     assert "(default: 1,2,4,8,...,1024 (stages.start/factor/max)) [stages.list]" in text
     assert "--guard-action {abort,clamp,warn} what to do with a stage over KV capacity (default: abort)" in text
     assert "--web-host" in text and "(default: 127.0.0.1)" in text  # our loopback default, not Locust's
@@ -210,10 +213,22 @@ def test_help_and_delegation(capsys, tmp_path):
     assert done.value.code == 0 and "simulator" in capsys.readouterr().out
 
 
-def test_the_packaged_locustfile_is_what_the_clone_runs():
-    assert cli.LOCUSTFILE.is_file() and cli.LOCUSTFILE.parent.name == "loadgen"
-    source = (ROOT / "locustfile.py").read_text()
-    assert "from loadgen.locustfile import LLMUser, RateUser, SweepShape" in source
+_DISCOVER = """
+import sys
+from locust.util.load_locustfile import load_locustfile
+users, shapes = load_locustfile(sys.argv[1])
+print(sorted(users), [type(s).__name__ for s in shapes])
+"""
+
+
+@pytest.mark.parametrize("locustfile", [ROOT / "locustfile.py", cli.LOCUSTFILE])
+def test_locust_finds_the_users_and_the_shape_in_both_locustfiles(locustfile):
+    """The clone's locustfile.py is one import of loadgen/locustfile.py; Locust's own loader (a
+    subprocess: it imports the file as the module ``locustfile``) sees the same classes in both."""
+    out = subprocess.run([sys.executable, "-c", _DISCOVER, str(locustfile)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['LLMUser', 'RateUser'] ['SweepShape']"
 
 
 # --- pointers to documentation -------------------------------------------------------------------

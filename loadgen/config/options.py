@@ -84,6 +84,15 @@ def _dest(flag: str) -> str:
     return flag[2:].replace("-", "_")
 
 
+def _metavar(flag: str, dotted: str) -> str:
+    """The value's unit where the key names one (``stages.duration_s`` -> SECONDS), else the flag."""
+    if dotted.endswith("_s"):
+        return "SECONDS"
+    if dotted.endswith("tokens"):
+        return "TOKENS"
+    return _dest(flag).upper()
+
+
 def register_options(parser: Any) -> None:
     """Add the scenario options to Locust's parser (``events.init_command_line_parser``) or any
     argparse parser. They are kept out of Locust's web UI form; values land in
@@ -106,7 +115,7 @@ def register_options(parser: Any) -> None:
             # no argparse `choices`: a bad value gets our one-line error naming the fix
             add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
         else:
-            add(flag, default=None, metavar=_dest(flag).upper(), help=f"{text} [{dotted}]")
+            add(flag, default=None, metavar=_metavar(flag, dotted), help=f"{text} [{dotted}]")
     add(
         "--set",
         action="append",

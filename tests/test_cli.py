@@ -214,21 +214,30 @@ def test_help_and_delegation(capsys, tmp_path):
 
 
 _DISCOVER = """
-import sys
+import os, sys
 from locust.util.load_locustfile import load_locustfile
 users, shapes = load_locustfile(sys.argv[1])
-print(sorted(users), [type(s).__name__ for s in shapes])
+here = os.path.dirname(sys.argv[1]) + os.sep
+def in_here(path):  # a module of that folder, or a package right under it
+    rel = path[len(here):] if path.startswith(here) else None
+    return rel is not None and (os.sep not in rel or rel.endswith(os.sep + "__init__.py") and rel.count(os.sep) == 1)
+shadowing = [name for name, m in sys.modules.items() if "." not in name and in_here(getattr(m, "__file__", None) or "")
+             and name not in ("locustfile", "loadgen", "shapes")]
+print(sorted(users), [type(s).__name__ for s in shapes], shadowing)
 """
 
 
 @pytest.mark.parametrize("locustfile", [ROOT / "locustfile.py", cli.LOCUSTFILE])
 def test_locust_finds_the_users_and_the_shape_in_both_locustfiles(locustfile):
     """The clone's locustfile.py is one import of loadgen/locustfile.py; Locust's own loader (a
-    subprocess: it imports the file as the module ``locustfile``) sees the same classes in both."""
+    subprocess: it imports the file as the module ``locustfile``) sees the same classes in both.
+    While it imports, the file's folder is first on sys.path: for loadgen/locustfile.py that is
+    loadgen/, so no module there may be imported as a top-level name (one called like a library
+    module, e.g. ``trace``, would stand in for it)."""
     out = subprocess.run([sys.executable, "-c", _DISCOVER, str(locustfile)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "['LLMUser', 'RateUser'] ['SweepShape']"
+    assert out.stdout.strip() == "['LLMUser', 'RateUser'] ['SweepShape'] []"
 
 
 # --- pointers to documentation -------------------------------------------------------------------

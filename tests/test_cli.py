@@ -5,6 +5,7 @@ every pointer to documentation in a message. (tests/test_wheel.py runs the insta
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -261,3 +262,25 @@ def test_every_pointer_to_documentation_in_the_code_exists():
             seen += 1
             assert (ROOT / ref).is_file(), f"{path} points at {ref}, which does not exist"
     assert seen >= 5
+
+
+# --- the tags in report.html and compare -----------------------------------------------------------
+
+
+def test_report_and_compare_show_the_label_and_metadata(tmp_path):
+    from loadgen.report.compare import format_compare_table, load_runs, render_compare_html
+    from loadgen.report.html import render_report_html
+
+    fixtures = ROOT / "tests" / "fixtures"
+    dirs = []
+    for name, tags in (("seeds_sweep", RunTags("bf16", {"tp": "8"})), ("vllm_sweep", RunTags())):
+        summary = json.loads((fixtures / f"summary_{name}.json").read_text())
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(tags.into_summary(summary)))
+        dirs.append(tmp_path / name)
+    html = render_report_html(json.loads((dirs[0] / "summary.json").read_text()))
+    assert "<th>label</th><td>bf16</td>" in html and "<th>metadata</th><td>tp=8</td>" in html
+    runs = load_runs(dirs)
+    table = format_compare_table(runs)
+    assert "#1 = seeds_sweep (label bf16; tp=8)" in table and "#2 = vllm_sweep\n" in table
+    assert "seeds_sweep (label bf16; tp=8)" in render_compare_html(runs, table, {})

@@ -104,6 +104,7 @@ def test_aliases_set_the_same_keys_as_our_options():
     (("--stages", "1,2", "--max-concurrency", "4"), "stages.list (from --max-concurrency)", "pass one of"),
     (("--request-rate", "4", "--max-concurrency", "3"), "--max-concurrency", "--max-inflight N drops"),
     (("--request-rate", "fast"), "rate.list (from --request-rate)", "e.g. --request-rate 4"),
+    (("--request-rate", "inf"), "rate.list (from --request-rate)", "pass --max-concurrency C instead"),
     (("--max-concurrency", "1.5"), "stages.list (from --max-concurrency)", "e.g. --max-concurrency 64"),
     (("--seed", "x"), "prompt.seed (from --seed)", None),
     (("--rates", "1", "--burstiness", "0.5"), "rate.burstiness (from --burstiness)", "add --arrival gamma"),

@@ -157,6 +157,10 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str])
         return _pairs(flag, dotted, raw, typed)
     if kind in ("one_rate", "one_stage"):
         number = float if kind == "one_rate" else int
+        if kind == "one_rate" and raw.strip().lower() in ("inf", "infinity"):
+            raise ConfigError(f"{dotted} (from {flag})", raw, "is vllm bench serve's 'every request at once'; "
+                              "a rate stage needs a finite rate", "for a closed loop of C requests in flight "
+                              "pass --max-concurrency C instead")
         try:
             return [number(raw.strip())]
         except ValueError:

@@ -169,3 +169,14 @@ def test_the_same_run_on_two_processes_merges_exactly(installed, sim_url):
     assert t["output_tokens"] == total.output_tokens + pre["output_tokens"]
     assert t["input_tokens"] == total.input_tokens + pre["input_tokens"]
     assert t["histogram_counts"] == {h: getattr(total, h).count + pre["histogram_counts"][h] for h in HISTOGRAMS}
+
+
+def test_report_build_and_compare_on_those_runs(installed):
+    """After the two runs above (file order): the report subcommand of the installed command."""
+    bin_dir, empty, _ = installed
+    built = run([bin_dir / "llm-loadgen", "report", "build", "res"], empty)
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert "wrote " in built.stdout and (resolve_run_dir(empty / "res") / "report.html").is_file()
+    compared = run([bin_dir / "llm-loadgen", "report", "compare", "res", "res2", "--out", "cmp"], empty)
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    assert "(label wheel; where=venv)" in compared.stdout and (empty / "cmp" / "compare.html").is_file()

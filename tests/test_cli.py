@@ -69,7 +69,8 @@ def test_an_option_outside_every_help_group_is_refused(monkeypatch):
 
 def test_docs_cli_md_is_generated_from_the_option_table():
     """Regenerate with: python -m loadgen.cli_help > docs/cli.md"""
-    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == cli_help.format_markdown()
+    assert (ROOT / "docs" / "cli.md").read_text(encoding="utf-8") == cli_help.format_markdown(), (
+        "docs/cli.md differs from the option table: run .venv/bin/python -m loadgen.cli_help > docs/cli.md")
 
 
 def test_the_comparison_page_names_only_options_we_have():

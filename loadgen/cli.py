@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 
 from loadgen.cli_help import format_help
+from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 from loadgen.errors import EXIT_CONFIG
-from loadgen.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 COMMANDS = ("web", "worker", "scenarios", "sim", "report", "grafana")

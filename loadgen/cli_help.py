@@ -14,8 +14,8 @@ import textwrap
 from dataclasses import dataclass
 
 from loadgen.config.options import _OPTIONS, register_options
+from loadgen.config.presets import DOCS_DIR
 from loadgen.config.schema import DEFAULTS, StagesConfig
-from loadgen.presets import DOCS_DIR
 
 # Help groups in the order shown, and which scenario keys (dotted prefixes) fall in each.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -123,7 +123,7 @@ def locust_options() -> list[tuple[str, list[OptionDoc]]]:
     """Locust's key options with Locust's help text and llm-loadgen's defaults."""
     from locust.argument_parser import get_empty_argument_parser, setup_parser_arguments
 
-    from loadgen.locust_defaults import set_loopback_defaults
+    from loadgen.locust_face.defaults import set_loopback_defaults
 
     parser = get_empty_argument_parser(add_help=False, default_config_files=[])
     setup_parser_arguments(parser)

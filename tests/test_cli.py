@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import cli, cli_help, presets
-from loadgen.config import ConfigError, build_scenario, register_options, scenario_from_options
+from loadgen import cli, cli_help
+from loadgen.config import ConfigError, build_scenario, presets, register_options, scenario_from_options
 from loadgen.config.options import _OPTIONS
-from loadgen.run_tags import RunTags, tags_from_options, tags_text
+from loadgen.config.run_tags import RunTags, tags_from_options, tags_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

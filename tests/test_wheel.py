@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.report.runs import resolve_run_dir
-from loadgen.stats import HISTOGRAMS, StageStats
+from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 from tests.test_cli import registered_flags
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -40,7 +40,7 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
-from loadgen.slo import OBJECTIVES
+from loadgen.stats.slo import OBJECTIVES
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
 MAX_SWEEP_STAGES = 200
@@ -228,8 +228,8 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
 
 
 def _check_lengths(v: dict[str, Any]) -> None:
-    """Each length distribution's problems (loadgen.lengths.LengthDist.problems), the first raised."""
-    from loadgen.lengths import LengthDist
+    """Each length distribution's problems (loadgen.workload.lengths.LengthDist.problems), the first raised."""
+    from loadgen.workload.lengths import LengthDist
 
     for which, fixed in (("input", "input_tokens"), ("output", "output_tokens")):
         kind = v[f"{which}.dist"]

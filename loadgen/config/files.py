@@ -12,9 +12,9 @@ import yaml
 
 from loadgen.config.build import build_scenario
 from loadgen.config.fields import Shown
+from loadgen.config.presets import resolve_scenario, scenario_names
 from loadgen.config.schema import DEFAULTS, Scenario
 from loadgen.errors import EXIT_CONFIG, ConfigError
-from loadgen.presets import resolve_scenario, scenario_names
 
 _ROOT = Path(__file__).resolve().parents[2]  # the checkout: loadgen/config/files.py -> ../../..
 CONFIG_DIR = _ROOT / "config"
@@ -31,7 +31,7 @@ def load_scenario(
     path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
 ) -> Scenario:
     """Read and validate a scenario: ``path`` is a file or a preset's name (``smoke``,
-    loadgen.presets). ``overrides`` uses dotted keys and wins over the file, e.g.
+    loadgen.config.presets). ``overrides`` uses dotted keys and wins over the file, e.g.
     ``{"input_tokens": 500, "stages.list": [1, 4], "guard.action": "clamp"}``."""
     if path is None:
         default = default_scenario_path()

@@ -62,7 +62,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
                                           "of the system store, as curl --cacert"),
     ("--insecure", "request.verify_tls", "off", "do not check the server's TLS certificate or host name"),
     # The run's own tags (not scenario keys): summary.json run.label / run.metadata, the run name
-    # (loadgen.run_tags).
+    # (loadgen.config.run_tags).
     ("--label", "run.label", "label", "a tag for this run, added to its name and folder, e.g. fp8-kv"),
     ("--metadata", "run.metadata", "metadata", "KEY=VALUE facts about this run, e.g. tp=8 image=v0.9 "
                                                "(repeatable; kept in summary.json run.metadata)"),
@@ -76,7 +76,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
                                      "unless --arrival-seed is given"),
 )
 
-# Kinds whose value is not a scenario key: the run's tags, read by loadgen.run_tags.
+# Kinds whose value is not a scenario key: the run's tags, read by loadgen.config.run_tags.
 RUN_TAG_KINDS = ("label", "metadata")
 
 

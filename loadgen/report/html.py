@@ -9,11 +9,11 @@ import base64
 import json
 from html import escape
 
-from loadgen.flags import FLAGS
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.table import columns, errors_compact, kv_ceiling_line, mismatch_compact, num, stage_flags
-from loadgen.slo import answer_line
-from loadgen.stage_load import (
+from loadgen.stats.flags import FLAGS
+from loadgen.stats.slo import answer_line
+from loadgen.stats.stage_load import (
     RATE,
     is_rate_run,
     load_column,
@@ -127,7 +127,7 @@ def stage_table_html(stages: list[dict], knee: float | None, rate: bool = False)
 
 
 def flags_legend_html(seen: set[str]) -> str:
-    """Every flag with its one-line meaning (``loadgen.flags``); the ones this run shows first,
+    """Every flag with its one-line meaning (``loadgen.stats.flags``); the ones this run shows first,
     marked."""
     rows = sorted(FLAGS, key=lambda f: f.key not in seen)
     body = "".join(

@@ -11,7 +11,7 @@ Figures of one run (names are also the PNG file names):
 - ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
 A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
-(``loadgen.stage_load``).
+(``loadgen.stats.stage_load``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
 from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.knee import knee_of
-from loadgen.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
+from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
 SIZE_IN = (8.0, 4.5)
 DPI = 100

@@ -27,6 +27,11 @@ WORKDIR /src
 COPY pyproject.toml ./
 COPY loadgen/ loadgen/
 COPY shapes/ shapes/
+# what loadgen/scenarios, loadgen/grafana and loadgen/docs link to: the installed llm-loadgen carries
+# the presets (--scenario smoke), the Grafana kit and the docs
+COPY config/ config/
+COPY grafana/ grafana/
+COPY docs/ docs/
 RUN set -eu; \
     [ -n "$PIP_INDEX_URL" ] || unset PIP_INDEX_URL; \
     [ -n "$PIP_EXTRA_INDEX_URL" ] || unset PIP_EXTRA_INDEX_URL; \

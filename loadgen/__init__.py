@@ -14,9 +14,11 @@ The packages follow the data path, and each imports only its own layer and the l
     run              the run's control: the plan, the KV guard, the session, results, the runtime
     fleet            many processes: master/worker reports, their exact merge, worker loss
     locust_face      what Locust calls: the users, the plugin (options and event hooks), the web UI
+    cli, cli_help, locustfile   the faces: the ``llm-loadgen`` command, its help, the packaged locustfile
 
 ``sim`` (the built-in server simulator) stands apart: it imports nothing from the client side, so
-it cannot hide a client bug. ``shapes/`` and ``locustfile.py`` (outside this package) sit on top.
+it cannot hide a client bug. ``shapes/`` and the clone's ``locustfile.py`` (outside this package)
+sit on top too: the packaged locustfile imports ``shapes``, which the wheel carries beside ``loadgen``.
 """
 
 # Lowest first; a module of one entry may import modules of its own entry and of entries before it.
@@ -32,5 +34,6 @@ LAYERS = (
     ("loadgen.run",),
     ("loadgen.fleet",),
     ("loadgen.locust_face",),
+    ("loadgen.cli", "loadgen.cli_help", "loadgen.locustfile"),
 )
 APART = ("loadgen.sim",)  # imports only itself

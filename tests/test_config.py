@@ -350,8 +350,10 @@ def test_missing_file_and_directory(tmp_path):
     assert str(err).startswith("scenario: file not found") and str(missing) in str(err)
     err = _file_error(tmp_path)
     assert "is a directory" in str(err) and str(tmp_path) in str(err)
-    err = _file_error("smoke")  # a bundled name without its folder
-    assert str(CONFIG / "smoke.yaml") in err.fix
+    assert load_scenario("smoke") == load_scenario(CONFIG / "smoke.yaml")  # a preset by name
+    assert load_scenario("smoke.yaml") == load_scenario(CONFIG / "smoke.yaml")
+    err = _file_error(tmp_path / "smoke.yaml")  # a preset's file name in another folder
+    assert err.fix == "did you mean --scenario smoke (the preset)?"
 
 
 def test_unreadable_file(tmp_path, monkeypatch):

@@ -160,9 +160,12 @@ def test_imports_point_down_the_layers():
 
 
 def test_loadgen_never_imports_the_faces_above_it():
-    """``shapes/`` and ``locustfile.py`` sit on top: nothing in loadgen imports them."""
+    """``shapes/`` and ``locustfile.py`` sit on top: nothing in loadgen imports them but the faces of
+    its own top layer (the packaged locustfile loads the shape)."""
     bad = []
     for name, path in MODULES.items():
+        if name == "loadgen" or layer_of(name) == len(LAYERS) - 1:
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

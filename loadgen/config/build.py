@@ -271,6 +271,11 @@ def _check_relations(v: dict[str, Any]) -> None:
             "use 2 to double concurrency each stage, or set stages.list",
         )
     _check_rates(v)
+    if v["rate.burstiness"] != 1 and v["rate.arrival"] != "gamma":
+        # vllm bench serve switches to gamma arrivals when --burstiness is not 1; here it would be
+        # silently ignored, so say so
+        raise ConfigError("rate.burstiness", v["rate.burstiness"], f"shapes gamma arrivals only, and "
+                          f"rate.arrival is {v['rate.arrival']}", "add --arrival gamma (or leave burstiness at 1)")
     if v["slo.search"] and not any(v[f"slo.{k}"] is not None for k in OBJECTIVES):
         raise ConfigError("slo.search", True, "needs at least one objective",
                           "set slo.ttft_s, slo.tpot_s, slo.e2e_s or slo.itl_max_s, e.g. --slo tpot_s=0.05")

@@ -12,6 +12,7 @@ import yaml
 
 from loadgen.config.build import build_scenario
 from loadgen.config.fields import Shown
+from loadgen.config.presets import resolve_scenario, scenario_names
 from loadgen.config.schema import DEFAULTS, Scenario
 from loadgen.errors import EXIT_CONFIG, ConfigError
 
@@ -29,13 +30,14 @@ def default_scenario_path() -> Path | None:
 def load_scenario(
     path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
 ) -> Scenario:
-    """Read and validate a scenario. ``overrides`` uses dotted keys and wins over the file, e.g.
+    """Read and validate a scenario: ``path`` is a file or a preset's name (``smoke``,
+    loadgen.config.presets). ``overrides`` uses dotted keys and wins over the file, e.g.
     ``{"input_tokens": 500, "stages.list": [1, 4], "guard.action": "clamp"}``."""
     if path is None:
         default = default_scenario_path()
         doc: Any = read_scenario_file(default) if default else DEFAULTS
     else:
-        doc = read_scenario_file(path)
+        doc = read_scenario_file(resolve_scenario(path))
     return build_scenario(doc, overrides)
 
 
@@ -69,13 +71,10 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def _bundled_hint(path: Path) -> str:
-    candidates = [CONFIG_DIR / path.name, CONFIG_DIR / f"{path.name}.yaml"]
-    for c in candidates:
-        if c.is_file():
-            return f"did you mean {c}?"
-    bundled = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")) if CONFIG_DIR.is_dir() else []
-    listed = f" ({', '.join(bundled)})" if bundled else ""
-    return f"pass an existing YAML file to --scenario; bundled ones are in config/{listed}"
+    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    if stem in scenario_names():
+        return f"did you mean --scenario {stem} (the preset)?"
+    return f"pass an existing YAML file to --scenario, or a preset's name ({', '.join(scenario_names())})"
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> Any:

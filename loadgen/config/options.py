@@ -61,11 +61,36 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--ca-cert", "request.ca_cert", str, "PEM file of the server's CA (or its own certificate), trusted instead "
                                           "of the system store, as curl --cacert"),
     ("--insecure", "request.verify_tls", "off", "do not check the server's TLS certificate or host name"),
+    # The run's own tags (not scenario keys): summary.json run.label / run.metadata, the run name
+    # (loadgen.config.run_tags).
+    ("--label", "run.label", "label", "a tag for this run, added to its name and folder, e.g. fp8-kv"),
+    ("--metadata", "run.metadata", "metadata", "KEY=VALUE facts about this run, e.g. tp=8 image=v0.9 "
+                                               "(repeatable; kept in summary.json run.metadata)"),
+    # The spellings of `vllm bench serve` and `sglang.bench_serving` where the meaning is ours too
+    # (docs/cli.md "Coming from vllm bench serve / sglang.bench_serving" says where it is not).
+    ("--request-rate", "rate.list", "one_rate", "one open-loop stage at this many requests/s (same as --rates R)"),
+    ("--max-concurrency", "stages.list", "one_stage", "one stage at this concurrency (same as --stages C)"),
+    ("--random-input-len", "input_tokens", int, "same as --input-tokens (vLLM's default range ratio 0)"),
+    ("--random-output-len", "output_tokens", int, "same as --output-tokens (vLLM's default range ratio 0)"),
+    ("--seed", "prompt.seed", "seed", "seeds prompts, lengths and dataset order, and the arrival schedule "
+                                     "unless --arrival-seed is given"),
 )
+
+# Kinds whose value is not a scenario key: the run's tags, read by loadgen.config.run_tags.
+RUN_TAG_KINDS = ("label", "metadata")
 
 
 def _dest(flag: str) -> str:
     return flag[2:].replace("-", "_")
+
+
+def _metavar(flag: str, dotted: str) -> str:
+    """The value's unit where the key names one (``stages.duration_s`` -> SECONDS), else the flag."""
+    if dotted.endswith("_s"):
+        return "SECONDS"
+    if dotted.endswith("tokens"):
+        return "TOKENS"
+    return _dest(flag).upper()
 
 
 def register_options(parser: Any) -> None:
@@ -79,15 +104,18 @@ def register_options(parser: Any) -> None:
         # argument group's add_argument does not accept the kwarg, so set the attribute directly.
         group.add_argument(*args, **kwargs).include_in_web_ui = False
 
-    add("--scenario", default=None, metavar="PATH", help="scenario YAML file (default: config/default.yaml)")
+    add("--scenario", default=None, metavar="PATH", help="a preset's name (llm-loadgen scenarios) or a scenario YAML file "
+        "(default: the preset default)")
     for flag, dotted, kind, text in _OPTIONS:
-        if kind is bool or kind == "off":
+        if kind == "metadata":
+            add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")
+        elif kind is bool or kind == "off":
             add(flag, action="store_true", default=False, help=f"{text} [{dotted}{'' if kind is bool else ' = false'}]")
         elif isinstance(kind, tuple):
             # no argparse `choices`: a bad value gets our one-line error naming the fix
             add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
         else:
-            add(flag, default=None, metavar=_dest(flag).upper(), help=f"{text} [{dotted}]")
+            add(flag, default=None, metavar=_metavar(flag, dotted), help=f"{text} [{dotted}]")
     add(
         "--set",
         action="append",
@@ -127,6 +155,24 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str])
             return raw
     if kind == "pairs":
         return _pairs(flag, dotted, raw, typed)
+    if kind in ("one_rate", "one_stage"):
+        number = float if kind == "one_rate" else int
+        if kind == "one_rate" and raw.strip().lower() in ("inf", "infinity"):
+            raise ConfigError(f"{dotted} (from {flag})", raw, "is vllm bench serve's 'every request at once'; "
+                              "a rate stage needs a finite rate", "for a closed loop of C requests in flight "
+                              "pass --max-concurrency C instead")
+        try:
+            return [number(raw.strip())]
+        except ValueError:
+            what = "a number of requests/s, e.g. 4" if kind == "one_rate" else "a whole number, e.g. 64"
+            raise ConfigError(f"{dotted} (from {flag})", raw, f"must be {what}", f"e.g. {flag} "
+                              f"{'4' if kind == 'one_rate' else '64'}") from None
+    if kind == "seed":
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            return raw
+        return {"prompt.seed": value, "rate.seed": value}
     if kind == "rates":
         try:
             return [float(part.strip()) for part in raw.split(",")]
@@ -180,12 +226,19 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         overrides[key] = value
         origin[key] = "--set"
         typed[key] = str(item).partition("=")[2].strip()
+    _refuse_capped_rate(parsed_options)
     for flag, dotted, kind, _ in _OPTIONS:
         raw = getattr(parsed_options, _dest(flag), None)
-        if raw is None or raw is False:
+        if raw is None or raw is False or kind in RUN_TAG_KINDS:
             continue
         value = _convert(flag, dotted, kind, raw, typed)
-        for key, v in (value.items() if kind == "pairs" and isinstance(value, dict) else [(dotted, value)]):
+        for key, v in (value.items() if isinstance(value, dict) and kind in ("pairs", "seed") else [(dotted, value)]):
+            if origin.get(key, "--set") != "--set":  # a second flag for the same key
+                if kind == "seed":
+                    continue  # --arrival-seed is the more specific: it wins over --seed
+                if overrides[key] != v:
+                    raise ConfigError(f"{key} (from {flag})", raw, f"is also given by {origin[key]} with "
+                                      f"another value", f"pass one of {origin[key]} and {flag}")
             overrides[key] = v
             origin[key] = flag
     try:
@@ -198,6 +251,18 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         if isinstance(e, UnknownKey) and e.meant is not None:
             fix = f"did you mean {as_typed(e.meant, where, typed.get(e.key, '...'))}?"
         raise ConfigError(f"{e.key} (from {where})", e.value, e.problem, fix) from None
+
+
+def _refuse_capped_rate(parsed_options: Any) -> None:
+    """vLLM's and SGLang's --request-rate with --max-concurrency is an open loop whose arrivals
+    queue in the client above the cap; we have no such queue (our --max-inflight drops them), so
+    the pair would not mean what its user expects."""
+    rate, cap = (getattr(parsed_options, n, None) for n in ("request_rate", "max_concurrency"))
+    if rate is not None and cap is not None:
+        raise ConfigError("--max-concurrency", cap, "cannot be combined with --request-rate: vllm bench serve "
+                          "then queues arrivals in the client above the cap, and llm-loadgen does not queue",
+                          "pass one: --request-rate R (one open-loop stage; --max-inflight N drops "
+                          "arrivals above N) or --max-concurrency C (one closed-loop stage)")
 
 
 def as_typed(key: str, flag: str, text: str) -> str:

@@ -98,7 +98,10 @@ def _init(environment, **_):
                 check_host(environment.host)
             except ConfigError as err:
                 exit_on_config_error(err)
-        session = environment.llm_run = Session(rt, fleet)
+        try:
+            session = environment.llm_run = Session(rt, fleet)
+        except ConfigError as err:  # --label or --metadata
+            exit_on_config_error(err)
         _interrupt_on_signals(environment)
         if environment.web_ui:
             install_webui(environment)

@@ -18,6 +18,7 @@ import os
 from html import escape
 from pathlib import Path
 
+from loadgen.config.run_tags import tags_text
 from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
@@ -168,7 +169,7 @@ def format_compare_table(runs: list[tuple[str, dict]]) -> str:
     value and ``#k/#1`` ratios, one row per load (``C`` or ``rate`` in req/s)."""
     n, key = len(runs), runs_load_key(runs)
     rate = key == RATE
-    legend = [f"#{i + 1} = {label}" for i, (label, _) in enumerate(runs)]
+    legend = [f"#{i + 1} = {label}{tags_text(s)}" for i, (label, s) in enumerate(runs)]
     value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
     group_w = 9 * len(value_heads)
     title, unit = load_column(rate)
@@ -241,7 +242,7 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
         run = s.get("run") or {}
         cells = [
             f"#{i + 1}",
-            label,
+            label + tags_text(s),
             run.get("model"),
             run.get("host"),
             run.get("name") or (s.get("scenario") or {}).get("name"),

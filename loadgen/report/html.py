@@ -36,7 +36,7 @@ img{max-width:100%;border:1px solid #eee;margin:6px 0}
 pre{background:#f6f6f6;padding:10px;font-size:12px;overflow-x:auto}
 """
 
-SECTIONS_META = ("name", "host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
+SECTIONS_META = ("name", "label", "metadata", "host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
 
 
 def _e(value) -> str:
@@ -193,6 +193,7 @@ def render_report_html(
     if run.get("name"):
         title += f" ({run['name']})"
     meta = {k: run.get(k) for k in SECTIONS_META}
+    meta["metadata"] = ", ".join(f"{k}={v}" for k, v in (run.get("metadata") or {}).items()) or None
     if run.get("worker_losses"):
         meta["worker_losses"] = run["worker_losses"]
     all_flags = sorted({f for s in stages for f in stage_flags(s, knee)})

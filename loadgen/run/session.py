@@ -18,6 +18,7 @@ import time
 import gevent
 
 from loadgen import errors
+from loadgen.config.run_tags import tags_from_options
 from loadgen.errors import ConfigError
 from loadgen.export.exporter import exporter_from_config
 from loadgen.phases import Phase
@@ -61,6 +62,7 @@ class Session:
 
     def __init__(self, rt, fleet):
         self.rt, self.fleet = rt, fleet
+        self.tags = tags_from_options(getattr(rt.environment, "parsed_options", None))  # ConfigError
         self.started_wall = time.time()
         self.server = None  # preflight.ServerInfo, once the start check passed
         self.watch: ServerWatch | None = None
@@ -96,7 +98,7 @@ class Session:
         host = rt.environment.host
         self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
         try:
-            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, run_name(sc))
+            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, self.tags.run_name(run_name(sc)))
         except OSError as exc:
             self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
@@ -358,10 +360,10 @@ class Session:
         ended = (self.finished_wall or time.time()) if final else None
         run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
-                       run_name(rt.scenario))
-        return build_summary(run, rt.scenario, self.capacity, self.guard_record, self.rows, self.knee(),
-                             rt.collector.totals, self.server.compat if self.server else None,
-                             (self.unstaged.outcomes, self.unstaged.stats))
+                       self.tags.run_name(run_name(rt.scenario)))
+        return self.tags.into_summary(build_summary(
+            run, rt.scenario, self.capacity, self.guard_record, self.rows, self.knee(), rt.collector.totals,
+            self.server.compat if self.server else None, (self.unstaged.outcomes, self.unstaged.stats)))
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)

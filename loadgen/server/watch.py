@@ -14,16 +14,15 @@ import gevent
 
 from loadgen.errors import RequestError
 from loadgen.server.answers import (
-    GENERATION_COUNTERS,
     WATCH_METRICS,
     failure_text,
     flavor_of,
     parse_metrics,
-    series_total,
     server_root,
     watch_sample,
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
+from loadgen.server.window import Edge, window_figures
 from loadgen.wire.client import StreamClient
 from loadgen.wire.endpoints import METRICS_PATH
 
@@ -62,7 +61,7 @@ class ServerWatch:
         self._seen_ok = self._warned = False
         self._poll_errors = 0
         self._greenlet: gevent.Greenlet | None = None
-        self._gen_start: tuple[float, float] | None = None  # (t, generation counter) at window open
+        self._opened: Edge | None = None  # /metrics as the current window opened
 
     def start(self) -> ServerWatch:
         self._greenlet = gevent.spawn(self._run)
@@ -108,34 +107,28 @@ class ServerWatch:
         except RequestError as exc:
             return "", failure_text(exc)
 
-    def generation_tokens(self) -> tuple[float, float] | None:
-        """(time, the server's generation-token counter) now, or None if it doesn't expose one."""
-        name = GENERATION_COUNTERS.get(self.flavor or "")
-        if name is None or not self._seen_ok:  # only once /metrics has answered (or never, if off)
+    def edge(self) -> Edge | None:
+        """One read of /metrics for a window's edge (``loadgen.server.window``), or None when the
+        watch has not seen /metrics answer (or is off) or this read failed."""
+        if not self._seen_ok:
             return None
         t = self.clock()
         text, error = self._get(self._edge_client)
-        series = parse_metrics(text).get(name) if error is None else None
-        value = series_total(series) if series else None
-        return None if value is None else ((t + self.clock()) / 2, value)
+        return None if error is not None else Edge((t + self.clock()) / 2, parse_metrics(text))
 
     def begin_stage(self, index: int, concurrency: int | None = None) -> None:
         self._poll_errors = 0
-        self._gen_start = self.generation_tokens()
+        self._opened = self.edge()
         self.stages.begin(index, self.clock(), concurrency)
 
     def end_stage(self, index: int) -> dict:
         """The stage's ``server`` object: StageWatch.end(...) + flavor, the counter behind
-        ``preemptions``, failed polls, why the watch is off (None if on), and the server's own
-        ``output_tokens`` / ``output_tokens_per_s`` over the window (generation-token counter
-        read when the window opened and closed; None when the server has no such counter)."""
-        gen_end, gen_start = self.generation_tokens(), self._gen_start
+        ``preemptions``, failed polls, why the watch is off (None if on), and what the server's
+        counters say about the window (``loadgen.server.window.window_figures``: /metrics read
+        when the window opened and when it closed; e.g. ``output_tokens_per_s``)."""
+        closed = self.edge()
         out = self.stages.end(index, self.clock())
-        if gen_start and gen_end and gen_end[1] >= gen_start[1] and gen_end[0] > gen_start[0]:
-            tokens = gen_end[1] - gen_start[1]
-            out.update(output_tokens=int(tokens), output_tokens_per_s=tokens / (gen_end[0] - gen_start[0]))
-        else:
-            out.update(output_tokens=None, output_tokens_per_s=None)
+        out.update(window_figures(self.flavor, self._opened, closed))
         counter = WATCH_METRICS.get(self.flavor or "", {}).get("preemptions_total", (None,))[0]
         out.update(
             flavor=self.flavor,

@@ -91,12 +91,22 @@ def live_prometheus(tmp_path_factory):
         yield prom, None
 
 
+# Panels whose figure exists only when the server reports it: the fixed-timing simulators have no
+# prefix cache, so the cached share is 0 / 0 here (Grafana shows "No data", as for such a server).
+# The query must still parse and run: its only allowed problem is NaN.
+NEEDS_SERVER_DETAIL = {"llm_loadgen_cache_reported_prompt_tokens_total": "usage.prompt_tokens_details"}
+
+
 def test_every_dashboard_query_returns_data(live_prometheus):
     prom, _source = live_prometheus
     assert set(prom.targets_health().values()) == {"up"}, prom.targets_health()
     results = query_all_dashboard_exprs(prom.url, DASHBOARD, VARIABLES)
     assert len(results) >= 30
-    assert problems(results) == {}
+    found = problems(results)
+    detail_only = {e: p for e, p in found.items() if any(name in e for name in NEEDS_SERVER_DETAIL)}
+    assert all(p.startswith("only NaN") for p in detail_only.values()), detail_only
+    assert len(detail_only) <= len(NEEDS_SERVER_DETAIL)
+    assert {e: p for e, p in found.items() if e not in detail_only} == {}
 
 
 def test_variable_queries_find_the_default_values(live_prometheus):

@@ -198,7 +198,7 @@ class Session:
         unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
         if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
             unfinished = None
-        row = stage_row(info, stats, self.guard, client, bound, unfinished, flag, sc.slo)
+        row = stage_row(info, stats, self.guard, client, bound, unfinished, flag, sc.slo, sc.cost)
         self.rows.append(row)
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))

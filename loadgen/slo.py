@@ -27,7 +27,10 @@ falls in the cohort cycle (on the demo, 129 requests of 1000 tokens in a 6 s win
 21.5k tok/s against the 30k measured, with every request meeting the objectives).
 
 This differs from "p99 TTFT <= X and p99 TPOT <= Y" of a stage: attainment is joint (one request
-must meet all objectives at once) and failed requests count against it.
+must meet all objectives at once) and failed requests count against it. Limits of that kind
+(``slo.ttft_p99_s``, ``slo.preset``) are ``loadgen.slo_limits``: judged on the stage's merged
+histograms beside the attainment (with them alone, a request "meets the objectives" when it
+succeeded), and a stage passes only if both hold.
 
 Counts are integers, so the merge across workers is exact (``SloCounts.merge``); the figures are
 derived from merged counts only, never averaged. ``judged`` counts the requests given a verdict
@@ -62,6 +65,10 @@ class Objectives:
     search: bool = False
     resolution: float = 0.1  # the search stops when first failing - last passing <= resolution x last passing
     max_search_stages: int = 4
+    preset: str | None = None  # named percentile limits (loadgen.slo_limits.PRESETS)
+    # percentile limits (loadgen.slo_limits): (key, limit s), e.g. ("ttft_p99_s", 2.0); in the
+    # scenario they are keys of the slo section (``flatten``), not a mapping of their own
+    limits: tuple[tuple[str, float], ...] = field(default=(), metadata={"flatten": True})
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -69,7 +76,8 @@ class Objectives:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.thresholds)
+        """Any objective set: a per-request threshold or a percentile limit."""
+        return bool(self.thresholds or self.limits)
 
 
 def request_verdict(result, objectives: Objectives) -> tuple[bool, tuple[str, ...]]:
@@ -208,6 +216,7 @@ def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
     return {
         "load": load,
         "objectives": objectives.thresholds,
+        **({"limits": dict(objectives.limits), "preset": objectives.preset} if objectives.limits else {}),
         "attainment_target": objectives.attainment,
         "max_concurrency": lo,
         "bracket": [lo, hi],
@@ -228,13 +237,19 @@ def answer_line(answer: dict) -> str:
     lo, hi = ((None if x is None else load_label(x, rate)) for x in answer["bracket"])
     target = f"{answer['attainment_target']:.0%}"
     goal = ", ".join(f"{k} <= {v:g}" for k, v in answer["objectives"].items()) or "the objectives"
+    limits = ", ".join(f"{k} <= {v:g}" for k, v in (answer.get("limits") or {}).items())
+    if limits:  # percentile limits of the stage, beside (or instead of) per-request objectives
+        goal = f"{limits}, {goal} for {target} of requests" if answer["objectives"] else \
+            f"{limits}, {target} of requests ok"
     search = answer["search"]
     tail = f"; search stages C={', '.join(map(str, search['stages']))}" if search["stages"] else ""
     if search["enabled"] and lo is not None and hi is not None and not search["converged"]:
         tail += " (search stopped at slo.max_search_stages before the resolution)"
     if lo is None:
-        return (f"SLO: no stage met {goal} for {target} of requests "
+        return (f"SLO: no stage met {goal}{'' if limits else f' for {target} of requests'} "
                 f"(max {what}: none; {hi} already failed{tail})")
     if hi is None:
         return f"SLO: max {what} {lo} (every stage passed {goal}: the limit is above {lo}{tail})"
+    if limits:
+        return f"SLO: max {what} {lo} ({goal} held; {hi} did not{tail})"
     return f"SLO: max {what} {lo} ({target} of requests met {goal}; {hi} did not{tail})"

@@ -28,6 +28,8 @@ def test_declarations_are_consistent():
             assert m.source.of in metrics.SLO_COUNTS and m.q is None and m.unit == "ratio", m.key
         elif isinstance(m.source, metrics.SloCount):  # an SLO count per second (goodput)
             assert m.source in metrics.SLO_COUNTS and m.q is None and m.unit.endswith("/s"), m.key
+        elif isinstance(m.source, metrics.CostFigure):  # from the row and the scenario's cost
+            assert m in metrics.COST_METRICS and m.q is None and m.unit in ("tok/s", "$"), m.key
         else:
             assert m.source in metrics.COUNTERS and m.q is None and m.unit.endswith("/s"), m.key
         suffix = {"s": "_s", "tok/s": "_per_s"}.get(m.unit, "")  # a key carries its unit ...

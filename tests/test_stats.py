@@ -88,10 +88,12 @@ def test_row_fields_and_window_rate():
         "achieved_rate_per_s",
         "lateness_p99_s", "failures", "input_len_p50_tokens", "input_len_p99_tokens", "output_len_p50_tokens",
         "output_len_p99_tokens", "length_hist", "slo_attainment", "goodput_requests_per_s",
-        "goodput_output_tokens_per_s",
+        "goodput_output_tokens_per_s", "output_tokens_per_gpu_per_s", "total_tokens_per_gpu_per_s",
+        "usd_per_million_output_tokens", "usd_per_million_total_tokens",
     }  # fmt: skip
-    # no objective set: no SLO figure (None, not a misleading 0)
+    # no objective set: no SLO figure (None, not a misleading 0); cost figures come from stage_row
     assert row["slo_attainment"] is None and row["goodput_requests_per_s"] is None
+    assert row["output_tokens_per_gpu_per_s"] is None and row["usd_per_million_output_tokens"] is None
     hist = row["length_hist"]
     assert hist["edges"][:3] == [1.0, 1.258925, 1.584893] and hist["edges"][-1] >= 100
     assert sum(hist["input"]) == sum(hist["output"]) == 20

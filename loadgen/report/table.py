@@ -202,8 +202,12 @@ def flatten_stage(stage: dict) -> dict:
     for key, value in stage.items():
         if key in NESTED and isinstance(value, dict):
             for sub, v in value.items():
-                if isinstance(v, dict):  # slo.attainment_by.ttft_s
-                    row.update({f"{key}.{sub}.{k}": x for k, x in v.items()})
+                if isinstance(v, dict):  # slo.attainment_by.ttft_s, slo.limits.ttft_p99_s.pass
+                    row.update({f"{key}.{sub}.{k}.{kk}" if isinstance(x, dict) else f"{key}.{sub}.{k}": xx
+                                for k, x in v.items()
+                                for kk, xx in (x.items() if isinstance(x, dict) else [(None, x)])})
+                elif isinstance(v, list):  # slo.failed
+                    row[f"{key}.{sub}"] = ";".join(map(str, v))
                 else:
                     row[f"{key}.{sub}"] = v
         elif key == "flags":

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadgen.slo_limits import PRESETS
 from loadgen.stage_load import load_label
 
 OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s", "itl_max_s")
@@ -67,8 +68,14 @@ class Objectives:
     max_search_stages: int = 4
     preset: str | None = None  # named percentile limits (loadgen.slo_limits.PRESETS)
     # percentile limits (loadgen.slo_limits): (key, limit s), e.g. ("ttft_p99_s", 2.0); in the
-    # scenario they are keys of the slo section (``flatten``), not a mapping of their own
-    limits: tuple[tuple[str, float], ...] = field(default=(), metadata={"flatten": True})
+    # scenario they are keys of the slo section (``flatten``: the method giving them), not a mapping
+    limits: tuple[tuple[str, float], ...] = field(default=(), metadata={"flatten": "limit_keys"})
+
+    def limit_keys(self) -> dict[str, float | None]:
+        """The limits as keys of the scenario's slo section: each limit, and null for a preset's
+        limit that was dropped (so the written scenario reads back to the same limits)."""
+        dropped = {k: None for k in PRESETS.get(self.preset or "", {}) if k not in dict(self.limits)}
+        return {**dict(self.limits), **dropped}
 
     @property
     def thresholds(self) -> dict[str, float]:

@@ -332,12 +332,13 @@ class Scenario:
 
 
 def _plain(obj: Any) -> Any:
-    if is_dataclass(obj):  # a field marked ``flatten`` (pairs) is keys of its section, e.g. slo.ttft_p99_s
+    if is_dataclass(obj):  # a field marked ``flatten`` is keys of its section (e.g. slo.ttft_p99_s), given
+        # by the method the mark names
         out = {}
         for f in fields(obj):
             value = getattr(obj, f.name)
             if f.metadata.get("flatten"):
-                out.update(dict(value))
+                out.update(getattr(obj, f.metadata["flatten"])())
             else:
                 out[f.name] = _plain(value)
         return out

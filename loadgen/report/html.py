@@ -93,6 +93,11 @@ def key_findings(summary: dict, knee: float | None) -> str:
     if rated:
         peak = max(rated, key=lambda s: s["output_tokens_per_s"])
         lines.append(f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at {_e(stage_label(peak))}")
+    priced = [s for s in stages if s.get("usd_per_million_output_tokens") is not None]
+    if priced:  # loadgen.cost
+        best = min(priced, key=lambda s: s["usd_per_million_output_tokens"])
+        lines.append(_e(f"Cost: ${num(best['usd_per_million_output_tokens'])} per million output tokens at "
+                        f"{stage_label(best)} ({num(best.get('output_tokens_per_gpu_per_s'))} output tok/s per GPU)"))
     failing = [s for s in stages if s.get("error_count")]
     if failing:
         first = failing[0]

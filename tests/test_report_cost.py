@@ -12,7 +12,7 @@ from loadgen.cost import CostConfig, stage_cost
 from loadgen.report.compare import compare_rows, format_compare_table
 from loadgen.report.html import render_report_html
 from loadgen.report.plots import build_run_figures, pareto_figure
-from loadgen.report.table import stages_csv_text
+from loadgen.report.table import format_stage_row, stages_csv_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -81,3 +81,13 @@ def test_stages_csv_flattens_the_percentile_verdicts():
     cells = dict(zip(head.split(","), row.split(","), strict=True))
     assert cells["slo.limits.ttft_p99_s.measured_s"] == "2.5" and cells["slo.limits.ttft_p99_s.pass"] == "False"
     assert cells["slo.failed"] == "ttft_p99_s"
+
+
+def test_the_tables_name_the_failed_limit_beside_slo_fail(seeds):
+    stage = dict(seeds["stages"][3], flags=["slo_fail"],
+                 slo={"attainment": 0.5, "pass": False, "failed": ["attainment", "tpot_p90_s", "ttft_p99_s"]})
+    assert format_stage_row(stage).endswith(" slo_fail(tpot_p90_s,ttft_p99_s)")
+    html = render_report_html(dict(seeds, stages=[stage]))
+    assert "<td>slo_fail(tpot_p90_s,ttft_p99_s)</td>" in html
+    attainment_only = dict(stage, slo={"attainment": 0.5, "pass": False, "failed": ["attainment"]})
+    assert format_stage_row(attainment_only).endswith(" slo_fail")

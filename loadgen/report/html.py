@@ -11,7 +11,15 @@ from html import escape
 
 from loadgen.flags import FLAGS
 from loadgen.report.knee import knee_of, rate_knee_text
-from loadgen.report.table import columns, errors_compact, kv_ceiling_line, mismatch_compact, num, stage_flags
+from loadgen.report.table import (
+    columns,
+    errors_compact,
+    flags_shown,
+    kv_ceiling_line,
+    mismatch_compact,
+    num,
+    stage_flags,
+)
 from loadgen.slo import answer_line
 from loadgen.stage_load import (
     RATE,
@@ -125,7 +133,7 @@ def stage_table_html(stages: list[dict], knee: float | None, rate: bool = False)
     for s in stages:
         cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in cols)
         cells += f"<td>{_e(errors_compact(s))}</td><td>{_e(mismatch_compact(s))}</td>"
-        cells += f"<td>{_e(', '.join(stage_flags(s, knee)))}</td>"
+        cells += f"<td>{_e(', '.join(flags_shown(s, knee)))}</td>"
         cls = ' class="knee"' if knee is not None and stage_load(s) == knee else ""
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f'<table id="stages"><tr>{head}</tr>{"".join(rows)}</table>'

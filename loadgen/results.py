@@ -284,7 +284,7 @@ def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concu
         return None
     load = "rate_per_s" if load_key == RATE else CONCURRENCY
     return slo_answer(slo_outcomes(rows, load_key), objectives,
-                      [r["concurrency"] for r in rows if r.get("search")], load)
+                      [r[load_key] for r in rows if r.get("search")], load)
 
 
 def kv_ceiling(capacity, scenario) -> int | None:

@@ -135,9 +135,9 @@ class Session:
                 if phase is Phase.RAMP and rt.scenario.open_loop:
                     parts = self.fleet.assign_parts()
                     rt.set_arrivals(c, None if self.fleet.master else 0, parts)
-                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
-                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp",
-                                        pending)
+                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts, search=search)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp"
+                                        f"{' (SLO search)' if search else ''}", pending)
                 elif phase is Phase.RAMP:
                     info = self.stage_info[k] = StageInfo(k, c, search=search)
                     self.console.notice(f"llm-loadgen: stage {k} {info.label}: ramp{' (SLO search)' if search else ''}",

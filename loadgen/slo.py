@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loadgen.slo_limits import PRESETS
-from loadgen.stage_load import load_label
+from loadgen.stage_load import load_label, load_number
 
 OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s", "itl_max_s")
 
@@ -191,35 +191,39 @@ def bracket(outcomes: list[tuple[int, bool]]) -> tuple[int | None, int | None]:
     return lo, (min(above) if above else None)
 
 
-def converged(lo: int | None, hi: int | None, resolution: float) -> bool:
-    """Nothing left to refine: no closed bracket, or hi - lo <= max(1, resolution x lo)."""
+def converged(lo: float | None, hi: float | None, resolution: float, rate: bool = False) -> bool:
+    """Nothing left to refine: no closed bracket, or hi - lo <= max(1, resolution x lo) (a rate
+    bracket, ``rate``: hi - lo <= resolution x lo; a rate has no smallest step)."""
     if lo is None or hi is None:
         return True
-    return hi - lo <= max(1.0, resolution * lo)
+    return hi - lo <= (resolution * lo if rate else max(1.0, resolution * lo))
 
 
-def next_search_concurrency(outcomes: list[tuple[int, bool]], objectives: Objectives,
-                            search_stages_run: int) -> int | None:
-    """The next concurrency the search should measure, or None when it is done.
+def next_search_concurrency(outcomes: list[tuple[float, bool]], objectives: Objectives,
+                            search_stages_run: int, rate: bool = False) -> float | None:
+    """The next load the search should measure, or None when it is done.
 
-    Bisection of the bracket at its midpoint (lo + hi) // 2, while it is wider than the
-    resolution and fewer than ``max_search_stages`` search stages ran.
+    Bisection of the bracket at its midpoint, (lo + hi) // 2 users, or for an open-loop rate
+    sweep (``rate``) (lo + hi) / 2 requests/s to 3 significant digits (as every view writes a
+    rate), while it is wider than the resolution and fewer than ``max_search_stages`` search
+    stages ran.
     """
     if not objectives.search or search_stages_run >= objectives.max_search_stages:
         return None
     lo, hi = bracket(outcomes)
-    if converged(lo, hi, objectives.resolution):
+    if converged(lo, hi, objectives.resolution, rate):
         return None
-    mid = (lo + hi) // 2
+    mid = float(f"{(lo + hi) / 2:.3g}") if rate else (lo + hi) // 2
     return mid if lo < mid < hi else None
 
 
 def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
                search_concurrencies: list[int], load: str = "concurrency") -> dict:
     """summary.json's top-level ``slo``: objectives, max_concurrency, bracket, the search. ``load``:
-    what the bracket is in, ``concurrency``, or ``rate_per_s`` for an open-loop rate sweep (whose
-    ``max_concurrency`` is then the largest passing offered rate; it has no search)."""
+    what the bracket and the search stages are in, ``concurrency``, or ``rate_per_s`` for an
+    open-loop rate sweep (whose ``max_concurrency`` is then the largest passing offered rate)."""
     lo, hi = bracket(outcomes)
+    rate = load == "rate_per_s"
     return {
         "load": load,
         "objectives": objectives.thresholds,
@@ -231,7 +235,7 @@ def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
             "enabled": objectives.search,
             "stages": list(search_concurrencies),
             "resolution": objectives.resolution,
-            "converged": converged(lo, hi, objectives.resolution),
+            "converged": converged(lo, hi, objectives.resolution, rate),
         },
     }
 
@@ -249,7 +253,8 @@ def answer_line(answer: dict) -> str:
         goal = f"{limits}, {goal} for {target} of requests" if answer["objectives"] else \
             f"{limits}, {target} of requests ok"
     search = answer["search"]
-    tail = f"; search stages C={', '.join(map(str, search['stages']))}" if search["stages"] else ""
+    stages = ", ".join(map(load_number, search["stages"]))
+    tail = (f"; search stages {stages} req/s" if rate else f"; search stages C={stages}") if stages else ""
     if search["enabled"] and lo is not None and hi is not None and not search["converged"]:
         tail += " (search stopped at slo.max_search_stages before the resolution)"
     if lo is None:

@@ -186,8 +186,8 @@ def run_items(view: dict) -> list[dict]:
 
 
 def slo_items(slo: dict | None) -> list[tuple[str, object]]:
-    """The run tab's SLO rows (none without objectives): the answer so far and the search (an
-    open-loop answer, ``load: rate_per_s``, is an offered rate and has no search)."""
+    """The run tab's SLO rows (none without objectives): the objectives and percentile limits, the
+    answer so far and the search (an open-loop answer, ``load: rate_per_s``, is in offered req/s)."""
     if slo is None:
         return []
     lo, hi = slo["bracket"]
@@ -195,9 +195,11 @@ def slo_items(slo: dict | None) -> list[tuple[str, object]]:
     return [
         ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
          + f" for {slo['attainment_target']:.0%} of requests"),
+        *([("SLO percentile limits", ", ".join(f"{k} <= {v:g}" for k, v in slo["limits"].items()))]
+          if slo.get("limits") else []),
         ("SLO max rate" if rate else "SLO max concurrency", "none passed" if lo is None else load_label(lo, rate)),
         ("SLO bracket", f"[{load_label(lo, rate)}, {'open above' if hi is None else load_label(hi, rate)}]"),
-        *([] if rate else [("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-")]),
+        (f"SLO search stages ({'req/s' if rate else 'C'})", ", ".join(map(load_number, slo["search"]["stages"])) or "-"),
     ]
 
 

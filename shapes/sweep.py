@@ -16,6 +16,7 @@ from locust import LoadTestShape
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
 from loadgen.results import slo_outcomes
+from loadgen.stage_load import CONCURRENCY, RATE
 from shapes.sweep_plan import Observation, SweepPlan, Tick
 
 log = logging.getLogger("llm_loadgen")
@@ -52,7 +53,7 @@ class SweepShape(LoadTestShape):
             stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
-            slo_outcomes=lambda: slo_outcomes(session.rows),
+            slo_outcomes=lambda: slo_outcomes(session.rows, RATE if rt.scenario.open_loop else CONCURRENCY),
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):

@@ -266,7 +266,6 @@ BAD_DOCUMENTS = [
     ({"slo": {"tpot_s": 0.05, "resolution": 0}}, "slo.resolution", "0"),
     ({"slo": {"tpot_s": 0.05, "max_search_stages": 0}}, "slo.max_search_stages", "0"),
     ({"slo": 0.99}, "slo", "0.99"),
-    ({"slo": {"tpot_s": 0.05, "search": True}, "rate": {"list": [1, 2]}}, "slo.search", "True"),
 ]
 
 

@@ -290,10 +290,6 @@ def _check_relations(v: dict[str, Any]) -> None:
         raise ConfigError("slo.search", True, "needs at least one objective",
                           "set slo.ttft_s, slo.tpot_s, slo.e2e_s, slo.itl_max_s, a percentile limit "
                           "(slo.ttft_p99_s) or slo.preset, e.g. --slo tpot_s=0.05")
-    if v["slo.search"] and (v["rate.list"] is not None or v["rate.start"] is not None):
-        raise ConfigError("slo.search", True, "bisects concurrency; an open-loop rate sweep has no search",
-                          "drop --slo-search (each rate stage still reports its attainment), or sweep "
-                          "concurrency (stages.*)")
     if v["workload.turns"] > 1 and (v["rate.list"] is not None or v["rate.start"] is not None):
         raise ConfigError("workload.turns", v["workload.turns"], "needs the concurrency sweep (a turn waits for "
                           "the previous answer; open-loop arrivals do not)", "drop --turns or the rate stages")

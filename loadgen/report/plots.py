@@ -112,7 +112,7 @@ def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, gua
     gx, gy = series(stages, key, "goodput_output_tokens_per_s")
     if gx:
         ax.plot(gx, gy, marker=".", color="tab:green", label="goodput tok/s (met the SLO)")
-    search = [s["concurrency"] for s in stages if s.get("search")]
+    search = [s.get(key) for s in stages if s.get("search")]
     if search:
         pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x in search]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=9, linestyle="none",

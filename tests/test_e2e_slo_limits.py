@@ -68,3 +68,41 @@ def test_a_percentile_limit_alone_finds_the_analytic_maximum_and_the_stages_are_
     assert {"slo.limits.tpot_p90_s.measured_s", "slo.limits.tpot_p90_s.pass", "usd_per_million_output_tokens",
             "output_tokens_per_gpu_per_s"} <= set(csv_head)
     assert (run.run_dir / "pareto.png").is_file()
+
+
+# --- rate mode --------------------------------------------------------------------------------------
+# Open loop on the same preset: at a constant rate r each request runs about 40 steps (40 output
+# tokens, prefill free), so by Little's law the batch holds L = r x 40 x (10 ms + 1 ms x L), that
+# is L = 0.4 r / (1 - 0.04 r), and TPOT = 10 ms + 1 ms x L. TPOT <= 45 ms <=> L <= 35 <=>
+# r <= 35 / 1.8 = 19.4 req/s. The sweep 8, 16, 22 req/s brackets it as [16, 22] (TPOT 28 and 83 ms);
+# the search bisects to 19 (42 ms: passes) and 20.5 (56 ms: fails), within 10 % of 19.
+# Near saturation the batch settles slowly: L relaxes toward its steady value with the time
+# constant 1 / f'(L), f(L) = L / (0.4 + 0.04 L) the completion rate, about 7 s at 19 req/s and
+# 12 s at 20.5 (a request lives 1.7 s). A search stage starts from the backlog the failing stage
+# above it left (its dispatcher kept offering 22 req/s until its requests finished): about 13
+# sequences too many at 19 req/s, 7 ms of TPOT. A 20 s warmup leaves e^(-20/7) of it (under 1 ms),
+# so the stages are judged at their steady state, the analytic answer's premise.
+ANALYTIC_MAX_RATE = 35 / 1.8
+
+
+@pytest.mark.timeout(330)
+def test_the_search_in_rate_mode_lands_within_its_resolution_of_the_analytic_rate(tmp_path):
+    with running_sim("--preset", "slo-linear") as sim:
+        run = run_locust(sim.url, tmp_path / "rate", *RUN, "--rates", "8,16,22", "--arrival", "constant",
+                         "--warmup", "20", "--slo", "tpot_p50_s=0.045", "--slo-search", timeout_s=300)
+    assert run.code == 0, run.stderr[-3000:]
+    s = run.summary
+    answer = s["slo"]
+    lo, hi = answer["bracket"]
+    assert answer["load"] == "rate_per_s" and answer["search"]["converged"] and hi - lo <= 0.1 * lo
+    assert abs(answer["max_concurrency"] - ANALYTIC_MAX_RATE) <= answer["search"]["resolution"] * lo
+    sweep = [st for st in s["stages"] if not st["search"]]
+    search = [st for st in s["stages"] if st["search"]]
+    assert [st["offered_rate_per_s"] for st in sweep] == [8, 16, 22]
+    assert [st["slo"]["pass"] for st in sweep] == [True, True, False]
+    assert [st["offered_rate_per_s"] for st in search] == answer["search"]["stages"] and search[0]["offered_rate_per_s"] == 19
+    for st in s["stages"]:
+        assert st["concurrency"] is None and ("slo_search" in st["flags"]) == st["search"]
+        verdict = st["slo"]["limits"]["tpot_p50_s"]
+        assert st["slo"]["pass"] == verdict["pass"] == (verdict["measured_s"] <= 0.045)
+    assert f"SLO: max rate {lo:g} req/s" in run.stderr and "search stages 19" in run.stderr

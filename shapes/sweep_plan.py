@@ -34,7 +34,8 @@ stage at the largest concurrency that fits, warn runs it flagged.
   ``PhaseStarted``; repeated until the bracket is within ``slo.resolution`` or
   ``slo.max_search_stages`` ran. A guard refusal ends the geometric sweep (``guard_abort``) but not
   the search below it (those stages fit). A search stage's ramp may lower the users (it ends once
-  at most C run).
+  at most C run). In open-loop mode the search bisects the offered rate (``rate=True``:
+  midpoints to 3 significant digits, no one-user step in the resolution).
 - drain: after the last window, no new requests; ends when every closed stage is final and no
   request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
   e.g. against a server's own counters), or after ``drain_s``.

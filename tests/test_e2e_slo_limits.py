@@ -29,17 +29,26 @@ RUN = ("--scenario", "config/smoke.yaml", "--input-tokens", "16", "--output-toke
        "--warmup", "1", "--stage-duration", "2")
 
 
-def test_a_percentile_limit_alone_finds_the_analytic_maximum_and_the_stages_are_priced(tmp_path):
+def search_run(tmp_path, name: str, analytic: float, *args: str, timeout_s: float = 200):
+    """A run on slo-linear with ``args``; its summary, after the checks every search shares: it
+    converged, and its answer is within the resolution of the ``analytic`` maximum."""
     with running_sim("--preset", "slo-linear") as sim:
-        run = run_locust(sim.url, tmp_path / "p90", *RUN, "--stages", "16,32,64", "--slo", "tpot_p90_s=0.045",
-                         "--slo-search", "--gpus", "2", "--gpu-hour-usd", "3", timeout_s=200)
+        run = run_locust(sim.url, tmp_path / name, *RUN, *args, "--slo-search", timeout_s=timeout_s)
     assert run.code == 0, run.stderr[-3000:]
+    answer = run.summary["slo"]
+    lo, hi = answer["bracket"]
+    assert answer["search"]["converged"] and hi - lo <= max(1, 0.1 * lo)
+    assert abs(answer["max_concurrency"] - analytic) <= answer["search"]["resolution"] * lo
+    return run
+
+
+def test_a_percentile_limit_alone_finds_the_analytic_maximum_and_the_stages_are_priced(tmp_path):
+    run = search_run(tmp_path, "p90", ANALYTIC_MAX_C, "--stages", "16,32,64", "--slo", "tpot_p90_s=0.045",
+                     "--gpus", "2", "--gpu-hour-usd", "3")
     s = run.summary
     answer = s["slo"]
     lo, hi = answer["bracket"]
     assert answer["objectives"] == {} and answer["limits"] == {"tpot_p90_s": 0.045}
-    assert answer["search"]["converged"] and hi - lo <= max(1, 0.1 * lo)
-    assert abs(answer["max_concurrency"] - ANALYTIC_MAX_C) <= answer["search"]["resolution"] * lo
     sweep = [st for st in s["stages"] if not st["search"]]
     assert [st["concurrency"] for st in sweep] == [16, 32, 64]
     assert [st["slo"]["pass"] for st in sweep] == [True, True, False]
@@ -87,15 +96,12 @@ ANALYTIC_MAX_RATE = 35 / 1.8
 
 @pytest.mark.timeout(330)
 def test_the_search_in_rate_mode_lands_within_its_resolution_of_the_analytic_rate(tmp_path):
-    with running_sim("--preset", "slo-linear") as sim:
-        run = run_locust(sim.url, tmp_path / "rate", *RUN, "--rates", "8,16,22", "--arrival", "constant",
-                         "--warmup", "20", "--slo", "tpot_p50_s=0.045", "--slo-search", timeout_s=300)
-    assert run.code == 0, run.stderr[-3000:]
+    run = search_run(tmp_path, "rate", ANALYTIC_MAX_RATE, "--rates", "8,16,22", "--arrival", "constant",
+                     "--warmup", "20", "--slo", "tpot_p50_s=0.045", timeout_s=300)
     s = run.summary
     answer = s["slo"]
     lo, hi = answer["bracket"]
-    assert answer["load"] == "rate_per_s" and answer["search"]["converged"] and hi - lo <= 0.1 * lo
-    assert abs(answer["max_concurrency"] - ANALYTIC_MAX_RATE) <= answer["search"]["resolution"] * lo
+    assert answer["load"] == "rate_per_s" and hi - lo <= 0.1 * lo
     sweep = [st for st in s["stages"] if not st["search"]]
     search = [st for st in s["stages"] if st["search"]]
     assert [st["offered_rate_per_s"] for st in sweep] == [8, 16, 22]

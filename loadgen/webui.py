@@ -194,7 +194,8 @@ def slo_items(slo: dict | None) -> list[tuple[str, object]]:
     rate = slo.get("load") == "rate_per_s"
     return [
         ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
-         + f" for {slo['attainment_target']:.0%} of requests"),
+         + f" for {slo['attainment_target']:.0%} of requests" if slo["objectives"] else
+         f"none per request ({slo['attainment_target']:.0%} of requests must succeed)"),
         *([("SLO percentile limits", ", ".join(f"{k} <= {v:g}" for k, v in slo["limits"].items()))]
           if slo.get("limits") else []),
         ("SLO max rate" if rate else "SLO max concurrency", "none passed" if lo is None else load_label(lo, rate)),

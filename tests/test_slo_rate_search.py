@@ -92,3 +92,18 @@ def test_the_answer_of_a_rate_search_is_said_in_requests_per_s():
     line = answer_line(answer)
     assert line.startswith("SLO: max rate 20 req/s (99% of requests met tpot_s <= 0.045; 24 req/s did not;")
     assert "search stages 24, 20 req/s (search stopped at slo.max_search_stages" in line
+
+
+def test_the_web_uis_run_tab_shows_the_limits_and_a_rate_search():
+    from loadgen.webui import slo_items
+
+    answer = {"load": "rate_per_s", "objectives": {}, "limits": {"tpot_p50_s": 0.045}, "attainment_target": 0.99,
+              "bracket": [19.0, 20.5], "search": {"stages": [19.0, 20.5]}}
+    items = dict(slo_items(answer))
+    assert items["SLO objectives"] == "none per request (99% of requests must succeed)"
+    assert items["SLO percentile limits"] == "tpot_p50_s <= 0.045"
+    assert items["SLO max rate"] == "19 req/s" and items["SLO search stages (req/s)"] == "19, 20.5"
+    closed = dict(slo_items(dict(answer, load="concurrency", objectives={"ttft_s": 2}, limits=None,
+                                 bracket=[32, 48], search={"stages": [48]})))
+    assert closed["SLO objectives"] == "ttft_s <= 2 for 99% of requests" and "SLO percentile limits" not in closed
+    assert closed["SLO search stages (C)"] == "48"

@@ -17,9 +17,9 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
-from loadgen.records import RequestRecord  # noqa: E402
-from loadgen.sse import SSEDecoder  # noqa: E402
-from loadgen.stats import Collector  # noqa: E402
+from loadgen.stats.records import RequestRecord  # noqa: E402
+from loadgen.stats.stage_stats import Collector  # noqa: E402
+from loadgen.wire.sse import SSEDecoder  # noqa: E402
 
 TOKENS = 1000
 HEAD = {"id": "chatcmpl-0123456789abcdef", "object": "chat.completion.chunk", "created": 1767225600,

@@ -28,7 +28,7 @@ what the simulator and this machine do to any client in that moment; our error m
 is what our client adds. (A shared box is noisy from second to second: a reference run at another
 time cannot tell the two apart.) The probe's chunks are not in our chunks/s.
 
-Histogram resolution: the reported p99 is its log bucket's middle (loadgen/hist.py, 100 buckets a
+Histogram resolution: the reported p99 is its log bucket's middle (loadgen/stats/hist.py, 100 buckets a
 decade), so a perfect client reports a little over 20 ms; the line "resolution" says which true
 p99 the 2 ms bound admits.
 
@@ -55,8 +55,8 @@ from locustproc import BenchLocust  # noqa: E402
 from procstat import TICK, cpu_seconds  # noqa: E402
 from simtools import sim_counters  # noqa: E402
 
-from loadgen.hist import EDGES  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
+from loadgen.stats.hist import EDGES  # noqa: E402
 
 TRUTH_MS = 20.0  # TTFT and per-token ITL
 OUTPUT_TOKENS, INPUT_TOKENS = 200, 64

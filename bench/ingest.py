@@ -13,7 +13,7 @@ histogram) plus the Prometheus exporter, scraped every 5 s like Prometheus would
 
 Variants: ``default`` is ``locustfile.py`` as shipped (the targets apply to it); ``fair`` is
 bench/tuned_locustfile.py with 32 KB reads and a yield to the other streams after every full read
-(a candidate client change, measured here before anyone makes it in loadgen/client.py).
+(a candidate client change, measured here before anyone makes it in loadgen/wire/client.py).
 
     .venv/bin/python bench/ingest.py [--processes 0,2] [--variants default,fair] [--duration 20]
 """

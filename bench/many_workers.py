@@ -12,7 +12,7 @@ Checked (FAIL lines otherwise; exit 1):
 - every stage's users equal its concurrency, exactly;
 - the master's totals equal the sum of the worker ledgers (``<results-dir>/workers/*.json``):
   requests, errors, tokens, requests cut at the stop (``cancelled_requests``) and every histogram's
-  count -- every worker's final report merged (loadgen/final_reports.py);
+  count -- every worker's final report merged (loadgen/fleet/final_reports.py);
 - tokens the simulator generated (its ``generation_tokens_total``) = tokens the master received
   (with a drain cut short, ``--drain-s``: up to one more per request the stop cut, its last token
   still on the wire).
@@ -56,7 +56,7 @@ from locustproc import ROOT, BenchLocust, Sampler  # noqa: E402
 from procstat import cpu_seconds  # noqa: E402
 
 from loadgen.sim.launch import running_sim  # noqa: E402
-from loadgen.stats import StageStats  # noqa: E402
+from loadgen.stats.stage_stats import StageStats  # noqa: E402
 from tests.netcluster import from_workers, ledger_totals  # noqa: E402
 
 TTFT_MS, ITL_MS, OUTPUT_TOKENS = 500.0, 1000.0, 8
@@ -240,7 +240,7 @@ def report(r: dict) -> bool:
           f"(busiest {r['busiest_worker_cpu_percent']:.0f}%); {t['requests']:,} requests, histogram counts "
           f"{t['histogram_counts']['ttft_s']:,} TTFT / {t['histogram_counts']['itl_token_s']:,} ITL")
     print(f"  the stop: {cut:,} requests cut (drain_s {r['drain_s']:g}), every worker's final report in "
-          f"{r['final_reports_s'] if r['final_reports_s'] is not None else '?'} s (loadgen/final_reports.py)")
+          f"{r['final_reports_s'] if r['final_reports_s'] is not None else '?'} s (loadgen/fleet/final_reports.py)")
     n = probe["reports"] if probe else 0
     if n:
         listeners_ms = 1e3 * probe["listeners_cpu_s"] / n

@@ -1,6 +1,6 @@
 """A minimal reference client: what the simulator delivers, seen with as little client work as possible.
 
-Raw gevent sockets (loadgen.sim.probe, independent of loadgen.client), closed-loop streams like
+Raw gevent sockets (loadgen.sim.probe, independent of loadgen.wire.client), closed-loop streams like
 the Locust users, no histograms, no Locust. It shows how late the simulator and this machine make
 the chunks under the same load, so fidelity.py can split an error into the part any client sees
 and the part our client adds (reported − reference).

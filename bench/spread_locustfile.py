@@ -18,7 +18,7 @@ import random
 
 import gevent
 
-from loadgen import users
+from loadgen.locust_face import users
 
 FIRST_REQUEST_SPREAD_S = 1.0  # Locust's dispatch interval: one batch per second
 _on_start = users.LLMUser.on_start

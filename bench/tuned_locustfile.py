@@ -2,7 +2,7 @@
 
 Knobs, to measure what a client change would buy before anyone makes it in loadgen/:
 
-- ``LLM_BENCH_RECV_BYTES=N``: bytes per ``recv`` (loadgen.gevent_io.RECV_BYTES).
+- ``LLM_BENCH_RECV_BYTES=N``: bytes per ``recv`` (loadgen.wire.gevent_io.RECV_BYTES).
 - ``LLM_BENCH_YIELD_BYTES=N``: before reading again, yield to the other greenlets
   (``gevent.sleep(0)``) when the previous read returned >= N bytes. A gevent socket read only
   yields when the kernel buffer is empty, so a stream whose whole body is already buffered (a fast
@@ -20,15 +20,15 @@ import os
 
 import gevent
 
-import loadgen.client
-import loadgen.gevent_io
+import loadgen.wire.client
+import loadgen.wire.gevent_io
 
 if os.environ.get("LLM_BENCH_RECV_BYTES"):
-    loadgen.gevent_io.RECV_BYTES = int(os.environ["LLM_BENCH_RECV_BYTES"])
+    loadgen.wire.gevent_io.RECV_BYTES = int(os.environ["LLM_BENCH_RECV_BYTES"])
 
 if os.environ.get("LLM_BENCH_YIELD_BYTES"):
     _yield_bytes = int(os.environ["LLM_BENCH_YIELD_BYTES"])
-    _read = loadgen.client.read_available
+    _read = loadgen.wire.client.read_available
     _big_read: set[int] = set()  # id(resp) of responses whose last read was large
 
     def _fair_read_available(resp, *args) -> bytes:
@@ -41,13 +41,13 @@ if os.environ.get("LLM_BENCH_YIELD_BYTES"):
             _big_read.add(key)
         return data
 
-    loadgen.client.read_available = _fair_read_available
+    loadgen.wire.client.read_available = _fair_read_available
 
 if os.environ.get("LLM_BENCH_SLICE_MS"):
     import time
 
     _slice_s = float(os.environ["LLM_BENCH_SLICE_MS"]) / 1000.0
-    _read_sliced = loadgen.client.read_available
+    _read_sliced = loadgen.wire.client.read_available
     _last_yield: dict[int, float] = {}  # id(resp) -> perf_counter() when its greenlet last yielded
 
     def _sliced_read_available(resp, *args) -> bytes:
@@ -61,6 +61,6 @@ if os.environ.get("LLM_BENCH_SLICE_MS"):
             _last_yield.pop(key, None)
         return data
 
-    loadgen.client.read_available = _sliced_read_available
+    loadgen.wire.client.read_available = _sliced_read_available
 
 from locustfile import *  # noqa: E402,F401,F403

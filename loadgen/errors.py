@@ -6,10 +6,10 @@
     └── RequestError             one LLM request failed; ``kind`` is one of FAILURE_KINDS
         └── DiagnosedConnectFailure  a connect failure whose cause is known; ``message`` holds the fix
             ├── SchemeMismatch       the server speaks plain HTTP behind https://, or TLS behind http://
-            └── CertificateRejected  the server's TLS certificate did not verify (loadgen.tls says why)
+            └── CertificateRejected  the server's TLS certificate did not verify (loadgen.wire.tls says why)
 
 Transport errors (socket, HTTP parser) are translated into RequestError in exactly one place:
-``loadgen.client``. Everything above the client sees only these types.
+``loadgen.wire.client``. Everything above the client sees only these types.
 """
 
 from __future__ import annotations
@@ -156,4 +156,4 @@ class SchemeMismatch(DiagnosedConnectFailure):
 
 
 class CertificateRejected(DiagnosedConnectFailure):
-    """The server's TLS certificate did not verify (``loadgen.tls.rejection`` says why and the fix)."""
+    """The server's TLS certificate did not verify (``loadgen.wire.tls.rejection`` says why and the fix)."""

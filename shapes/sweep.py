@@ -15,9 +15,9 @@ from locust import LoadTestShape
 
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
-from loadgen.results import slo_outcomes
-from loadgen.stage_load import CONCURRENCY, RATE
-from shapes.sweep_plan import Observation, SweepPlan, Tick
+from loadgen.run.plan import Observation, SweepPlan, Tick
+from loadgen.run.results import slo_outcomes
+from loadgen.stats.stage_load import CONCURRENCY, RATE
 
 log = logging.getLogger("llm_loadgen")
 
@@ -27,7 +27,7 @@ class SweepShape(LoadTestShape):
 
     plan: SweepPlan | None = None
     # The users of each mode, by class name (locustfile.py imports both): a closed-loop user per
-    # stream, or one open-loop dispatcher per load-generating process (loadgen.open_loop).
+    # stream, or one open-loop dispatcher per load-generating process (loadgen.locust_face.open_loop).
     CLOSED_LOOP_USER, OPEN_LOOP_USER = "LLMUser", "RateUser"
 
     def _build_plan(self, rt) -> SweepPlan:

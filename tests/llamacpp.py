@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server_probe import parse_metrics
+from loadgen.server.answers import parse_metrics
 from tests.procs import stop_process
 from tests.promtools import free_port
 from tests.runlocust import ROOT

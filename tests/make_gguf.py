@@ -8,7 +8,7 @@ types and merges) and a ChatML chat template. Its output is gibberish; its lengt
 
 Vocabulary, in id order: 3 control tokens (``<|endoftext|>`` = BOS/EOS, ``<|im_start|>``,
 ``<|im_end|>``), the 256 byte symbols, then the tokens made by the merges, then fillers
-(`` w<i>``) up to ``vocab_size``. The merges make every word of ``loadgen.prompts.WORDS`` one token,
+(`` w<i>``) up to ``vocab_size``. The merges make every word of ``loadgen.workload.prompts.WORDS`` one token,
 with and without its leading space, as long as the vocabulary has room: the chat prompt of W words
 is then exactly W + constant tokens, as in a real model's vocabulary.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from loadgen.prompts import WORDS
+from loadgen.workload.prompts import WORDS
 
 CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from loadgen.stats import HISTOGRAMS, StageStats
+from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 from tests.netns import Host, Lab, require_netns
 from tests.runlocust import ROOT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.arrivals import ArrivalSpec, littles_law_concurrency, max_fitting_rate, rates_geometric
+from loadgen.workload.arrivals import ArrivalSpec, littles_law_concurrency, max_fitting_rate, rates_geometric
 
 
 def gaps(times):

@@ -9,10 +9,10 @@ import time
 import gevent
 import pytest
 
-from loadgen import client as client_module
 from loadgen import errors
-from loadgen.client import StreamClient
-from loadgen.records import RequestRecord
+from loadgen.stats.records import RequestRecord
+from loadgen.wire import client as client_module
+from loadgen.wire.client import StreamClient
 from tests.rawserver import (
     SSE_HEADERS,
     chunk,

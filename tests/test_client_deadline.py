@@ -1,4 +1,4 @@
-"""The read timeout as one idle deadline per request (loadgen.deadline) and in the client.
+"""The read timeout as one idle deadline per request (loadgen.wire.deadline) and in the client.
 
 Pure part: the re-arm decision and the timer's behaviour with a fake clock and a fake timer (no
 sleeps). Then real sockets: a scripted server on 127.0.0.1 and the simulator prove that a stall
@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from loadgen import errors
-from loadgen.client import StreamClient
-from loadgen.deadline import IdleDeadline, IdleTimeout, idle_remaining_s
-from loadgen.records import RequestRecord
 from loadgen.sim.launch import running_sim
+from loadgen.stats.records import RequestRecord
+from loadgen.wire.client import StreamClient
+from loadgen.wire.deadline import IdleDeadline, IdleTimeout, idle_remaining_s
 from tests.rawserver import (
     SSE_HEADERS,
     chunk,
@@ -257,14 +257,14 @@ def test_simulator_slow_stream_is_not_cut_and_a_stalled_one_fails_on_time():
     assert 0.5 <= t_end - arrivals[-1] < 0.5 + LATE_BOUND_S
 
 
-# -- the pool's reuse check (loadgen.gevent_io.is_idle_and_open) ------------------------------------
+# -- the pool's reuse check (loadgen.wire.gevent_io.is_idle_and_open) ------------------------------------
 def test_the_reuse_check_answers_like_geventhttpclient_without_yielding():
     """Under Locust's monkey-patching geventhttpclient's check is gevent's select, which yields
     (gevent.sleep(0)) even with timeout 0: between a request's send time and its send. Ours
     must not: a greenlet spawned before the check has not run after it."""
     from gevent import socket as gsocket
 
-    from loadgen.gevent_io import is_idle_and_open
+    from loadgen.wire.gevent_io import is_idle_and_open
 
     a, b = gsocket.socketpair()
     ran = []

@@ -1,5 +1,5 @@
 """The start check's scheme probe: an https:// URL for a plain-HTTP server, an http:// URL for a TLS
-server, told quickly and named (loadgen.scheme.check_scheme), against
+server, told quickly and named (loadgen.wire.scheme.check_scheme), against
 hand-made plain servers in this process and a TLS server of its own (tests.tlsserver)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import gevent
 import pytest
 
 from loadgen import errors
-from loadgen.client import check_host, transport_failure
 from loadgen.errors import ConfigError, RequestError, SchemeMismatch
-from loadgen.gevent_io import ConnectError, handshake_grace_s
-from loadgen.scheme import check_scheme, plain_http_refused, plain_status, with_scheme
+from loadgen.wire.client import check_host, transport_failure
+from loadgen.wire.gevent_io import ConnectError, handshake_grace_s
+from loadgen.wire.scheme import check_scheme, plain_http_refused, plain_status, with_scheme
 from tests.rawserver import raw_server, read_request
 from tests.tlsserver import cert_or_skip, tls_server
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.compat import Compat, adapt, build_body, fit_range, initial, likely_fix
 from loadgen.config.build import build_scenario
 from loadgen.config.schema import default_document
-from loadgen.prompts import TokenIdPrompts
+from loadgen.wire.compat import Compat, adapt, build_body, fit_range, initial, likely_fix
+from loadgen.workload.prompts import TokenIdPrompts
 
 
 def scenario(**over):

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from loadgen import arrivals
 from loadgen.config import ConfigError, build_scenario, register_options, scenario_from_options
 from loadgen.config.schema import ARRIVALS
+from loadgen.workload import arrivals
 
 
 def opts(*argv):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.conversation import Conversation
-from loadgen.lengths import LengthDist
-from loadgen.records import RequestResult
-from loadgen.stats import StageStats
-from loadgen.workload import PromptMaker, TextFit, Workload
+from loadgen.stats.records import RequestResult
+from loadgen.stats.stage_stats import StageStats
+from loadgen.workload.asks import PromptMaker, TextFit, Workload
+from loadgen.workload.conversation import Conversation
+from loadgen.workload.lengths import LengthDist
 
 FIXED = LengthDist("fixed", value=10)
 

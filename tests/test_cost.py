@@ -1,4 +1,4 @@
-"""Cost and efficiency (loadgen.cost): the formulas, the scenario keys and options, the stage row."""
+"""Cost and efficiency (loadgen.stats.cost): the formulas, the scenario keys and options, the stage row."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import argparse
 import pytest
 
 from loadgen.config import ConfigError, build_scenario, register_options, scenario_from_options
-from loadgen.cost import CostConfig, pareto_front, per_gpu, stage_cost, usd_per_million
-from loadgen.results import GuardRecord, StageInfo, stage_row
-from loadgen.stats import StageStats
+from loadgen.run.results import GuardRecord, StageInfo, stage_row
+from loadgen.stats.cost import CostConfig, pareto_front, per_gpu, stage_cost, usd_per_million
+from loadgen.stats.stage_stats import StageStats
 
 
 def test_dollars_per_million_tokens_is_the_hours_price_over_the_hours_tokens():

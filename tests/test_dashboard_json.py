@@ -17,8 +17,8 @@ import yaml
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.exporter import ExporterSnapshot, make_registry
-from loadgen.stats import Collector
+from loadgen.export.exporter import ExporterSnapshot, make_registry
+from loadgen.stats.stage_stats import Collector
 from tests.promtools import DEFAULT_MACROS, dashboard_exprs, substitute, variable_queries
 
 GRAFANA = Path(__file__).resolve().parent.parent / "grafana"

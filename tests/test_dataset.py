@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadgen.dataset import DatasetError, load_dataset, share, too_long
+from loadgen.workload.dataset import DatasetError, load_dataset, share, too_long
 
 
 def write(tmp_path, lines, name="d.jsonl"):

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from loadgen.report.runs import resolve_run_dir
-from loadgen.stats import StageStats
+from loadgen.stats.stage_stats import StageStats
 from tests import dockerhost
 from tests.dockerhost import (
     ADDRESS_POOL,

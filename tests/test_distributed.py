@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.sim.launch import running_sim
-from loadgen.stats import HISTOGRAMS, StageStats
+from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 from tests.runlocust import ROOT, locust_cmd, run_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -228,7 +228,7 @@ def test_killing_a_worker_mid_stage_still_writes_a_complete_summary(beside):
 @pytest.mark.timeout(120)
 def test_a_ramp_does_not_rebuild_the_option_parser_for_every_spawn_message(beside):
     """Locust 2.47's WorkerRunner filters the master's options with ``default_args_dict()`` once per
-    option of every spawn message, each call a whole new parser; loadgen.locust_plugin builds it once
+    option of every spawn message, each call a whole new parser; loadgen.locust_face.plugin builds it once
     (8 workers with --ramp 10 missed their heartbeats in 6 of 6 tries before)."""
     ran = beside["parser"].result(timeout=110)
     assert ran["code"] == 0, ran["stderr"][-3000:]

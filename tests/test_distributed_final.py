@@ -1,5 +1,5 @@
 """The master's side of a worker's life: heartbeats, reports, the phase echo, a loss, and the stop's
-final reports (loadgen/distributed.py Fleet, loadgen/final_reports.py). No sockets: a fake runner
+final reports (loadgen/fleet/distributed.py Fleet, loadgen/fleet/final_reports.py). No sockets: a fake runner
 and a fake clock that a fake sleep advances."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadgen.distributed import Fleet
-from loadgen.final_reports import (
+from loadgen.fleet.distributed import Fleet
+from loadgen.fleet.final_reports import (
     FINAL_MESSAGE,
     FINAL_REPORT_MESSAGE,
     FINAL_REPORT_WAIT_S,
     install_final_reports,
 )
 from loadgen.phases import Phase
-from loadgen.stats import Collector
+from loadgen.stats.stage_stats import Collector
 
 
 class Clock:
@@ -177,8 +177,8 @@ def test_the_final_report_merges_as_a_worker_report_and_marks_the_worker_done():
 
 
 def test_a_worker_lost_in_a_rate_stage_is_recorded_with_the_stages_offered_rate_not_as_a_concurrency():
-    from loadgen.results import StageInfo
-    from loadgen.session import Session
+    from loadgen.run.results import StageInfo
+    from loadgen.run.session import Session
 
     fleet, rt, runner, clock = master_fleet("w0", "w1", open_loop=True)
     session = Session(rt, fleet)

@@ -1,9 +1,9 @@
-"""What the master books for a lost worker (loadgen/worker_loss.py): pure, times on a fake clock (s)."""
+"""What the master books for a lost worker (loadgen/fleet/worker_loss.py): pure, times on a fake clock (s)."""
 
 from __future__ import annotations
 
+from loadgen.fleet.worker_loss import NO_FINAL_REPORT, PhaseTimeline, WorkerEvidence, book_loss
 from loadgen.phases import Phase
-from loadgen.worker_loss import NO_FINAL_REPORT, PhaseTimeline, WorkerEvidence, book_loss
 
 HB = 1.0  # heartbeat interval
 

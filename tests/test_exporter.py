@@ -15,11 +15,12 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen import exporter, metrics
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_503, READ_TIMEOUT, ConfigError, RequestError
-from loadgen.exporter import ExporterSnapshot, exporter_from_config, make_registry, start_exporter
-from loadgen.records import RequestRecord
-from loadgen.stats import Collector
+from loadgen.export import exporter
+from loadgen.export.exporter import ExporterSnapshot, exporter_from_config, make_registry, start_exporter
+from loadgen.stats import metrics
+from loadgen.stats.records import RequestRecord
+from loadgen.stats.stage_stats import Collector
 
 LABELS = {"model": "m1", "endpoint": "/v1/completions", "scenario": "seed"}
 
@@ -258,7 +259,7 @@ def test_config_port_zero_means_off():
 
 
 def test_slo_counters_and_gauges_only_with_objectives():
-    from loadgen.slo import Objectives
+    from loadgen.stats.slo import Objectives
 
     obj = Objectives(ttft_s=1.0)
     c = Collector()

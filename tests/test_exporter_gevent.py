@@ -14,8 +14,8 @@ SCRIPT = textwrap.dedent(
     monkey.patch_all()
     import json, urllib.request
     import gevent
-    from loadgen.exporter import ExporterSnapshot, start_exporter
-    from loadgen.stats import Collector
+    from loadgen.export.exporter import ExporterSnapshot, start_exporter
+    from loadgen.stats.stage_stats import Collector
 
     ticks = 0
     def ticker():

@@ -6,7 +6,14 @@ import json
 
 import msgpack
 
-from loadgen.failures import EXCERPT_CHARS, PER_KIND, FailFast, FailureSamples, excerpt, is_client_refusal
+from loadgen.stats.failures import (
+    EXCERPT_CHARS,
+    PER_KIND,
+    FailFast,
+    FailureSamples,
+    excerpt,
+    is_client_refusal,
+)
 
 
 def test_excerpt_is_one_short_line():
@@ -77,7 +84,7 @@ def test_fail_fast_stays_off_after_a_success_or_a_mixed_start():
 
 
 def test_server_reason_reads_the_shapes_real_servers_answer():
-    from loadgen.failures import server_reason
+    from loadgen.stats.failures import server_reason
 
     assert server_reason(b'{"error":{"code":400,"message":"Prompt contains invalid tokens","type":"x"}}') == \
         "Prompt contains invalid tokens"

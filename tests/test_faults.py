@@ -28,9 +28,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import errors
-from loadgen.failures import locust_name
 from loadgen.sim.launch import SimProcess, running_sim
 from loadgen.sim.probe import request
+from loadgen.stats.failures import locust_name
 from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
 from tests.runlocust import ROOT, LocustRun, locust_cmd, run_dir
 
@@ -92,7 +92,7 @@ def locust_names(summary: dict) -> dict:
 
 def locust_final_report(output: str) -> tuple[int, int, Counter]:
     """Locust's own final stats, as it prints them at shutdown: (requests, failures, failures by
-    Locust's error name: ``loadgen.failures.locust_name``) from the last "Aggregated" line and the
+    Locust's error name: ``loadgen.stats.failures.locust_name``) from the last "Aggregated" line and the
     "Error report". (Its --csv files are
     rewritten only once a second while it runs, so they can miss the last second.)"""
     lines = output.splitlines()
@@ -433,8 +433,8 @@ def _ok_response() -> bytes:
 def test_a_reused_connection_found_closed_is_retried_once_on_a_new_one():
     """The server ends a complete response, then drops the connection when the next request comes
     (what a keep-alive race with the server's FIN looks like): that request is sent again, once."""
-    from loadgen.client import StreamClient
-    from loadgen.records import RequestRecord
+    from loadgen.stats.records import RequestRecord
+    from loadgen.wire.client import StreamClient
 
     connections = []
 
@@ -457,8 +457,8 @@ def test_a_reused_connection_found_closed_is_retried_once_on_a_new_one():
 
 
 def test_a_new_connection_closed_before_any_answer_is_a_reset_not_a_retry():
-    from loadgen.client import StreamClient
-    from loadgen.records import RequestRecord
+    from loadgen.stats.records import RequestRecord
+    from loadgen.wire.client import StreamClient
 
     connections = []
 

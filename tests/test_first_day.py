@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from loadgen import errors
-from loadgen.flags import meaning
 from loadgen.report.__main__ import main as report_main
 from loadgen.report.runs import LATEST, run_folders
 from loadgen.sim.launch import running_sim
+from loadgen.stats.flags import meaning
 from tests.runlocust import ROOT, SMOKE, fixed_sim, run_locust
 from tests.test_faults import free_port
 from tests.tlsserver import self_signed_cert, tls_server

@@ -1,4 +1,4 @@
-"""Stage flags: one declaration (loadgen/flags.py); console legend, report.html and README derive from it."""
+"""Stage flags: one declaration (loadgen/stats/flags.py); console legend, report.html and README derive from it."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import re
 from pathlib import Path
 
-from loadgen.flags import FLAG_KEYS, FLAGS, cut_flag, flags_in, legend_lines, meaning
-from loadgen.guard import decide
 from loadgen.report.html import render_report_html
 from loadgen.report.knee import knee_of
 from loadgen.report.table import format_stage_table, stage_flags
-from loadgen.results import GuardRecord, StageInfo, stage_row
+from loadgen.run.kv_guard import decide
+from loadgen.run.results import GuardRecord, StageInfo, stage_row
+from loadgen.stats.flags import FLAG_KEYS, FLAGS, cut_flag, flags_in, legend_lines, meaning
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = {"cpu_percent": 95.0, "loop_lag_p99_s": 0.03}
@@ -35,7 +35,7 @@ def test_every_flag_a_row_can_get_is_declared():
     seen = set(stage_row(info, None, guard, CLIENT, client_bound=True, unfinished=1)["flags"])
     seen |= set(stage_row(StageInfo(1, 6, window_s=1.0, users=6), None, guard, CLIENT, False, 1,
                           cut_flag("interrupted"))["flags"])
-    from loadgen.slo import Objectives
+    from loadgen.stats.slo import Objectives
 
     searched = StageInfo(2, 7, window_s=1.0, users=7, search=True)  # no request met the objective
     seen |= set(stage_row(searched, None, guard, CLIENT, False, objectives=Objectives(ttft_s=1.0))["flags"])

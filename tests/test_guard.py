@@ -19,9 +19,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.errors import ConfigError
-from loadgen.guard import OverCapacityRule, StageWatch, decide, max_fitting_concurrency, projected_kv_tokens
-from loadgen.preflight import probe
-from loadgen.server_probe import (
+from loadgen.run.kv_guard import (
+    OverCapacityRule,
+    StageWatch,
+    decide,
+    max_fitting_concurrency,
+    projected_kv_tokens,
+)
+from loadgen.server.answers import (
     ServerWatch,
     capacity_from_server_info,
     capacity_from_sglang_metrics,
@@ -30,6 +35,7 @@ from loadgen.server_probe import (
     server_root,
     watch_sample,
 )
+from loadgen.server.start_check import probe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_CAPACITY = 1_570_000
@@ -464,7 +470,7 @@ def test_poll_once_feeds_stages_with_a_fake_clock(caplog):
         watch = ServerWatch(url, None, None, interval_s=1, clock=lambda: now[0])
         assert watch.poll_once()  # baseline
         watch.begin_stage(0)
-        with caplog.at_level(logging.WARNING, logger="loadgen.server_probe"):
+        with caplog.at_level(logging.WARNING, logger="loadgen.server.answers"):
             for _ in range(5):
                 now[0] += 1
                 assert watch.poll_once()
@@ -478,7 +484,7 @@ def test_poll_once_feeds_stages_with_a_fake_clock(caplog):
 
 @pytest.mark.timeout(30)
 def test_watch_greenlet_disables_itself_once_without_metrics(caplog):
-    with serve({}) as (url, hits), caplog.at_level(logging.WARNING, logger="loadgen.server_probe"):
+    with serve({}) as (url, hits), caplog.at_level(logging.WARNING, logger="loadgen.server.answers"):
         watch = ServerWatch(url, None, "sglang", interval_s=0.01).start()
         watch.begin_stage(0)
         gevent.sleep(0.3)
@@ -518,7 +524,7 @@ from gevent import monkey; monkey.patch_all()
 import gevent, sys
 from gevent.pywsgi import WSGIServer
 sys.path.insert(0, sys.argv[1])
-from loadgen.server_probe import ServerWatch
+from loadgen.server.answers import ServerWatch
 
 def app(environ, start_response):  # a slow /metrics, answered in the same process and hub
     gevent.sleep(0.2)
@@ -558,7 +564,7 @@ def test_watch_cooperates_with_gevent_when_sockets_are_patched():
 
 
 # -- open loop: Little's law --------------------------------------------------------------------------
-from loadgen.guard import decide_rate  # noqa: E402
+from loadgen.run.kv_guard import decide_rate  # noqa: E402
 
 
 def test_rate_guard_projects_littles_law_and_acts():

@@ -1,4 +1,4 @@
-"""Client health bookkeeping (loadgen/health.py): fake clocks for the arithmetic, one real gevent
+"""Client health bookkeeping (loadgen/run/health.py): fake clocks for the arithmetic, one real gevent
 check that a greenlet hogging the loop shows up as lag."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import gevent
 import pytest
 
-from loadgen.health import HealthMonitor, StageHealth, is_client_bound, stage_client_bound, worst_of
+from loadgen.run.health import HealthMonitor, StageHealth, is_client_bound, stage_client_bound, worst_of
 
 
 class Clock:
@@ -161,7 +161,7 @@ def test_a_greenlet_hogging_the_loop_shows_up_as_lag():
 
 
 def test_connect_backoff_is_shared_doubles_and_resets():
-    from loadgen.runtime import Backoff
+    from loadgen.run.runtime import Backoff
 
     b = Backoff(0.05, 1.0)
     pauses = [b.failed() for _ in range(7)]  # seven users of one process meet a down server
@@ -193,7 +193,7 @@ def test_a_stages_warmup_moves_the_heap_out_of_the_collectors_way():
 
     from loadgen.config import load_scenario
     from loadgen.phases import Phase
-    from loadgen.runtime import Runtime
+    from loadgen.run.runtime import Runtime
 
     root = Path(__file__).resolve().parents[1]
     rt = Runtime(Environment(), load_scenario(root / "config" / "smoke.yaml", {}))
@@ -213,7 +213,7 @@ def test_the_next_warmup_frees_what_died_while_frozen():
     import gc
     import weakref
 
-    from loadgen.health import settle_heap
+    from loadgen.run.health import settle_heap
 
     class Node:
         pass

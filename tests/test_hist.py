@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from loadgen.hist import EDGES, N_BUCKETS, LogHistogram, bin_values
+from loadgen.stats.hist import EDGES, N_BUCKETS, LogHistogram, bin_values
 
 
 def test_edges_layout():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.inflight import InflightMeter
-from loadgen.stats import Collector
+from loadgen.stats.inflight import InflightMeter
+from loadgen.stats.stage_stats import Collector
 
 
 def test_area_and_peak_of_a_known_trace():

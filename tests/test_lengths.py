@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.lengths import LengthDist, LengthSampler
+from loadgen.workload.lengths import LengthDist, LengthSampler
 
 
 def draws(dist, n=40_000, seed=1):

@@ -19,10 +19,10 @@ import time
 import pytest
 
 from loadgen import errors
-from loadgen.compat import Compat
 from loadgen.config import load_scenario
-from loadgen.prompts import ChatPrompts, TokenIdPrompts
-from loadgen.users import PATHS, request_body
+from loadgen.locust_face.users import PATHS, request_body
+from loadgen.wire.compat import Compat
+from loadgen.workload.prompts import ChatPrompts, TokenIdPrompts
 from tests.llamacpp import LlamaServer, http, require_llama_server
 from tests.make_gguf import write_tiny_llama
 from tests.runlocust import ROOT, locust_cmd, run_dir, run_locust

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from locust.argument_parser import parse_options
 
-import loadgen.locust_plugin  # noqa: F401  (registers our options on Locust's parser)
-from loadgen.locust_defaults import (
+import loadgen.locust_face.plugin  # noqa: F401  (registers our options on Locust's parser)
+from loadgen.locust_face.defaults import (
     STATS_LOGGER,
     drop_runner_noise,
     exposure_warnings,

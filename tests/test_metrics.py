@@ -1,4 +1,4 @@
-"""The metric table (loadgen.metrics) and the failure kinds (loadgen.errors): declared once, and
+"""The metric table (loadgen.stats.metrics) and the failure kinds (loadgen.errors): declared once, and
 every view of a stage derives from them."""
 
 from __future__ import annotations
@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen import exporter, metrics, webui
 from loadgen.errors import FAILURE_KINDS, KINDS, OVERLOAD_429, OVERLOAD_503, OVERLOAD_KINDS, short_kind
-from loadgen.metrics import STAGE_METRICS, Counter, Histogram
+from loadgen.export import exporter
+from loadgen.locust_face import webui
 from loadgen.report import table
 from loadgen.report.compare import compare_rows, metrics_table_html
-from loadgen.stats import StageStats
+from loadgen.stats import metrics
+from loadgen.stats.metrics import STAGE_METRICS, Counter, Histogram
+from loadgen.stats.stage_stats import StageStats
 
 ROW_HEAD = ["requests", "errors", "error_count", "input_tokens", "output_tokens"]
 
@@ -118,7 +120,7 @@ def test_p95_reaches_summary_csv_compare_and_web_ui_but_not_the_console():
 
 
 def test_slo_figures_reach_csv_web_ui_and_compare_and_the_console_only_with_objectives():
-    from loadgen.slo import Objectives
+    from loadgen.stats.slo import Objectives
 
     s = StageStats()
     obj = Objectives(ttft_s=0.5)

@@ -80,10 +80,10 @@ def test_a_saturated_server_shows_growing_ttft_open_loop_but_not_closed_loop(tmp
 
 def assert_views_name_the_rate(run, achieved_high: float) -> None:
     """The run's console, report.html and web-UI tab text (the tabs show summary.json's completed
-    stages, ``loadgen.webui``) name the 8 and 40 req/s stages by their rate, never C=, and say
+    stages, ``loadgen.locust_face.webui``) name the 8 and 40 req/s stages by their rate, never C=, and say
     why 8 req/s is the knee: at 40 req/s the server fell behind."""
-    from loadgen.stage_load import load_label
-    from loadgen.webui import display_row, run_items
+    from loadgen.locust_face.webui import display_row, run_items
+    from loadgen.stats.stage_load import load_label
 
     knee = (f"knee: 8 req/s (the highest offered rate sustained; at 40 req/s the server achieved "
             f"{load_label(achieved_high, rate=True)}, under 90% of the offered rate)")

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from loadgen import errors
-from loadgen.client import StreamClient
 from loadgen.config import load_scenario
 from loadgen.errors import RequestError
-from loadgen.preflight import StartRefused, preflight
-from loadgen.server_probe import parse_models
+from loadgen.server.answers import parse_models
+from loadgen.server.start_check import StartRefused, preflight
+from loadgen.wire.client import StreamClient
 from tests.runlocust import ROOT
 from tests.test_guard import SGLANG_INFO, SGLANG_MODELS, serve
 

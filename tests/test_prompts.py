@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.prompts import hashed_prefix_prompt
+from loadgen.workload.prompts import hashed_prefix_prompt
 
 
 def test_equal_leading_ids_share_exactly_those_blocks():

@@ -17,8 +17,8 @@ from loadgen.errors import (
     TRUNCATED,
     RequestError,
 )
-from loadgen.records import MAX_MESSAGE_CHARS, RequestRecord
-from loadgen.sse import SSEDecoder
+from loadgen.stats.records import MAX_MESSAGE_CHARS, RequestRecord
+from loadgen.wire.sse import SSEDecoder
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cost import CostConfig, stage_cost
 from loadgen.report.compare import compare_rows, format_compare_table
 from loadgen.report.html import render_report_html
 from loadgen.report.plots import build_run_figures, pareto_figure
 from loadgen.report.table import format_stage_row, stages_csv_text
+from loadgen.stats.cost import CostConfig, stage_cost
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -21,7 +21,7 @@ from loadgen.report.html import key_findings, render_report_html
 from loadgen.report.knee import find_rate_knee, knee_of, rate_knee_text
 from loadgen.report.plots import latency_figure, throughput_figure, tradeoff_figure
 from loadgen.report.table import format_notes, format_stage_header, format_stage_row, format_stage_table
-from loadgen.stage_load import load_label, load_number, planned_load, stage_label
+from loadgen.stats.stage_load import load_label, load_number, planned_load, stage_label
 
 FIXTURES = Path(__file__).parent / "fixtures"
 OFFERED_ACHIEVED = [(1, 1.0), (2, 2.0), (4, 3.9), (8, 5.1), (16, 5.0)]

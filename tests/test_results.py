@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.guard import decide
-from loadgen.results import GuardRecord, StageInfo, stage_row, stage_warnings
+from loadgen.run.kv_guard import decide
+from loadgen.run.results import GuardRecord, StageInfo, stage_row, stage_warnings
 
 CLIENT = {"cpu_percent": 12.0, "loop_lag_p99_s": 0.001}
 
@@ -57,9 +57,9 @@ def test_stage_row_with_objectives_has_the_slo_object_and_flags_search_stages():
     import numpy as np
 
     from loadgen.errors import OVERLOAD_503
-    from loadgen.records import RequestResult
-    from loadgen.slo import Objectives
-    from loadgen.stats import Collector
+    from loadgen.stats.records import RequestResult
+    from loadgen.stats.slo import Objectives
+    from loadgen.stats.stage_stats import Collector
 
     obj = Objectives(ttft_s=0.5, attainment=0.9)
     empty = np.empty(0)
@@ -85,8 +85,8 @@ def test_stage_row_with_objectives_has_the_slo_object_and_flags_search_stages():
 
 def test_summary_slo_answer_and_kv_ceiling():
     from loadgen.config import build_scenario
-    from loadgen.results import kv_ceiling, summary_slo
-    from loadgen.server_probe import Capacity
+    from loadgen.run.results import kv_ceiling, summary_slo
+    from loadgen.server.answers import Capacity
 
     def row(c, passed, search=False, attainment=1.0):
         return {"concurrency": c, "search": search, "slo": {"pass": passed, "attainment": attainment}}
@@ -103,7 +103,7 @@ def test_summary_slo_answer_and_kv_ceiling():
 
 
 def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
-    from loadgen.stats import Collector
+    from loadgen.stats.stage_stats import Collector
 
     info = StageInfo(0, 8.0, open_t=100.0, window_s=20.0, users=4, rate_per_s=8.0, parts=4)
     info.lose_part(110.0)  # one of 4 shares (2/s) missing for the last half of the window
@@ -120,8 +120,8 @@ def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
 
 def test_open_loop_slo_answer_is_in_offered_requests_per_s():
     from loadgen.config import build_scenario
-    from loadgen.results import summary_slo
-    from loadgen.slo import answer_line
+    from loadgen.run.results import summary_slo
+    from loadgen.stats.slo import answer_line
 
     sc = build_scenario({"slo": {"ttft_s": 2}, "rate": {"list": [1, 2, 4]}})
     rows = [{"concurrency": None, "offered_rate_per_s": r, "slo": {"pass": r < 4, "attainment": 1.0}}
@@ -135,8 +135,8 @@ def test_open_loop_slo_answer_is_in_offered_requests_per_s():
 def test_textless_requests_are_counted_ok_and_warned_under_their_stage():
     import orjson
 
-    from loadgen.records import RequestRecord
-    from loadgen.stats import StageStats
+    from loadgen.stats.records import RequestRecord
+    from loadgen.stats.stage_stats import StageStats
 
     stats = StageStats()
     for i in range(3):  # llama.cpp's shape when every token is an unfinished UTF-8 character

@@ -13,14 +13,14 @@ from locust.env import Environment
 
 from loadgen import errors
 from loadgen.config import load_scenario
-from loadgen.console import PROGRESS_EVERY_S, progress_line
-from loadgen.distributed import Fleet
-from loadgen.guard import decide
+from loadgen.fleet.distributed import Fleet
 from loadgen.phases import Phase
-from loadgen.runtime import Runtime
-from loadgen.session import Session
-from loadgen.stats import StageStats
-from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
+from loadgen.run.console import PROGRESS_EVERY_S, progress_line
+from loadgen.run.kv_guard import decide
+from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
+from loadgen.run.runtime import Runtime
+from loadgen.run.session import Session
+from loadgen.stats.stage_stats import StageStats
 from tests.test_webui import run_request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,7 +140,7 @@ def test_progress_line_formatting(kind, inflight, stats, window_s, expected):
 
 
 def test_the_web_uis_stop_button_finishes_the_run_and_a_stage_cut_in_warmup_is_not_a_row(session, tmp_path, capsys):
-    from loadgen.webui import llm_view
+    from loadgen.locust_face.webui import llm_view
 
     s, rt = session, session.rt
     s.started, s.run_dir = True, tmp_path / "run"

@@ -15,12 +15,12 @@ from locust import User, task
 from locust.env import Environment
 
 from loadgen.config import load_scenario
-from loadgen.distributed import Fleet
+from loadgen.fleet.distributed import Fleet
 from loadgen.phases import Phase
-from loadgen.runtime import Runtime
-from loadgen.session import Session
-from loadgen.stats import Collector
-from shapes.sweep_plan import PhaseStarted, WindowClosed, WindowOpened
+from loadgen.run.plan import PhaseStarted, WindowClosed, WindowOpened
+from loadgen.run.runtime import Runtime
+from loadgen.run.session import Session
+from loadgen.stats.stage_stats import Collector
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ class MasterFleet(Fleet):
 
 
 def report(phase_seq: int, inflight: dict) -> dict:
-    """A worker report (loadgen.distributed wire) carrying nothing but its phase and in-flight counts."""
+    """A worker report (loadgen.fleet.distributed wire) carrying nothing but its phase and in-flight counts."""
     return {"delta": Collector().take_delta(), "health": {}, "inflight": inflight, "phase_seq": phase_seq,
             "health_now": [None, None], "echo": None}
 

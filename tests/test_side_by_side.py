@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from loadgen.locust_plugin import _forks_workers
+from loadgen.locust_face.plugin import _forks_workers
 from loadgen.sim.launch import running_sim
 from tests.runlocust import ROOT, locust_cmd
 

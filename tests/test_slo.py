@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from loadgen.errors import OVERLOAD_503
-from loadgen.records import RequestRecord
-from loadgen.slo import (
+from loadgen.stats.records import RequestRecord
+from loadgen.stats.slo import (
     Objectives,
     SloCounts,
     answer_line,

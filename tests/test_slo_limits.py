@@ -1,4 +1,4 @@
-"""Percentile limits (loadgen.slo_limits): keys, presets, the verdict on merged histograms, the
+"""Percentile limits (loadgen.stats.slo_limits): keys, presets, the verdict on merged histograms, the
 stage row and the answer. Pure: synthetic histograms, no server."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from loadgen.config import ConfigError, build_scenario
 from loadgen.errors import OVERLOAD_503
-from loadgen.records import RequestResult
-from loadgen.results import GuardRecord, StageInfo, slo_outcomes, stage_row, stage_warnings, summary_slo
-from loadgen.slo import Objectives, answer_line
-from loadgen.slo_limits import PRESETS, LimitKey, judge, parse_limit_key, stage_limits
-from loadgen.stats import Collector, StageStats
+from loadgen.run.results import GuardRecord, StageInfo, slo_outcomes, stage_row, stage_warnings, summary_slo
+from loadgen.stats.records import RequestResult
+from loadgen.stats.slo import Objectives, answer_line
+from loadgen.stats.slo_limits import PRESETS, LimitKey, judge, parse_limit_key, stage_limits
+from loadgen.stats.stage_stats import Collector, StageStats
 
 CLIENT = {"cpu_percent": 10.0, "loop_lag_p99_s": 0.001}
 
@@ -94,7 +94,7 @@ def test_the_measured_quantile_is_within_the_histograms_error_of_the_exact_one()
     rng = np.random.default_rng(7)
     values = rng.lognormal(-1, 0.8, 5000)
     s = _stats(list(values))
-    bound = 10**0.005 - 1  # one bucket's half-width, in ratio (loadgen.hist)
+    bound = 10**0.005 - 1  # one bucket's half-width, in ratio (loadgen.stats.hist)
     for pct in (50, 90, 99, 99.9):
         exact = float(np.sort(values)[math.ceil(pct / 100 * len(values)) - 1])
         (v,) = judge(s, [(f"ttft_p{str(pct).replace('.', '')}_s", 1.0)])

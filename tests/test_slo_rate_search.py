@@ -1,13 +1,13 @@
-"""The SLO search in open-loop mode: it bisects the offered rate (loadgen.slo, shapes.sweep_plan)."""
+"""The SLO search in open-loop mode: it bisects the offered rate (loadgen.stats.slo, loadgen.run.plan)."""
 
 from __future__ import annotations
 
 from loadgen.config import build_scenario
-from loadgen.guard import decide_rate
 from loadgen.phases import Phase
-from loadgen.results import summary_slo
-from loadgen.slo import Objectives, answer_line, converged, next_search_concurrency
-from shapes.sweep_plan import GuardDecided, Observation, PhaseStarted, SweepDone, SweepPlan, WindowClosed
+from loadgen.run.kv_guard import decide_rate
+from loadgen.run.plan import GuardDecided, Observation, PhaseStarted, SweepDone, SweepPlan, WindowClosed
+from loadgen.run.results import summary_slo
+from loadgen.stats.slo import Objectives, answer_line, converged, next_search_concurrency
 
 SEARCH = Objectives(tpot_s=0.045, search=True, resolution=0.1, max_search_stages=4)
 
@@ -95,7 +95,7 @@ def test_the_answer_of_a_rate_search_is_said_in_requests_per_s():
 
 
 def test_the_web_uis_run_tab_shows_the_limits_and_a_rate_search():
-    from loadgen.webui import slo_items
+    from loadgen.locust_face.webui import slo_items
 
     answer = {"load": "rate_per_s", "objectives": {}, "limits": {"tpot_p50_s": 0.045}, "attainment_target": 0.99,
               "bracket": [19.0, 20.5], "search": {"stages": [19.0, 20.5]}}

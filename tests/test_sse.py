@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.errors import MALFORMED_CHUNK, RequestError
-from loadgen.sse import SSEDecoder
+from loadgen.wire.sse import SSEDecoder
 
 STREAM = (
     b": keep-alive comment\n"

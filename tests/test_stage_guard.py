@@ -1,4 +1,4 @@
-"""The run's KV guard (loadgen.stage_guard): which numbers reach the pure decision."""
+"""The run's KV guard (loadgen.run.stage_guard): which numbers reach the pure decision."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from loadgen.config import load_scenario
-from loadgen.server_probe import Capacity
-from loadgen.stage_guard import StageGuard
+from loadgen.run.stage_guard import StageGuard
+from loadgen.server.answers import Capacity
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ against one shared simulator.
 
 Locust 2.47 itself, in a headless run with a shape, handles Ctrl-C (KeyboardInterrupt -> quitting
 -> exit code) but installs its SIGTERM handler only after the shape has finished, so SIGTERM
-mid-run used to kill the process with summary.json half-written; loadgen.locust_plugin maps
+mid-run used to kill the process with summary.json half-written; loadgen.locust_face.plugin maps
 SIGTERM to the Ctrl-C path.
 """
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.guard import decide
 from loadgen.phases import Phase
-from loadgen.slo import Objectives
-from shapes.sweep_plan import (
+from loadgen.run.kv_guard import decide
+from loadgen.run.plan import (
     GuardDecided,
     Observation,
     PhaseStarted,
@@ -15,6 +14,7 @@ from shapes.sweep_plan import (
     WindowClosed,
     WindowOpened,
 )
+from loadgen.stats.slo import Objectives
 
 SEEDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loadgen.guard import decide_rate
 from loadgen.phases import Phase
-from shapes.sweep_plan import Observation, PhaseStarted, SweepDone, SweepPlan, WindowClosed, WindowOpened
+from loadgen.run.kv_guard import decide_rate
+from loadgen.run.plan import Observation, PhaseStarted, SweepDone, SweepPlan, WindowClosed, WindowOpened
 
 
 def plan(rates, **kw):

@@ -1,4 +1,4 @@
-"""TLS settings (loadgen.tls): request.ca_cert / --ca-cert and request.verify_tls / --insecure, the
+"""TLS settings (loadgen.wire.tls): request.ca_cert / --ca-cert and request.verify_tls / --insecure, the
 one context per process, the config errors of a bad file, and the line a certificate that did not
 verify gets (what failed and the fix). Real certificates from the openssl command (skipped
 without it) and a TLS server of its own process (tests.tlsserver) for the real verify codes."""
@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 
-from loadgen import errors, tls
-from loadgen.client import StreamClient, transport_failure
+from loadgen import errors
 from loadgen.config import ConfigError, load_scenario, register_options, scenario_from_options
 from loadgen.errors import CertificateRejected, RequestError
-from loadgen.gevent_io import ConnectError
-from loadgen.preflight import _refusal, discover_model
+from loadgen.server.start_check import _refusal, discover_model
+from loadgen.wire import tls
+from loadgen.wire.client import StreamClient, transport_failure
+from loadgen.wire.gevent_io import ConnectError
 from tests.tlsserver import cert_or_skip, tls_server
 
 

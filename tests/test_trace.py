@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from loadgen.config import ConfigError, build_scenario
-from loadgen.dataset import DatasetRequest, load_dataset
-from loadgen.trace import TraceSchedule, is_trace, trace_rate_per_s, trace_scenario
+from loadgen.workload.dataset import DatasetRequest, load_dataset
+from loadgen.workload.trace import TraceSchedule, is_trace, trace_rate_per_s, trace_scenario
 
 TRACE = [DatasetRequest(i + 1, 100, 10, timestamp_ms=t) for i, t in enumerate([1000, 1500, 1500, 3000, 4000])]
 

@@ -27,17 +27,24 @@ from locust import User, task
 from locust.env import Environment
 
 from loadgen.config import load_scenario
-from loadgen.distributed import Fleet
 from loadgen.errors import READ_TIMEOUT, RequestError
-from loadgen.guard import decide, decide_rate
+from loadgen.fleet.distributed import Fleet
+from loadgen.locust_face.webui import (
+    CSV_ROUTE,
+    RUN_TAB,
+    STAGES_TAB,
+    STATS_ROUTE,
+    install_webui,
+    template_declarations,
+)
 from loadgen.phases import Phase
-from loadgen.records import RequestRecord
 from loadgen.report.table import errors_compact, ms, num, secs
-from loadgen.runtime import Runtime
-from loadgen.server_probe import Capacity
-from loadgen.session import Session
-from loadgen.webui import CSV_ROUTE, RUN_TAB, STAGES_TAB, STATS_ROUTE, install_webui, template_declarations
-from shapes.sweep_plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
+from loadgen.run.kv_guard import decide, decide_rate
+from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
+from loadgen.run.runtime import Runtime
+from loadgen.run.session import Session
+from loadgen.server.answers import Capacity
+from loadgen.stats.records import RequestRecord
 from tests.runlocust import run_dir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from loadgen.config import ConfigError, build_scenario
-from loadgen.dataset import DatasetRequest
-from loadgen.lengths import LengthDist
-from loadgen.mix import Z_BURST, from_dists, from_pairs, scenario_mix
-from loadgen.workload import DatasetCursor, PromptMaker, TextFit, Workload
+from loadgen.workload.asks import DatasetCursor, PromptMaker, TextFit, Workload
+from loadgen.workload.dataset import DatasetRequest
+from loadgen.workload.lengths import LengthDist
+from loadgen.workload.mix import Z_BURST, from_dists, from_pairs, scenario_mix
 
 RANGE = (1000, 30000)
 UNIFORM = LengthDist("uniform", min=50, max=500)
@@ -147,9 +147,9 @@ def test_bad_distributions_are_one_line_config_errors(doc, key):
 
 
 def test_the_report_draws_the_length_mix_only_when_lengths_varied():
-    from loadgen.records import RequestResult
     from loadgen.report.plots import build_run_figures
-    from loadgen.stats import StageStats
+    from loadgen.stats.records import RequestResult
+    from loadgen.stats.stage_stats import StageStats
 
     e = np.empty(0)
 

@@ -126,7 +126,7 @@ def test_trace_replays_on_its_schedule_with_shared_prefixes(tmp_path):
 
 def test_a_trace_on_chat_shares_its_prefixes_as_words(tmp_path):
     """The same trace on /v1/chat/completions: hash_ids become shared blocks of one-token words
-    (loadgen.workload PromptMaker.hashed), so the server's prefix cache hits most prompt tokens
+    (loadgen.workload.asks PromptMaker.hashed), so the server's prefix cache hits most prompt tokens
     (each line after the first shares at least its 2 leading 512-token blocks); random text would
     share none."""
     sim_args = ("--timing", "engine", "--step-base-ms", "1", "--prefix-cache-tokens", "200000",

@@ -40,8 +40,8 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
-from loadgen.slo import OBJECTIVES
-from loadgen.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.stats.slo import OBJECTIVES
+from loadgen.stats.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
 MAX_SWEEP_STAGES = 200
@@ -141,7 +141,7 @@ SPEC: dict[str, Check] = {
 }
 
 _BODY = "request.extra_body"
-# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.slo_limits): a family of keys, not leaves
+# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.stats.slo_limits): a family of keys, not leaves
 _limit_value = number("seconds, e.g. 2 (the stage's percentile must be <= it), or null", gt=0, nullable=True)
 
 
@@ -242,8 +242,8 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
 
 
 def _check_lengths(v: dict[str, Any]) -> None:
-    """Each length distribution's problems (loadgen.lengths.LengthDist.problems), the first raised."""
-    from loadgen.lengths import LengthDist
+    """Each length distribution's problems (loadgen.workload.lengths.LengthDist.problems), the first raised."""
+    from loadgen.workload.lengths import LengthDist
 
     for which, fixed in (("input", "input_tokens"), ("output", "output_tokens")):
         kind = v[f"{which}.dist"]

@@ -11,15 +11,15 @@ import math
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
-from loadgen.cost import CostConfig
-from loadgen.slo import Objectives
+from loadgen.stats.cost import CostConfig
+from loadgen.stats.slo import Objectives
 
 ENDPOINTS = ("completions", "chat")
-ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.arrivals.ARRIVALS (a test keeps them equal)
+ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.workload.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
-LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")  # loadgen.lengths.KINDS (a test keeps them equal)
+LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")  # loadgen.workload.lengths.KINDS (a test keeps them equal)
 DATASET_ORDERS = ("in-order", "shuffled")
-COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.compat
+COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.wire.compat
 
 # The seeds' scenario. config/default.yaml must equal this dict (a test pins it); it lives here too
 # so an installed package works without the repository checkout.
@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "api_key_env": "OPENAI_API_KEY",
     "input_tokens": 1000,
     "output_tokens": 1000,
-    # Length distributions (loadgen.lengths): dist fixed uses input_tokens / output_tokens.
+    # Length distributions (loadgen.workload.lengths): dist fixed uses input_tokens / output_tokens.
     "input": {"dist": "fixed", "mean": None, "std": None, "min": 1, "max": None},
     "output": {"dist": "fixed", "mean": None, "std": None, "min": 1, "max": None},
     "workload": {"dataset": None, "dataset_order": "in-order", "trace_speedup": 1.0, "turns": 1},
@@ -127,7 +127,7 @@ class FrozenDict(dict):
 
 @dataclass(frozen=True)
 class LengthConfig:
-    """How many tokens each request asks for (``input:`` / ``output:``; loadgen.lengths.LengthDist).
+    """How many tokens each request asks for (``input:`` / ``output:``; loadgen.workload.lengths.LengthDist).
     ``dist: fixed`` (the default) is always input_tokens / output_tokens."""
 
     dist: str  # one of LENGTH_DISTS
@@ -139,9 +139,9 @@ class LengthConfig:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Where requests come from besides the length distributions (loadgen.workload)."""
+    """Where requests come from besides the length distributions (loadgen.workload.asks)."""
 
-    dataset: str | None  # a JSONL/CSV file of requests (loadgen.dataset); None: synthetic
+    dataset: str | None  # a JSONL/CSV file of requests (loadgen.workload.dataset); None: synthetic
     dataset_order: str  # one of DATASET_ORDERS
     trace_speedup: float  # a dataset with timestamps replays at this many times its speed
     turns: int  # > 1: each user holds conversations of this many turns
@@ -160,9 +160,9 @@ class RequestConfig:
     connect_timeout_s: float
     read_timeout_s: float  # no bytes for this long -> read_timeout failure
     extra_body: FrozenDict  # merged into every request body; read-only
-    compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.compat)
+    compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.wire.compat)
     client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
-    ca_cert: str | None  # a PEM file trusted instead of the system store (loadgen.tls)
+    ca_cert: str | None  # a PEM file trusted instead of the system store (loadgen.wire.tls)
     verify_tls: bool  # false: no certificate or host-name check (--insecure)
 
 
@@ -209,7 +209,7 @@ class StagesConfig:
 
 @dataclass(frozen=True)
 class RateConfig:
-    """Open-loop (rate) mode: on when ``list`` or ``start`` is set (loadgen.open_loop)."""
+    """Open-loop (rate) mode: on when ``list`` or ``start`` is set (loadgen.locust_face.open_loop)."""
 
     list: tuple[float, ...] | None  # requests/s per stage
     start: float | None  # geometric form: start, start x factor, ... up to max
@@ -290,8 +290,8 @@ class Scenario:
     rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
-    slo: Objectives  # loadgen.slo: per-request objectives; none set = no SLO accounting
-    cost: CostConfig  # loadgen.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
+    slo: Objectives  # loadgen.stats.slo: per-request objectives; none set = no SLO accounting
+    cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
     client_check: ClientCheckConfig
     results_dir: str
@@ -306,8 +306,8 @@ class Scenario:
         return self.rate.rates() is not None
 
     def length_dist(self, which: str):
-        """The ``input`` or ``output`` loadgen.lengths.LengthDist (fixed: input/output_tokens)."""
-        from loadgen.lengths import LengthDist
+        """The ``input`` or ``output`` loadgen.workload.lengths.LengthDist (fixed: input/output_tokens)."""
+        from loadgen.workload.lengths import LengthDist
 
         c: LengthConfig = getattr(self, which)
         value = self.input_tokens if which == "input" else self.output_tokens

@@ -23,7 +23,7 @@ from loadgen.report.files import load_summary, write_derived
 from loadgen.report.knee import knee_of
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
-from loadgen.stage_load import is_rate_run
+from loadgen.stats.stage_load import is_rate_run
 
 
 def emit(text: str) -> None:

@@ -2,11 +2,11 @@
 
 Each argument is a run folder or a results directory (its newest run, ``loadgen.report.runs``).
 Stages are matched by their load: the concurrency, or in rate sweeps the offered rate asked for
-(``loadgen.stage_load.planned_load``). A rate sweep and a concurrency sweep are refused
+(``loadgen.stats.stage_load.planned_load``). A rate sweep and a concurrency sweep are refused
 (``runs_load_key``): C=8 and 8 req/s are different loads, so no row of one matches a row of the
 other. Runs that differ in workload, server or model are compared all
 the same, under a warning line that names the difference (``differences``). ``compare_rows`` and compare.html carry every stage metric of
-loadgen.metrics; the text table (compare.txt, printed) the ones marked ``compare=True``, so it
+loadgen.stats.metrics; the text table (compare.txt, printed) the ones marked ``compare=True``, so it
 fits a terminal. Ratios are ``run / first run``: for tok/s above 1.00x is better, for TTFT and ITL
 below 1.00x is better.
 """
@@ -19,13 +19,13 @@ from html import escape
 from pathlib import Path
 
 from loadgen.errors import ConfigError
-from loadgen.metrics import COST_METRICS, STAGE_METRICS
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
 from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
-from loadgen.stage_load import (
+from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS
+from loadgen.stats.stage_load import (
     CONCURRENCY,
     RATE,
     is_rate_run,
@@ -36,7 +36,7 @@ from loadgen.stage_load import (
 )
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
-# with cost.gpus in some run, the text table adds these (loadgen.cost); compare.html has every figure
+# with cost.gpus in some run, the text table adds these (loadgen.stats.cost); compare.html has every figure
 TEXT_COST_KEYS = ("output_tokens_per_gpu_per_s", "usd_per_million_output_tokens")
 
 

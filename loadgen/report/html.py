@@ -9,7 +9,6 @@ import base64
 import json
 from html import escape
 
-from loadgen.flags import FLAGS
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.table import (
     columns,
@@ -20,8 +19,9 @@ from loadgen.report.table import (
     num,
     stage_flags,
 )
-from loadgen.slo import answer_line
-from loadgen.stage_load import (
+from loadgen.stats.flags import FLAGS
+from loadgen.stats.slo import answer_line
+from loadgen.stats.stage_load import (
     RATE,
     is_rate_run,
     load_column,
@@ -102,7 +102,7 @@ def key_findings(summary: dict, knee: float | None) -> str:
         peak = max(rated, key=lambda s: s["output_tokens_per_s"])
         lines.append(f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at {_e(stage_label(peak))}")
     priced = [s for s in stages if s.get("usd_per_million_output_tokens") is not None]
-    if priced:  # loadgen.cost
+    if priced:  # loadgen.stats.cost
         best = min(priced, key=lambda s: s["usd_per_million_output_tokens"])
         lines.append(_e(f"Cost: ${num(best['usd_per_million_output_tokens'])} per million output tokens at "
                         f"{stage_label(best)} ({num(best.get('output_tokens_per_gpu_per_s'))} output tok/s per GPU)"))
@@ -140,7 +140,7 @@ def stage_table_html(stages: list[dict], knee: float | None, rate: bool = False)
 
 
 def flags_legend_html(seen: set[str]) -> str:
-    """Every flag with its one-line meaning (``loadgen.flags``); the ones this run shows first,
+    """Every flag with its one-line meaning (``loadgen.stats.flags``); the ones this run shows first,
     marked."""
     rows = sorted(FLAGS, key=lambda f: f.key not in seen)
     body = "".join(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from loadgen.stage_load import is_rate_run, load_label, stage_label
+from loadgen.stats.stage_load import is_rate_run, load_label, stage_label
 
 DEFAULT_THRESHOLD = 0.10
 

@@ -11,9 +11,9 @@ Figures of one run (names are also the PNG file names):
 - ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
 - ``pareto`` (with ``cost.gpus``): output tok/s per GPU vs tok/s per user (decode tok/s p50), the
-  Pareto front (``loadgen.cost.pareto_front``) joined and marked;
+  Pareto front (``loadgen.stats.cost.pareto_front``) joined and marked;
 A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
-(``loadgen.stage_load``).
+(``loadgen.stats.stage_load``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
-from loadgen.cost import pareto_front
 from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.knee import knee_of
-from loadgen.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
+from loadgen.stats.cost import pareto_front
+from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
 SIZE_IN = (8.0, 4.5)
 DPI = 100
@@ -334,7 +334,7 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
 
 def pareto_figure(stages: list[dict]) -> Figure:
     """Output tok/s per GPU (y) vs tok/s per user (x: the per-request decode rate p50), one point
-    per stage labelled with its load; the stages on the Pareto front (``loadgen.cost.pareto_front``:
+    per stage labelled with its load; the stages on the Pareto front (``loadgen.stats.cost.pareto_front``:
     no other stage is faster per user and cheaper per GPU) joined by a line, ``Pareto front``."""
     fig = new_figure()
     ax = fig.axes[0]

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loadgen.errors import FAILURE_KINDS, short_kind
-from loadgen.flags import flags_in, legend_lines
-from loadgen.metrics import STAGE_METRICS, num
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.knee import rate_knee_text
-from loadgen.slo import answer_line
-from loadgen.stage_load import RATE, load_column, load_key, load_label, load_number, stage_load
+from loadgen.stats.flags import flags_in, legend_lines
+from loadgen.stats.metrics import STAGE_METRICS, num
+from loadgen.stats.slo import answer_line
+from loadgen.stats.stage_load import RATE, load_column, load_key, load_label, load_number, stage_load
 
 
 def ms(seconds: float | None) -> str:
@@ -68,13 +68,13 @@ def stage_flags(stage: dict, knee: float | None = None) -> list[str]:
 
 def flags_shown(stage: dict, knee: float | None = None) -> list[str]:
     """``stage_flags`` as the tables show them: ``slo_fail`` names the percentile limits that
-    failed, ``slo_fail(tpot_p90_s)`` (``slo.failed``, loadgen.slo_limits)."""
+    failed, ``slo_fail(tpot_p90_s)`` (``slo.failed``, loadgen.stats.slo_limits)."""
     limits = [k for k in (stage.get("slo") or {}).get("failed") or [] if k != "attainment"]
     return [f"{f}({','.join(limits)})" if f == "slo_fail" and limits else f for f in stage_flags(stage, knee)]
 
 
 # (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows:
-# the stage and its request count, then every metric of loadgen.metrics that has a console column.
+# the stage and its request count, then every metric of loadgen.stats.metrics that has a console column.
 Column = tuple[str, str, int, Callable[[dict], str]]
 
 
@@ -170,7 +170,7 @@ def format_stage_table(
 ) -> str:
     """The whole table: header, one row per stage, then notes on the knee, the SLO maximum, the KV
     ceiling and the guard stop (``guard`` and ``slo`` are summary.json's; ``threshold`` the knee's),
-    then one legend line for each flag the table shows (``loadgen.flags``)."""
+    then one legend line for each flag the table shows (``loadgen.stats.flags``)."""
     rate = load_key(stages) == RATE if open_loop is None else open_loop
     lines = [format_stage_header(rate, slo=any("slo" in s for s in stages))]
     lines += [format_stage_row(s, knee) for s in stages]

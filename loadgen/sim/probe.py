@@ -1,6 +1,6 @@
 """A tiny raw-socket HTTP/1.1 client and process launcher for testing and benchmarking the simulator.
 
-Deliberately independent of ``loadgen.client``: the simulator's tests must not depend on the code
+Deliberately independent of ``loadgen.wire.client``: the simulator's tests must not depend on the code
 they are meant to check. Sockets are gevent's, so many streams can run concurrently in greenlets
 (it also works from plain code without monkey-patching). Each SSE event is stamped with the
 ``perf_counter()`` of the ``recv`` that completed it.

@@ -1,0 +1,156 @@
+"""Open-loop load: requests sent on a schedule of arrivals, whatever the server is doing.
+
+Design (why it looks like this):
+
+- **One dispatcher user per load-generating process** (``RateUser``), not one Locust user per
+  possible request: the shape asks for as many users as there are processes (workers, or 1 locally),
+  so Locust's runner, stats, web UI and master/worker distribution all keep working, and the users
+  count stays small whatever the rate. Each dispatcher takes its share of the stage's rate,
+  ``ArrivalSpec.for_part(part, parts)``: parts add up to the offered rate exactly, each an
+  independent stream (loadgen.workload.arrivals). The master's ``llm_phase`` message carries the rate and
+  the list of processes that share it (loadgen.fleet.distributed); a second dispatcher in the same
+  process (Locust rebalancing users after a worker loss) stays idle, so no share is sent twice.
+- **One greenlet per request in flight**, from a gevent ``Pool`` of ``rate.max_inflight``: memory
+  and CPU follow the requests really running. A request that comes due while the pool is full is
+  counted ``dropped_by_client`` and not sent: delaying it would hide the overload we measure.
+- **Keep-alive connections from a free list** of ``StreamClient``s: a request takes an idle client
+  (its connection already open) or makes a new one, and gives it back when done. Opening a TCP
+  connection per request would add a handshake to every TTFT and churn ports at high rates.
+- **Time from the schedule**: a request's ``RequestRecord.sent_s`` is its *scheduled* time, so TTFT
+  and E2E include the client's lateness and the server's queueing, as a user in line sees them
+  (no coordinated omission). The lateness itself, t(actual send) - t(scheduled), goes into its own
+  histogram (``schedule_lateness_s``); a stage whose lateness p99 reaches
+  ``client_check.lateness_p99_s_max`` is flagged ``client_bound``.
+- The dispatcher never sleeps past a due time and never skips one: when behind, it sends every
+  overdue arrival at once (each is counted late). It re-reads the phase at least every 50 ms, so a
+  new stage's rate starts within that.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+from gevent.pool import Pool
+
+from loadgen.locust_face.users import PATHS, LLMUser, ask_body, prompt_source, send_request
+from loadgen.stats.records import RequestRecord
+from loadgen.wire.client import StreamClient
+from loadgen.workload.arrivals import ArrivalSpec
+from loadgen.workload.trace import TraceSchedule, is_trace
+
+POLL_S = 0.05  # longest sleep between looks at the phase
+
+
+class RateUser(LLMUser):
+    """The open-loop dispatcher of one process (module docstring). Reuses ``LLMUser``'s setup
+    (first client, prompts, model discovery and chat calibration)."""
+
+    _active: RateUser | None = None  # the one dispatcher of this process
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.pool = Pool(self.rt.scenario.rate.max_inflight)
+        self.idle_clients: list[StreamClient] = [self.client]
+
+    def on_stop(self) -> None:
+        self.pool.kill(block=True, timeout=5)
+        for client in self.idle_clients:
+            client.close()
+        if RateUser._active is self:
+            RateUser._active = None
+
+    def _new_client(self) -> StreamClient:
+        sc = self.rt.scenario
+        return StreamClient(self.host, api_key=self.rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
+                            read_timeout_s=sc.request.read_timeout_s)
+
+    def _one(self, due_s: float, stage: int | None, line=None) -> None:
+        """One arrival: a client from the free list, sent now, timed from ``due_s``; ``line``: the
+        trace's dataset line due then (loadgen.workload.trace)."""
+        rt, sc = self.rt, self.rt.scenario
+        client = self.idle_clients.pop() if self.idle_clients else self._new_client()
+        try:
+            ask = self.prompts.next() if line is None else self.prompts.from_line(line)
+            body, ask = ask_body(sc, self.model, ask, rt.compat)
+            rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
+            send_request(self, client, body, RequestRecord(due_s, ask.output_tokens, sc.endpoint), stage, ask)
+        finally:
+            self.idle_clients.append(client)
+
+    def dispatch(self) -> None:
+        rt = self.rt
+        if RateUser._active not in (None, self):
+            gevent.sleep(1.0)  # this process already has its dispatcher
+            return
+        RateUser._active = self
+        if self.model is None or self.prompts is None:
+            self._prepare()
+        key, schedule, t0, due = None, None, 0.0, 0.0
+        while True:
+            if not rt.kind.sends_requests or rt.fatal_sent or rt.rate_per_s is None or rt.part is None:
+                key = None
+                gevent.sleep(POLL_S)
+                continue
+            now = time.perf_counter()
+            if key != (rt.stage, rt.rate_per_s, rt.part, rt.parts):  # a new stage (or share)
+                key = (rt.stage, rt.rate_per_s, rt.part, rt.parts)
+                schedule, t0 = self._schedule(), now
+                due, line = self._next(schedule, t0)
+            if due > now:
+                gevent.sleep(min(due - now, POLL_S))
+                continue
+            stage = rt.measuring
+            if self.pool.full():
+                rt.collector.request_scheduled(stage, None)  # dropped_by_client, never delayed
+            else:
+                self.pool.spawn(self._one, due, stage, line)
+            due, line = self._next(schedule, t0)
+
+    def _schedule(self):
+        """This stage's arrivals: the trace's lines (a timestamped dataset), else generated."""
+        rt = self.rt
+        if is_trace(rt.dataset):
+            return TraceSchedule(rt.dataset, rt.part, rt.parts, rt.scenario.workload.trace_speedup)
+        return arrival_spec(rt.scenario, rt.rate_per_s, rt.stage).for_part(rt.part, rt.parts)
+
+    @staticmethod
+    def _next(schedule, t0: float) -> tuple[float, object]:
+        """(absolute due time, the trace line or None) of the next arrival; never, for a share
+        with no trace lines."""
+        if isinstance(schedule, TraceSchedule):
+            got = schedule.next()
+            return (float("inf"), None) if got is None else (t0 + got[0], got[1])
+        return t0 + schedule.next_due_s(), None
+
+    tasks = [dispatch]
+
+
+def arrival_spec(scenario, rate_per_s: float, stage: int | None) -> ArrivalSpec:
+    """The stage's arrivals: the scenario's process and burstiness, seeded by (rate.seed, stage)
+    so two runs with the same seed, rates and processes send on the same schedule."""
+    r = scenario.rate
+    return ArrivalSpec(rate_per_s, r.arrival, r.burstiness, seed=r.seed * 100_003 + (stage or 0))
+
+
+def probe_duration_s(rt, n: int) -> tuple[float | None, list]:
+    """E2E mean of ``n`` sequential requests of the scenario (None if none succeeded): the KV
+    guard's request duration for the first rate stage, measured before any load; and the requests'
+    results (real requests: the session counts them with the start check's probes)."""
+    sc = rt.scenario
+    client = StreamClient(rt.environment.host, api_key=rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
+                          read_timeout_s=sc.request.read_timeout_s)
+    try:
+        model = rt.model(client)
+        prompts = prompt_source(rt, client, model, (sc.prompt.seed, 0xB0B))
+        results = []
+        for _ in range(n):
+            ask = prompts.next()
+            record = RequestRecord(time.perf_counter(), ask.output_tokens, sc.endpoint)
+            body, ask = ask_body(sc, model, ask, rt.compat)
+            result, _ = client.stream(PATHS[sc.endpoint], body, record)
+            results.append(result)
+        e2e = [r.e2e_s for r in results if r.ok]
+        return (sum(e2e) / len(e2e) if e2e else None), results
+    finally:
+        client.close()

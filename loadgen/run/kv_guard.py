@@ -1,0 +1,280 @@
+"""KV-capacity guard: refuse (or clamp) a stage whose requests cannot all fit in the server's KV cache.
+
+Pure logic, no I/O and no clock. Discovery of the capacity and the live `/metrics` poller live in
+``loadgen.server.answers``; this module decides from numbers and
+accumulates samples it is handed.
+
+A closed-loop stage at concurrency C keeps C requests in flight, each holding up to
+input + output tokens of KV cache at its end. If C of them do not fit, the server queues,
+preempts (vLLM) or retracts (SGLang) requests: the stage measures thrashing, not the server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from loadgen.config import GUARD_ACTIONS
+from loadgen.errors import ConfigError
+from loadgen.stats.stage_load import load_label
+
+
+def _exact(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> Fraction:
+    # Exact rational arithmetic: with floats, 3 x 1000 x 1.1 = 3300.0000000000005 > 3300 would
+    # refuse a stage that fits exactly. Fraction(str(0.1)) is 1/10, what the user wrote.
+    return concurrency * (input_tokens + output_tokens) * (1 + Fraction(str(margin)))
+
+
+def projected_kv_tokens(concurrency: int, input_tokens: int, output_tokens: int, margin: float) -> float:
+    """KV tokens a stage needs when every in-flight request reaches its last token.
+
+    projected = concurrency x (input_tokens + output_tokens) x (1 + margin)
+
+    e.g. 512 x (1000 + 1000) x 1.0 = 1,024,000. ``margin`` (>= 0) covers chat-template and
+    BOS tokens, block rounding and the server's own reservations.
+    """
+    return float(_exact(concurrency, input_tokens, output_tokens, margin))
+
+
+def max_fitting_concurrency(capacity: int, input_tokens: int, output_tokens: int, margin: float) -> int:
+    """Largest concurrency whose projection fits: floor(capacity / ((in + out) x (1 + margin)))."""
+    per_request = _exact(1, input_tokens, output_tokens, margin)
+    if per_request <= 0:
+        raise ConfigError("input_tokens + output_tokens", 0, "must be > 0 for the KV guard")
+    return math.floor(Fraction(capacity) / per_request)
+
+
+@dataclass(frozen=True)
+class GuardDecision:
+    """What to do with one stage. ``run_concurrency`` is None when the stage must not run.
+    ``concurrency`` / ``run_concurrency`` are the stage's load: users, or requests/s in open-loop
+    mode (``decide_rate``), where ``projected_tokens`` comes from Little's law."""
+
+    concurrency: float
+    allowed: bool
+    run_concurrency: float | None
+    projected_tokens: float
+    capacity_tokens: int | None
+    action: str
+    breach: bool
+    message: str
+
+
+def _check(margin: float, action: str) -> None:
+    if action not in GUARD_ACTIONS:
+        raise ConfigError("guard.action", action, "must be one of abort, clamp, warn", "abort is the default")
+    if not margin >= 0:  # also rejects NaN
+        raise ConfigError("guard.margin", margin, "must be >= 0", "e.g. 0.05 for 5% headroom")
+
+
+def decide(
+    concurrency: int,
+    capacity: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    margin: float,
+    action: str,
+) -> GuardDecision:
+    """Decide one stage: breach = projected_kv_tokens(...) > capacity.
+
+    No breach, or capacity None (unknown: unguarded) -> run as asked. On a breach: ``abort`` refuses
+    the stage; ``clamp`` runs max_fitting_concurrency(...) instead (refused if that is 0);
+    ``warn`` runs it anyway with breach=True.
+    """
+    _check(margin, action)
+    projected = projected_kv_tokens(concurrency, input_tokens, output_tokens, margin)
+    if capacity is None:
+        msg = (
+            f"KV guard off for concurrency {concurrency}: server KV capacity unknown "
+            f"(set guard.kv_capacity_tokens to enable it)"
+        )
+        return GuardDecision(concurrency, True, concurrency, projected, None, action, False, msg)
+    need = f"{concurrency} x ({input_tokens}+{output_tokens}) x {1 + margin:g} = {projected:,.0f}"
+    if _exact(concurrency, input_tokens, output_tokens, margin) <= capacity:
+        msg = f"stage concurrency {concurrency}: projected KV tokens {need} fit capacity {capacity:,}"
+        return GuardDecision(concurrency, True, concurrency, projected, capacity, action, False, msg)
+
+    fit = max_fitting_concurrency(capacity, input_tokens, output_tokens, margin)
+    head = f"stage concurrency {concurrency}: projected KV tokens {need} exceed capacity {capacity:,}"
+    if fit < 1:
+        msg = (
+            f"{head}; not even one request fits, refusing "
+            f"(lower input/output tokens, or check guard.kv_capacity_tokens)"
+        )
+        return GuardDecision(concurrency, False, None, projected, capacity, action, True, msg)
+    return _breach(concurrency, fit, projected, capacity, action, head,
+                   f"use --guard-action clamp or lower stages.max to {fit}",
+                   f"clamped to concurrency {fit} (use stages.max {fit} to make this the plan)")
+
+
+def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int | None,
+                input_tokens: int, output_tokens: int, margin: float, action: str) -> GuardDecision:
+    """Decide one open-loop stage by Little's law: the stage holds L = rate x W requests in flight
+    (W = the expected request duration, E2E mean), each up to input + output tokens of KV cache:
+
+        projected = rate x W x (input + output) x (1 + margin)
+
+    Breach = projected > capacity; the same actions as ``decide``: abort refuses it, clamp runs
+    the largest rate that fits, capacity / (W x (in + out) x (1 + margin)) (``max_fitting_rate``,
+    rounded down to 3 significant digits), warn runs it flagged. Capacity or W unknown: unguarded.
+    """
+    from loadgen.workload.arrivals import max_fitting_rate
+
+    _check(margin, action)
+    if capacity is None or mean_duration_s is None:
+        why = "server KV capacity unknown" if capacity is None else "no request duration known yet"
+        msg = f"KV guard off for {load_label(rate_per_s, rate=True)}: {why}"
+        return GuardDecision(rate_per_s, True, rate_per_s, 0.0, capacity, action, False, msg)
+    per_request = (input_tokens + output_tokens) * (1 + margin)
+    projected = rate_per_s * mean_duration_s * per_request
+    need = (f"{load_label(rate_per_s, rate=True)} x {mean_duration_s:.3g} s x ({input_tokens}+{output_tokens}) x {1 + margin:g}"
+            f" = {projected:,.0f}")
+    if projected <= capacity * (1 + 1e-12):
+        msg = f"{load_label(rate_per_s, rate=True)}: projected KV tokens {need} fit capacity {capacity:,}"
+        return GuardDecision(rate_per_s, True, rate_per_s, projected, capacity, action, False, msg)
+    fit = _round_down(max_fitting_rate(capacity, input_tokens + output_tokens, mean_duration_s, margin))
+    head = f"{load_label(rate_per_s, rate=True)}: projected KV tokens {need} exceed capacity {capacity:,}"
+    return _breach(rate_per_s, fit, projected, capacity, action, head,
+                   f"use --guard-action clamp, or rates up to {load_label(fit, rate=True)}",
+                   f"clamped to {load_label(fit, rate=True)}")
+
+
+def _breach(load: float, fit: float, projected: float, capacity: int, action: str, head: str,
+            abort_hint: str, clamped: str) -> GuardDecision:
+    """A stage over capacity, as ``action`` says: abort refuses it (``abort_hint``: the fix),
+    clamp runs the largest load that fits (``fit``; ``clamped`` says so), warn runs it flagged."""
+    if action == "abort":
+        return GuardDecision(load, False, None, projected, capacity, action, True, f"{head}; refusing it ({abort_hint})")
+    if action == "clamp":
+        return GuardDecision(load, True, fit, projected, capacity, action, True, f"{head}; {clamped}")
+    msg = f"{head}; running anyway because --guard-action warn (expect queueing/preemption)"
+    return GuardDecision(load, True, load, projected, capacity, action, True, msg)
+
+
+def _round_down(x: float, digits: int = 3) -> float:
+    """x rounded down to ``digits`` significant digits (a clamped rate people can read)."""
+    scale = 10 ** (digits - 1 - math.floor(math.log10(x)))
+    return math.floor(x * scale * (1 + 1e-12)) / scale
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+@dataclass(frozen=True)
+class OverCapacityRule:
+    """When a stage counts as over the server's capacity (scenario ``guard.over_capacity``).
+
+    Evidence a capacity planner accepts, any one of:
+    - preemptions (vLLM) / retractions (SGLang) grew during the stage;
+    - a sustained queue: waiting >= ``queue_fraction`` x the stage's concurrency (at least 1) in at
+      least ``queue_share`` of the stage's polls (and in 2 polls or more);
+    - KV cache use >= ``kv_usage`` in at least ``queue_share`` of the polls.
+    A closed loop whose users run in step queues briefly at every prefill burst (a request caught
+    between arrival and the scheduler's next step): that is neither sustained nor a real fraction.
+    """
+
+    queue_fraction: float = 0.1
+    queue_share: float = 0.5
+    kv_usage: float = 0.98
+
+
+class StageWatch:
+    """Per-stage server-side overload signals from a sequence of ``(t, sample)`` /metrics polls.
+
+    A sample (see ``server_probe.watch_sample``) holds ``preemptions_total`` (vLLM
+    num_preemptions_total, or SGLang num_retracted_requests_total: requests evicted for lack of
+    KV), ``waiting`` (queued requests), ``running`` and ``kv_usage`` (0-1); any may be None.
+
+    Per stage, between ``begin`` and ``end``:
+      preemptions   = sum of counter increases since the last poll before the stage began
+                      (a decrease is a server restart: the new value counts as the increase)
+      waiting_max / running_max / kv_usage_max = largest value polled
+      queued_polls_max = longest run of consecutive polls with waiting > 0
+      queued_share  = share of polls with waiting >= max(1, queue_fraction x concurrency)
+      kv_full_share = share of polls with kv_usage >= rule.kv_usage
+      over_capacity = any evidence of ``OverCapacityRule`` (listed in ``over_capacity_evidence``);
+                      None when no poll arrived during the stage (unknown, not "fine")
+    """
+
+    def __init__(self, rule: OverCapacityRule | None = None):
+        self.rule = rule or OverCapacityRule()
+        self._last_counter: float | None = None
+        self._index: int | None = None
+        self._acc: dict = {}
+
+    def begin(self, index: int, t: float, concurrency: int | None = None) -> None:
+        self._index = index
+        self._acc = {
+            "t0": t,
+            "concurrency": concurrency,
+            "polls": 0,
+            "preemptions": None,
+            "waiting_max": None,
+            "running_max": None,
+            "kv_usage_max": None,
+            "run": 0,
+            "queued_polls_max": 0,
+            "queued_polls": 0,
+            "kv_full_polls": 0,
+        }
+
+    def feed(self, t: float, sample: dict) -> None:
+        counter = sample.get("preemptions_total")
+        increase = None
+        if counter is not None:
+            if self._last_counter is not None:
+                increase = counter - self._last_counter if counter >= self._last_counter else counter
+            self._last_counter = counter
+        if self._index is None:
+            return  # between stages: only the counter baseline moves
+        acc, rule = self._acc, self.rule
+        acc["polls"] += 1
+        if counter is not None:
+            acc["preemptions"] = (acc["preemptions"] or 0) + (increase or 0)
+        waiting = sample.get("waiting")
+        acc["run"] = acc["run"] + 1 if waiting else 0
+        acc["queued_polls_max"] = max(acc["queued_polls_max"], acc["run"])
+        if waiting and waiting >= max(1.0, rule.queue_fraction * (acc["concurrency"] or 0)):
+            acc["queued_polls"] += 1
+        usage = sample.get("kv_usage")
+        if usage is not None and usage >= rule.kv_usage:
+            acc["kv_full_polls"] += 1
+        for key in ("waiting", "running", "kv_usage"):
+            acc[key + "_max"] = _max(acc[key + "_max"], sample.get(key))
+
+    def _evidence(self, acc: dict) -> list[str]:
+        rule, polls = self.rule, acc["polls"]
+        needed = max(2, rule.queue_share * polls)
+        out = []
+        if acc["preemptions"]:
+            out.append(f"preemptions +{int(round(acc['preemptions']))}")
+        if acc["queued_polls"] >= needed:
+            threshold = max(1.0, rule.queue_fraction * (acc["concurrency"] or 0))
+            out.append(f"queue >= {threshold:g} in {acc['queued_polls']} of {polls} polls "
+                       f"(waiting max {acc['waiting_max']:g})")
+        if acc["kv_full_polls"] >= needed:
+            out.append(f"KV use >= {rule.kv_usage:.0%} in {acc['kv_full_polls']} of {polls} polls")
+        return out
+
+    def end(self, index: int, t: float) -> dict:
+        """The stage's server signals (summary.json ``stages[].server``); 0 polls if never begun."""
+        if index != self._index:
+            self.begin(index, t)
+        acc, self._index = self._acc, None
+        preempted, polls = acc["preemptions"], acc["polls"]
+        evidence = self._evidence(acc) if polls else []
+        return {
+            "polls": polls,
+            "watched_s": max(0.0, t - acc["t0"]),
+            "preemptions": None if preempted is None else int(round(preempted)),
+            "waiting_max": acc["waiting_max"],
+            "running_max": acc["running_max"],
+            "kv_usage_max": acc["kv_usage_max"],
+            "queued_polls_max": acc["queued_polls_max"],
+            "queued_share": acc["queued_polls"] / polls if polls else None,
+            "kv_full_share": acc["kv_full_polls"] / polls if polls else None,
+            "over_capacity": None if not polls else bool(evidence),
+            "over_capacity_evidence": evidence,
+        }

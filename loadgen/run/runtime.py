@@ -1,0 +1,214 @@
+"""Per-process run state and phase: what a Locust user of this process reads and writes.
+
+Every process (local runner, master, worker) has one ``Runtime``, reachable from Locust users as
+``environment.llm``. It holds the scenario, the ``Collector`` of request statistics, the current
+phase, the client-health monitor, the API key and the model. It knows nothing of the run's
+results (``loadgen.run.session``) nor of other processes (``loadgen.fleet.distributed``): those are told
+what they need, and install ``on_fatal`` to hear that the target is unusable.
+
+Stage membership (docs/ARCHITECTURE.md): the shape on the master owns the phase ``(stage, kind)``
+and broadcasts it; a request belongs to stage k when it was sent during (k, MEASURE) as this
+process knew it; tokens count toward stage k's throughput when they arrived during (k, MEASURE).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+from gevent.lock import Semaphore
+
+from loadgen.config import ConfigError, Scenario, scenario_from_options
+from loadgen.phases import Phase
+from loadgen.run.health import HealthMonitor, settle_heap
+from loadgen.server import start_check as preflight
+from loadgen.stats.failures import FailFast
+from loadgen.stats.inflight import InflightMeter
+from loadgen.stats.stage_stats import Collector
+from loadgen.wire import tls
+from loadgen.wire.compat import Compat
+from loadgen.workload.dataset import DatasetRequest, load_dataset
+from loadgen.workload.trace import trace_scenario
+
+log = logging.getLogger("llm_loadgen")
+
+
+class Runtime:
+    """The state one process needs to generate load and account for it."""
+
+    def __init__(self, environment, scenario: Scenario):
+        self.environment = environment
+        self.dataset = scenario_dataset(scenario)
+        self.scenario = trace_scenario(scenario, self.dataset)  # a timestamped dataset: one rate stage
+        self._dataset_cursor = None  # loadgen.locust_face.users.dataset_cursor: this process's share
+        self.collector = Collector()
+        self.stage: int | None = None  # stage index of the current phase
+        self.kind: Phase = Phase.IDLE
+        self.phase_seq = 0
+        self.measuring: int | None = None  # == stage while kind is MEASURE, else None
+        self.health = HealthMonitor(lambda: self.measuring)
+        self.inflight = InflightMeter(self.collector)
+        # open loop (loadgen.locust_face.open_loop): this stage's total rate and this process's share of it
+        self.rate_per_s: float | None = None
+        self.part: int | None = None  # None: no share this stage (joined late, or closed loop)
+        self.parts = 1
+        self._model: str | None = scenario.model
+        self._model_lock = Semaphore()
+        self.api_key = api_key(scenario)
+        self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
+        self.fatal_sent = False
+        # What the server accepts (loadgen.wire.compat): set by the start check, or on a worker by the
+        # master's phase message; users send nothing before it is known.
+        self.compat: Compat | None = None
+        self.connect_backoff = Backoff()  # one pause for every user of this process while connects fail
+        self.fail_fast = FailFast()  # this process's first requests all refused the same way: stop
+        # The target is unusable (one line); the process that owns the run installs its stop here,
+        # a worker tells the master (loadgen.fleet.distributed).
+        self.on_fatal: Callable[[str], None] = lambda message: log.error("llm-loadgen: %s", self.redact(message))
+
+    # -- role ------------------------------------------------------------------------------------
+    @property
+    def is_worker(self) -> bool:
+        from locust.runners import WorkerRunner
+
+        return isinstance(self.environment.runner, WorkerRunner)
+
+    @property
+    def is_master(self) -> bool:
+        from locust.runners import MasterRunner
+
+        return isinstance(self.environment.runner, MasterRunner)
+
+    # -- phase -----------------------------------------------------------------------------------
+    def set_phase(self, stage: int | None, kind: str, seq: int | None = None) -> None:
+        """Adopt a phase (locally, or from the master's message). Older messages are ignored."""
+        if seq is None:
+            self.phase_seq += 1
+        elif seq <= self.phase_seq:
+            return
+        else:
+            self.phase_seq = seq
+        self.stage, self.kind = stage, Phase(kind)
+        if self.kind is Phase.WARMUP:
+            settle_heap()
+        self.measuring = stage if self.kind is Phase.MEASURE else None
+        self.inflight.measure(self.measuring, time.perf_counter())
+
+    def set_arrivals(self, rate_per_s: float | None, part: int | None, parts: int) -> None:
+        """Open loop: the stage's offered rate and this process's part of ``parts`` (or None)."""
+        self.rate_per_s, self.part, self.parts = rate_per_s, part, max(parts, 1)
+
+    def request_started(self, stage: int | None) -> None:
+        """A request of ``stage`` (None: not measured) was sent by this process."""
+        self.collector.request_started(stage)
+        self.inflight.change(+1, time.perf_counter())
+
+    def request_finished(self, stage: int | None, ok: bool) -> None:
+        """It finished (``ok``: completed); an ok one counts toward the window open now."""
+        self.collector.request_finished(stage)
+        self.inflight.change(-1, time.perf_counter())
+        if ok:
+            self.collector.add_window_request(self.measuring)
+
+    def on_tokens(self, n: int) -> None:
+        """Live token arrival: counts toward the window of the stage being measured."""
+        self.collector.add_window_tokens(self.measuring, n)
+
+    def finished(self, stage: int) -> int:
+        """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""
+        stats = self.collector.stages.get(stage)
+        return 0 if stats is None else stats.requests_ok + stats.error_count
+
+    def finished_total(self) -> int:
+        """Every request finished so far in the run (ok or failed, measured or not)."""
+        t = self.collector.totals
+        return t.requests_ok + t.error_count
+
+    # -- the target ------------------------------------------------------------------------------------
+    def fatal(self, problem: Exception | str) -> None:
+        """The target cannot be load-tested: hand the one line to ``on_fatal`` (the run stops,
+        exit code 4). Once per process: every user meets the same problem, one line says it."""
+        if self.fatal_sent:
+            return
+        self.fatal_sent = True
+        self.on_fatal(str(problem))
+
+    def redact(self, text: str) -> str:
+        """``text`` without the API key (a server may echo it back in an error message)."""
+        return text.replace(self.api_key, "<API key>") if self.api_key else text
+
+    def use_model(self, model: str | None) -> None:
+        """The model the start check settled on (given, or discovered once for this process)."""
+        self._model = model
+
+    @property
+    def model_name(self) -> str | None:
+        """The model known so far (None before discovery)."""
+        return self._model
+
+    def model(self, client) -> str:
+        """The model to send: set by the start check, else discovered on first use (a worker)."""
+        if self._model is None:
+            with self._model_lock:
+                if self._model is None:
+                    self._model = preflight.discover_model(client)
+        return self._model
+
+
+def scenario_dataset(scenario) -> list[DatasetRequest] | None:
+    """Every request of ``workload.dataset`` (validated: DatasetError, exit 2), or None."""
+    path = scenario.workload.dataset
+    return None if path is None else load_dataset(path, scenario.endpoint)
+
+
+class Backoff:
+    """The pause after a failed connect, shared by every user of one process: it doubles from
+    ``first_s`` to ``max_s`` with each failure anywhere in the process and resets on a success,
+    so a down server sees a few connects a second from a process, not one per user per pause."""
+
+    def __init__(self, first_s: float = 0.05, max_s: float = 1.0):
+        self.first_s, self.max_s, self.pause_s = first_s, max_s, 0.0
+
+    def failed(self) -> float:
+        self.pause_s = min(max(2 * self.pause_s, self.first_s), self.max_s)
+        return self.pause_s
+
+    def reset(self) -> None:
+        self.pause_s = 0.0
+
+
+def api_key(scenario) -> str | None:
+    """The key from the environment variable the scenario names (``api_key_env``; null: no key)."""
+    return (os.environ.get(scenario.api_key_env) or None) if scenario.api_key_env else None
+
+
+def install(environment) -> Runtime:
+    """Create this process's Runtime from the parsed options and hook it into Locust's events."""
+    rt = Runtime(environment, scenario_from_options(environment.parsed_options))
+    tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)  # a bad file: ConfigError
+    environment.llm = rt
+    events = environment.events
+
+    @events.test_start.add_listener
+    def _on_test_start(environment, **_):
+        # A separately started worker saw default options at init; the master's arrive now.
+        if rt.is_worker:
+            scenario = scenario_from_options(environment.parsed_options)
+            rt.dataset, rt._dataset_cursor = scenario_dataset(scenario), None
+            rt.scenario = trace_scenario(scenario, rt.dataset)
+            rt.use_model(rt.scenario.model)
+            rt.api_key = api_key(rt.scenario)
+            try:
+                tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)
+            except ConfigError as exc:  # the master's file is not on this worker's machine
+                rt.fatal(f"config error on a worker: {exc}")
+        if not rt.is_master:
+            rt.health.start()
+
+    @events.test_stop.add_listener
+    def _on_test_stop(environment, **_):
+        rt.health.stop()
+
+    return rt

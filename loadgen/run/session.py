@@ -1,0 +1,364 @@
+"""The run as the owning process (local runner or master) sees it: from start checks to results.
+
+``Session`` owns the run's state: the start check's answer (``loadgen.server.start_check``), the server
+watch, each stage's ``results.StageInfo``, the guard's record, the rows, the stop reason and exit
+code. It turns the sweep plan's typed events into what users get: a phase for every process, a
+guard decision before each stage, one read of the server watch as each window closes, a row per
+stage printed when its last request finishes, and ``summary.json`` / ``stages.csv`` /
+``report.html`` rewritten after every stage and on every stop path (normal end, guard abort,
+Ctrl-C / SIGTERM, fatal error), so nothing gathered is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import gevent
+
+from loadgen import errors
+from loadgen.errors import ConfigError
+from loadgen.export.exporter import exporter_from_config
+from loadgen.phases import Phase
+from loadgen.report.files import write_results
+from loadgen.report.knee import run_knee
+from loadgen.report.runs import create_run_dir, run_name
+from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
+from loadgen.run.console import StageConsole
+from loadgen.run.exporter_feed import ExporterFeed
+from loadgen.run.health import stage_client_bound
+from loadgen.run.kv_guard import OverCapacityRule
+from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
+from loadgen.run.results import (
+    GuardRecord,
+    RunFacts,
+    StageInfo,
+    build_summary,
+    iso,
+    stage_row,
+    stage_warnings,
+)
+from loadgen.run.stage_guard import StageGuard
+from loadgen.run.unstaged import FailureNotices, ProbeLedger
+from loadgen.server.answers import ServerWatch
+from loadgen.server.start_check import StartRefused, preflight
+from loadgen.stats.flags import cut_flag
+
+log = logging.getLogger("llm_loadgen")
+
+
+def say(line: str) -> None:
+    """User-facing progress: stderr, one line, flushed (Locust's stats go to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class Session:
+    """The run's state on the process that owns it; ``rt`` is that process's Runtime, ``fleet``
+    the load-generating processes (``loadgen.fleet.distributed``)."""
+
+    def __init__(self, rt, fleet):
+        self.rt, self.fleet = rt, fleet
+        rt.on_fatal = lambda message: self.fatal(errors.EXIT_SERVER_UNUSABLE, message)
+        self.started_wall = time.time()
+        self.server = None  # preflight.ServerInfo, once the start check passed
+        self.watch: ServerWatch | None = None
+        self.stage_info: dict[int, StageInfo] = {}
+        self.rows: list[dict] = []
+        self.guard = GuardRecord()
+        self.stop_reason: str | None = None
+        self.exit_code: int | None = None
+        self.close_seq: dict[int, int] = {}  # stage -> the phase seq that closed its window
+        self.worker_losses: list[dict] = []
+        self.finished_run = False
+        self.started = False
+        self.exporter = None
+        self.run_dir = None  # the run's own folder under results_dir, created when the run starts
+        self.finished_wall: float | None = None  # a web UI run that ended (the process lives on)
+        self.console = StageConsole(say)
+        self.probes = ProbeLedger(rt)  # requests sent outside the stages (loadgen.run.unstaged)
+        self.notices = FailureNotices(rt, say)
+        self.kv = StageGuard(rt, fleet, say)  # the KV guard's numbers; the plan calls kv.decide
+
+    @property
+    def capacity(self):
+        """``server_probe.Capacity`` from the start check (None before it)."""
+        return self.kv.capacity
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self) -> bool:
+        """Before the first stage: the start check (``loadgen.server.start_check``), the server watch and
+        the exporter. Returns False when the run must not start (the reason is printed and the
+        exit code set)."""
+        self.started = True
+        rt, sc = self.rt, self.rt.scenario
+        host = rt.environment.host
+        self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
+        try:
+            self.run_dir = create_run_dir(sc.results_dir, self.started_wall, run_name(sc))
+        except OSError as exc:
+            self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
+                       f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
+            return False
+        try:
+            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
+        except StartRefused as exc:
+            self.probes.count(exc.probes)
+            self.fatal(exc.exit_code, str(exc))
+            return False
+        self.probes.count(self.server.probes)
+        rt.use_model(self.server.model)
+        rt.compat = self.server.compat
+        self.kv.capacity = cap = self.server.capacity
+        if sc.guard.watch and cap.flavor:
+            g = sc.guard
+            rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
+                                    g.over_capacity_kv_usage)
+            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule)
+            self.watch.start()
+        try:
+            self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))
+        except ConfigError as exc:
+            self.fatal(errors.EXIT_CONFIG, f"config error: {exc}")
+        if self.exporter is not None:
+            say(f"llm-loadgen: Prometheus exporter at {self.exporter.url}")
+        if self.exit_code is None:
+            self.kv.probe(self.probes)
+        return self.exit_code is None
+
+    def flush_locust_events(self) -> None:
+        self.probes.flush_to_locust()
+
+    def say_new_failures(self) -> None:
+        self.notices.say_new()
+
+    # -- sweep events --------------------------------------------------------------------------------
+    def on_event(self, ev, now: float) -> str | None:
+        """Act on one of the plan's events. Returns a reason to stop the sweep (only for a
+        ``WindowClosed``: the server was over capacity and ``guard.abort_on_over_capacity``)."""
+        rt = self.rt
+        match ev:
+            case PhaseStarted(stage=k, phase=phase, concurrency=c, search=search):
+                pending = self._rows_pending()
+                if phase is Phase.RAMP and rt.scenario.open_loop:
+                    parts = self.fleet.assign_parts()
+                    rt.set_arrivals(c, None if self.fleet.master else 0, parts)
+                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts, search=search)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp"
+                                        f"{' (SLO search)' if search else ''}", pending)
+                elif phase is Phase.RAMP:
+                    info = self.stage_info[k] = StageInfo(k, c, search=search)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label}: ramp{' (SLO search)' if search else ''}",
+                                        pending)
+                rt.set_phase(k, phase)
+                self.console.phase_started(now)
+            case GuardDecided(decision=d):
+                if d.breach:
+                    self.console.notice(f"llm-loadgen: guard: {d.message}", self._rows_pending())
+                self.guard.record(d)
+            case WindowOpened(stage=k, t=t):
+                info = self.stage_info[k]
+                info.open_t, info.open_wall = t, time.time()
+                if self.watch:
+                    self.watch.begin_stage(k, info.concurrency)
+            case WindowClosed():
+                return self._close_window(ev)
+            case StageFinal(stage=k, forced=forced):
+                self._finalize(k, forced=forced)
+            case SweepDone(reason=reason):
+                self.stop_reason = reason
+                if reason in ("guard_abort", "server_over_capacity"):
+                    self.exit_code = errors.EXIT_GUARD_ABORT
+                self.finished_run = True
+                rt.set_phase(rt.stage, Phase.DONE)
+        return None
+
+    def _close_window(self, ev: WindowClosed) -> str | None:
+        """Record the window, tell every worker it closed (the plan's CLOSING phase, adopted just
+        before), then read the server watch for it once."""
+        k, info = ev.stage, self.stage_info[ev.stage]
+        info.window_s, info.users = ev.t - info.open_t, ev.users
+        self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
+        # the CLOSING phase just sent: a worker on it starts no request of stage k. (Not the phase
+        # after it: with SLO isolation that comes only once stage k is final, after drain_s.)
+        self.close_seq[k] = self.rt.phase_seq
+        if info.rate_per_s is not None:
+            self.kv.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
+        if not self.watch:
+            return None
+        server = info.server = self.watch.end_stage(k)
+        if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
+            say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
+                f"({info.label}: {'; '.join(server.get('over_capacity_evidence') or [])}); "
+                "stopping the sweep (guard.abort_on_over_capacity)")
+            return "server_over_capacity"
+        return None
+
+    def _finalize(self, k: int, forced: bool, flag: str = "drain_timeout") -> None:
+        rt, sc = self.rt, self.rt.scenario
+        info, stats = self.stage_info[k], rt.collector.stages.get(k)
+        client = self.fleet.stage_health(k)
+        open_loop = stats is not None and info.rate_per_s is not None and stats.schedule_lateness_s.count
+        bound = stage_client_bound(client, stats.schedule_lateness_s.quantile(0.99) if open_loop else None,
+                                   sc.client_check)
+        # forced: still running, or already killed by the stop (Locust stops users before `quitting`);
+        # cancelled requests are merged from every process
+        unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
+        if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
+            unfinished = None
+        row = stage_row(info, stats, self.guard, client, bound, unfinished, flag, sc.slo, sc.cost)
+        self.rows.append(row)
+        if len(self.rows) == 1:
+            say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
+        say(format_stage_row(row))
+        for line in stage_warnings(row, *sc.expected_lengths()):
+            say(line)
+        if not self._rows_pending():
+            self.console.flush()
+        self.write()
+
+    # -- console ------------------------------------------------------------------------------------
+    def _rows_pending(self) -> bool:
+        """A stage's window closed and its row is not printed yet (its last requests still run)."""
+        written = {r["index"] for r in self.rows}
+        return any(info.closed and k not in written for k, info in self.stage_info.items())
+
+    def progress(self, now: float) -> None:
+        """Headless: the progress line (``loadgen.run.console``); the web UI has its tabs."""
+        rt, opts = self.rt, self.rt.environment.parsed_options
+        if opts is None or not opts.headless:
+            return
+        info = self.stage_info.get(rt.stage) if rt.stage is not None else None
+        self.console.progress(now, rt.stage, rt.kind, info.label if info else None,
+                              rt.collector.stages.get(rt.stage), info.open_t if info else None,
+                              self._rows_pending(), self.fleet.inflight_total())
+
+    # -- workers ------------------------------------------------------------------------------------
+    def check_workers(self, now: float | None = None) -> None:
+        """Master: a worker that stopped reporting is recorded as lost, with what it had running
+        booked against the stages it ran in (``loadgen.fleet.worker_loss``; what it reported stays
+        counted). Open loop: a lost worker's share of the rate is not sent for the rest of the
+        stage; the stage records it (``StageInfo.lose_part``: a lower offered rate, flagged
+        ``worker_lost``)."""
+        rt = self.rt
+        for lost in self.fleet.drop_lost():
+            info = self.stage_info.get(rt.stage)
+            if info is not None and info.rate_per_s is not None and lost.client_id in self.fleet.parts:
+                info.lose_part(now if now is not None else info.open_t or 0.0)
+            for k, n in lost.running.items():
+                if k is not None and k in self.stage_info:
+                    self.stage_info[k].add_lost(n)
+            died_in = self.stage_info.get(lost.stage)  # where it was last heard (loadgen.fleet.worker_loss)
+            self.worker_losses.append({
+                "worker": lost.client_id, "at": iso(time.time()), "stage": lost.stage,
+                **(died_in.load_fields() if died_in else {"concurrency": None}), **lost.record(self.fleet.wall_iso),
+            })
+            say(f"llm-loadgen: {lost.describe()}")
+
+    # -- stop paths --------------------------------------------------------------------------------
+    def fatal(self, code: int, message: str) -> None:
+        """Stop the run now with a clear one-line message; results so far are written on quit."""
+        say(self.rt.redact(f"llm-loadgen: {message}"))
+        self.stop_reason = self.stop_reason or "error"
+        self.exit_code = code
+        runner = self.rt.environment.runner
+        self.rt.environment.process_exit_code = code
+        if runner is not None:
+            gevent.spawn_later(0, runner.quit)
+
+    def on_quit(self) -> None:
+        """After Locust's runner quit: the workers' final reports are in; write everything again."""
+        self.write(final=True)
+
+    def on_quitting(self) -> None:
+        if self.finished_wall is not None:  # a web UI run finished earlier; the process quits now
+            self.rt.environment.process_exit_code = self.exit_code
+            if self.exporter is not None:
+                self.exporter.stop()
+            return
+        self._conclude()
+        if self.exporter is not None:
+            self.exporter.stop()
+        self.write(final=False)
+        self._print_end()
+
+    def on_runner_stopped(self) -> None:
+        """Web UI: the runner stopped (the sweep ended, or the Stop button). The run is over while
+        the UI stays up: final results with plots, ``ended_at``, the exit code, the final table;
+        the LLM tabs say "finished". A master first collects every live worker's final report
+        (``loadgen.fleet.final_reports``, as a headless stop does) and books a worker that sent none."""
+        if not self.started or self.finished_wall is not None:
+            return
+        if self.fleet.finals is not None:
+            self.fleet.finals.stop()
+            self.check_workers()
+        self._conclude()
+        self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
+        self.finished_wall = time.time()
+        self.rt.set_phase(self.rt.stage, Phase.DONE)
+        self.fleet.broadcast_phase()
+        self.write(final=True)
+        self._print_end()
+
+    def _conclude(self) -> None:
+        """The stop reason and exit code (Locust's rule when nothing else decided it), the server
+        watch stopped, and every stage whose window closed written (flagged when cut short)."""
+        env = self.rt.environment
+        self.say_new_failures()
+        self.flush_locust_events()
+        if self.stop_reason is None:
+            self.stop_reason = "interrupted"
+            self.exit_code = errors.EXIT_INTERRUPTED
+        if self.exit_code is not None:
+            env.process_exit_code = self.exit_code
+        elif env.process_exit_code is None:
+            # Locust's own rule, recorded so summary.json says how the process ended
+            runner = env.runner
+            failed = runner is not None and (runner.errors or runner.exceptions)
+            self.exit_code = env.parsed_options.exit_code_on_error if failed else errors.EXIT_OK
+        if self.watch:
+            self.watch.stop()
+        # A stage whose window closed but whose last requests were still running when the run was
+        # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
+        written = {r["index"] for r in self.rows}
+        for k, info in sorted(self.stage_info.items()):
+            if info.closed and k not in written:
+                self._finalize(k, forced=True, flag=cut_flag(self.stop_reason))
+        self.console.flush()
+
+    def _print_end(self) -> None:
+        """The final table (with the legend of the flags it shows) and where the results are."""
+        if self.rows:
+            summary = self.summary(final=True)
+            say(format_stage_table(self.rows, self.knee(), guard=summary["guard"],
+                                   threshold=self.rt.scenario.knee.threshold, slo=summary["slo"],
+                                   open_loop=self.rt.scenario.open_loop))
+        if self.run_dir is not None:
+            code = "" if self.exit_code is None else f" (exit code {self.exit_code})"
+            words = errors.STOP_WORDS.get(self.stop_reason, self.stop_reason)
+            say(f"llm-loadgen: {words}; results in {self.run_dir}/{code}")
+
+    # -- results -------------------------------------------------------------------------------------
+    def knee(self) -> float | None:
+        """The concurrency knee, or in open-loop mode the highest offered rate sustained."""
+        return run_knee(self.rows, self.rt.scenario.open_loop, self.rt.scenario.knee.threshold)
+
+    def summary(self, final: bool = False) -> dict:
+        rt = self.rt
+        exit_code = self.exit_code if self.exit_code is not None else (0 if final else None)
+        ended = (self.finished_wall or time.time()) if final else None
+        run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
+                       rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
+                       run_name(rt.scenario))
+        return build_summary(run, rt.scenario, self.capacity, self.guard, self.rows, self.knee(),
+                             rt.collector.totals, self.server.compat if self.server else None,
+                             (self.probes.outcomes, self.probes.stats))
+
+    def write(self, final: bool = False) -> None:
+        if self.run_dir is None:  # the run never started (a web UI closed before its first run)
+            return
+        try:
+            # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
+            write_results(self.run_dir, self.summary(final), plots=final)
+        except Exception as exc:  # never lose the run to a report problem
+            log.exception("writing results failed: %s", exc)

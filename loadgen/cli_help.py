@@ -24,6 +24,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workload", ("input", "output", "workload.", "prompt.", "endpoint", "model")),
     ("guard (KV cache)", ("guard.",)),
     ("SLO", ("slo",)),
+    ("cost and efficiency", ("cost.",)),
     ("open loop (request rates)", ("rate.",)),
     ("output", ("results_dir", "exporter.", "run.")),
     ("TLS and authentication", ("request.", "api_key_env")),

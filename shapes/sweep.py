@@ -17,6 +17,7 @@ from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
 from loadgen.run.plan import Observation, SweepPlan, Tick
 from loadgen.run.results import slo_outcomes
+from loadgen.stats.stage_load import CONCURRENCY, RATE
 
 log = logging.getLogger("llm_loadgen")
 
@@ -52,7 +53,7 @@ class SweepShape(LoadTestShape):
             stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
-            slo_outcomes=lambda: slo_outcomes(session.rows),
+            slo_outcomes=lambda: slo_outcomes(session.rows, RATE if rt.scenario.open_loop else CONCURRENCY),
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):

@@ -69,8 +69,8 @@ def test_default_yaml_equals_builtin_defaults():
 
 def test_schema_covers_exactly_the_default_keys():
     assert set(SPEC) == _leaves(DEFAULTS)
-    for name, cls in SECTIONS.items():
-        assert [f.name for f in dataclasses.fields(cls)] == list(DEFAULTS[name])
+    for name, cls in SECTIONS.items():  # a "flatten" field is a family of keys (slo.ttft_p99_s), no leaf
+        assert [f.name for f in dataclasses.fields(cls) if not f.metadata.get("flatten")] == list(DEFAULTS[name])
     assert [f.name for f in dataclasses.fields(Scenario)] == list(DEFAULTS)
 
 
@@ -266,7 +266,6 @@ BAD_DOCUMENTS = [
     ({"slo": {"tpot_s": 0.05, "resolution": 0}}, "slo.resolution", "0"),
     ({"slo": {"tpot_s": 0.05, "max_search_stages": 0}}, "slo.max_search_stages", "0"),
     ({"slo": 0.99}, "slo", "0.99"),
-    ({"slo": {"tpot_s": 0.05, "search": True}, "rate": {"list": [1, 2]}}, "slo.search", "True"),
 ]
 
 

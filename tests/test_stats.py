@@ -90,13 +90,15 @@ def test_row_fields_and_window_rate():
         "output_len_p99_tokens", "length_hist", "slo_attainment", "goodput_requests_per_s",
         "goodput_output_tokens_per_s", "ttfat_p50_s", "ttfat_p90_s", "ttfat_p99_s",
         "reasoning_tokens_per_request", "answer_decode_tps_p50", "tokens_per_chunk", "cached_share",
-        "cached_prompt_tokens",
+        "cached_prompt_tokens", "output_tokens_per_gpu_per_s", "total_tokens_per_gpu_per_s",
+        "usd_per_million_output_tokens", "usd_per_million_total_tokens",
     }  # fmt: skip
     # a plain model: no reasoning figure, no cache figure without the server's detail (None, not 0)
     assert row["ttfat_p50_s"] is None and row["reasoning_tokens_per_request"] is None
     assert row["cached_share"] is None and row["cached_prompt_tokens"] is None
-    # no objective set: no SLO figure (None, not a misleading 0)
+    # no objective set: no SLO figure (None, not a misleading 0); cost figures come from stage_row
     assert row["slo_attainment"] is None and row["goodput_requests_per_s"] is None
+    assert row["output_tokens_per_gpu_per_s"] is None and row["usd_per_million_output_tokens"] is None
     hist = row["length_hist"]
     assert hist["edges"][:3] == [1.0, 1.258925, 1.584893] and hist["edges"][-1] >= 100
     assert sum(hist["input"]) == sum(hist["output"]) == 20

@@ -41,6 +41,7 @@ from loadgen.config.schema import (
 )
 from loadgen.errors import ConfigError
 from loadgen.stats.slo import OBJECTIVES
+from loadgen.stats.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
 MAX_SWEEP_STAGES = 200
@@ -130,6 +131,9 @@ SPEC: dict[str, Check] = {
     "slo.search": boolean(),
     "slo.resolution": number("a share of the last passing concurrency, e.g. 0.1", gt=0, le=1),
     "slo.max_search_stages": integer("search stages at most, e.g. 4", ge=1, le=20),
+    "slo.preset": preset_name,  # percentile limits by name; the limits themselves: _limit_value
+    "cost.gpus": integer("GPUs serving the endpoint, e.g. 8, or null", ge=1, nullable=True),
+    "cost.gpu_hour_usd": number("the price of one GPU for an hour, e.g. 2.5, or null", gt=0, nullable=True),
     "exporter.port": integer("a TCP port 1-65535, or 0 to turn the exporter off", ge=0, le=65535),
     "exporter.host": text("an address to bind, e.g. 127.0.0.1 (0.0.0.0 for all interfaces)"),
     "client_check.cpu_percent_max": number("percent of one core, e.g. 90", gt=0, le=100),
@@ -139,6 +143,14 @@ SPEC: dict[str, Check] = {
 }
 
 _BODY = "request.extra_body"
+# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.stats.slo_limits): a family of keys, not leaves
+_limit_value = number("seconds, e.g. 2 (the stage's percentile must be <= it), or null", gt=0, nullable=True)
+
+
+def _is_limit(path: str) -> bool:
+    """``slo.ttft_p99_s`` and the like (checked by ``parse_limit_key``, which names the fix)."""
+    section, _, leaf = path.partition(".")
+    return section == "slo" and looks_like_limit_key(leaf) and parse_limit_key(leaf) is not None
 
 
 class UnknownKey(ConfigError):
@@ -180,7 +192,7 @@ def check_keys(doc: Mapping[Any, Any], where: str = "") -> None:
     """Raise on the first key that is not part of the scenario (extra_body is free-form)."""
     for key, value in doc.items():
         path = f"{where}.{key}" if where else str(key)
-        if path in SPEC:
+        if path in SPEC or _is_limit(path):
             continue
         if not where and key in SECTIONS:
             if value is not None and not isinstance(value, Mapping):
@@ -206,6 +218,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         if dotted in SPEC:
             section, _, leaf = dotted.rpartition(".")
             (doc[section] if section else doc)[leaf] = value
+        elif isinstance(dotted, str) and _is_limit(dotted):
+            doc["slo"][dotted.partition(".")[2]] = value
         elif dotted in SECTIONS:
             check_keys({dotted: value})
             doc[dotted].update(value or {})
@@ -276,13 +290,13 @@ def _check_relations(v: dict[str, Any]) -> None:
         # silently ignored, so say so
         raise ConfigError("rate.burstiness", v["rate.burstiness"], f"shapes gamma arrivals only, and "
                           f"rate.arrival is {v['rate.arrival']}", "add --arrival gamma (or leave burstiness at 1)")
-    if v["slo.search"] and not any(v[f"slo.{k}"] is not None for k in OBJECTIVES):
+    if v["cost.gpu_hour_usd"] is not None and v["cost.gpus"] is None:
+        raise ConfigError("cost.gpu_hour_usd", v["cost.gpu_hour_usd"], "needs cost.gpus (the price is per GPU)",
+                          "set the GPUs serving the endpoint too, e.g. --gpus 8")
+    if v["slo.search"] and not any(v[f"slo.{k}"] is not None for k in OBJECTIVES) and not v["slo.limits"]:
         raise ConfigError("slo.search", True, "needs at least one objective",
-                          "set slo.ttft_s, slo.tpot_s, slo.e2e_s or slo.itl_max_s, e.g. --slo tpot_s=0.05")
-    if v["slo.search"] and (v["rate.list"] is not None or v["rate.start"] is not None):
-        raise ConfigError("slo.search", True, "bisects concurrency; an open-loop rate sweep has no search",
-                          "drop --slo-search (each rate stage still reports its attainment), or sweep "
-                          "concurrency (stages.*)")
+                          "set slo.ttft_s, slo.tpot_s, slo.e2e_s, slo.itl_max_s, a percentile limit "
+                          "(slo.ttft_p99_s) or slo.preset, e.g. --slo tpot_s=0.05")
     if v["request.thinking"] is not None and v["endpoint"] != "chat":
         raise ConfigError("request.thinking", v["request.thinking"], "applies to chat only (it is sent as "
                           "chat_template_kwargs.enable_thinking)", "set endpoint: chat, or drop request.thinking")
@@ -333,6 +347,7 @@ def build_scenario(doc: Any, overrides: Mapping[str, Any] | None = None) -> Scen
     merged = _lay_over(default_document(), doc)
     apply_overrides(merged, overrides or {})
     values = {dotted: check(dotted, _get(merged, dotted)) for dotted, check in SPEC.items()}
+    values["slo.limits"] = collect_limits(merged["slo"], values["slo.preset"], _limit_value)
     _check_relations(values)
     sections = {
         name: cls(**{f.name: values[f"{name}.{f.name}"] for f in fields(cls)})

@@ -56,6 +56,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
     ("--slo", "slo", "pairs", "SLO objectives, e.g. ttft_s=2,tpot_s=0.05 (any slo.* key)"),
     ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
+    ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (README 'Cost and efficiency')"),
+    ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
     ("--ca-cert", "request.ca_cert", str, "PEM file of the server's CA (or its own certificate), trusted instead "

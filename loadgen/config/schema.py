@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
+from loadgen.stats.cost import CostConfig
 from loadgen.stats.slo import Objectives
 
 ENDPOINTS = ("completions", "chat")
@@ -96,7 +97,9 @@ DEFAULTS: dict[str, Any] = {
         "search": False,
         "resolution": 0.1,
         "max_search_stages": 4,
+        "preset": None,
     },
+    "cost": {"gpus": None, "gpu_hour_usd": None},
     "exporter": {"port": 0, "host": "127.0.0.1"},
     "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "results_dir": "results",
@@ -291,6 +294,7 @@ class Scenario:
     guard: GuardConfig
     knee: KneeConfig
     slo: Objectives  # loadgen.stats.slo: per-request objectives; none set = no SLO accounting
+    cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
     client_check: ClientCheckConfig
     results_dir: str
@@ -331,8 +335,16 @@ class Scenario:
 
 
 def _plain(obj: Any) -> Any:
-    if is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if is_dataclass(obj):  # a field marked ``flatten`` is keys of its section (e.g. slo.ttft_p99_s), given
+        # by the method the mark names
+        out = {}
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            if f.metadata.get("flatten"):
+                out.update(getattr(obj, f.metadata["flatten"])())
+            else:
+                out[f.name] = _plain(value)
+        return out
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -352,6 +364,7 @@ SECTIONS: dict[str, type] = {
     "guard": GuardConfig,
     "knee": KneeConfig,
     "slo": Objectives,
+    "cost": CostConfig,
     "exporter": ExporterConfig,
     "client_check": ClientCheckConfig,
 }

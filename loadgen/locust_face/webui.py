@@ -193,18 +193,21 @@ def run_items(view: dict) -> list[dict]:
 
 
 def slo_items(slo: dict | None) -> list[tuple[str, object]]:
-    """The run tab's SLO rows (none without objectives): the answer so far and the search (an
-    open-loop answer, ``load: rate_per_s``, is an offered rate and has no search)."""
+    """The run tab's SLO rows (none without objectives): the objectives and percentile limits, the
+    answer so far and the search (an open-loop answer, ``load: rate_per_s``, is in offered req/s)."""
     if slo is None:
         return []
     lo, hi = slo["bracket"]
     rate = slo.get("load") == "rate_per_s"
     return [
         ("SLO objectives", ", ".join(f"{k} <= {v:g}" for k, v in slo["objectives"].items())
-         + f" for {slo['attainment_target']:.0%} of requests"),
+         + f" for {slo['attainment_target']:.0%} of requests" if slo["objectives"] else
+         f"none per request ({slo['attainment_target']:.0%} of requests must succeed)"),
+        *([("SLO percentile limits", ", ".join(f"{k} <= {v:g}" for k, v in slo["limits"].items()))]
+          if slo.get("limits") else []),
         ("SLO max rate" if rate else "SLO max concurrency", "none passed" if lo is None else load_label(lo, rate)),
         ("SLO bracket", f"[{load_label(lo, rate)}, {'open above' if hi is None else load_label(hi, rate)}]"),
-        *([] if rate else [("SLO search stages (C)", ", ".join(map(str, slo["search"]["stages"])) or "-")]),
+        (f"SLO search stages ({'req/s' if rate else 'C'})", ", ".join(map(load_number, slo["search"]["stages"])) or "-"),
     ]
 
 

@@ -25,7 +25,7 @@ from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
 from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
-from loadgen.stats.metrics import STAGE_METRICS
+from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS
 from loadgen.stats.stage_load import (
     CONCURRENCY,
     RATE,
@@ -37,6 +37,14 @@ from loadgen.stats.stage_load import (
 )
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
+# with cost.gpus in some run, the text table adds these (loadgen.stats.cost); compare.html has every figure
+TEXT_COST_KEYS = ("output_tokens_per_gpu_per_s", "usd_per_million_output_tokens")
+
+
+def text_metrics(runs: list[tuple[str, dict]]) -> tuple:
+    """The text table's metrics: ``TEXT_METRICS``, then the ``TEXT_COST_KEYS`` figures some run has."""
+    return TEXT_METRICS + tuple(m for m in COST_METRICS if m.key in TEXT_COST_KEYS and any(
+        st.get(m.key) is not None for _, s in runs for st in s.get("stages") or []))
 
 
 def run_labels(dirs: list[Path], summaries: list[dict], given: list[Path] | None = None) -> list[str]:
@@ -168,17 +176,17 @@ def format_compare_table(runs: list[tuple[str, dict]]) -> str:
     """Text table: warnings on what differs between the runs, then for each metric each run's
     value and ``#k/#1`` ratios, one row per load (``C`` or ``rate`` in req/s)."""
     n, key = len(runs), runs_load_key(runs)
-    rate = key == RATE
+    rate, shown = key == RATE, text_metrics(runs)
     legend = [f"#{i + 1} = {label}{tags_text(s)}" for i, (label, s) in enumerate(runs)]
     value_heads = [f"#{i + 1}" for i in range(n)] + [f"#{i + 1}/#1" for i in range(1, n)]
     group_w = 9 * len(value_heads)
     title, unit = load_column(rate)
-    line1 = f"{title if unit else '':>6}" + "".join(f" | {m.title:^{group_w}}" for m in TEXT_METRICS)
-    line2 = f"{unit or title:>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in TEXT_METRICS)
+    line1 = f"{title if unit else '':>6}" + "".join(f" | {m.title:^{group_w}}" for m in shown)
+    line2 = f"{unit or title:>6}" + "".join(" | " + "".join(f"{h:>9}" for h in value_heads) for _ in shown)
     lines = differences(runs) + legend + [line1, line2]
     for row in compare_rows(runs):
         text = f"{load_number(row[key]):>6}"
-        for m in TEXT_METRICS:
+        for m in shown:
             values = row[m.key]
             cells = [m.text(v) for v in values] + [ratio(v, values[0]) for v in values[1:]]
             text += " | " + "".join(f"{cell:>9}" for cell in cells)

@@ -10,7 +10,15 @@ import json
 from html import escape
 
 from loadgen.report.knee import knee_of, rate_knee_text
-from loadgen.report.table import columns, errors_compact, kv_ceiling_line, mismatch_compact, num, stage_flags
+from loadgen.report.table import (
+    columns,
+    errors_compact,
+    flags_shown,
+    kv_ceiling_line,
+    mismatch_compact,
+    num,
+    stage_flags,
+)
 from loadgen.stats.flags import FLAGS
 from loadgen.stats.slo import answer_line
 from loadgen.stats.stage_load import (
@@ -93,6 +101,11 @@ def key_findings(summary: dict, knee: float | None) -> str:
     if rated:
         peak = max(rated, key=lambda s: s["output_tokens_per_s"])
         lines.append(f"Peak throughput: {num(peak['output_tokens_per_s'])} output tok/s at {_e(stage_label(peak))}")
+    priced = [s for s in stages if s.get("usd_per_million_output_tokens") is not None]
+    if priced:  # loadgen.stats.cost
+        best = min(priced, key=lambda s: s["usd_per_million_output_tokens"])
+        lines.append(_e(f"Cost: ${num(best['usd_per_million_output_tokens'])} per million output tokens at "
+                        f"{stage_label(best)} ({num(best.get('output_tokens_per_gpu_per_s'))} output tok/s per GPU)"))
     failing = [s for s in stages if s.get("error_count")]
     if failing:
         first = failing[0]
@@ -120,7 +133,7 @@ def stage_table_html(stages: list[dict], knee: float | None, rate: bool = False)
     for s in stages:
         cells = "".join(f'<td class="n">{_e(cell(s))}</td>' for _, _, _, cell in cols)
         cells += f"<td>{_e(errors_compact(s))}</td><td>{_e(mismatch_compact(s))}</td>"
-        cells += f"<td>{_e(', '.join(stage_flags(s, knee)))}</td>"
+        cells += f"<td>{_e(', '.join(flags_shown(s, knee)))}</td>"
         cls = ' class="knee"' if knee is not None and stage_load(s) == knee else ""
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f'<table id="stages"><tr>{head}</tr>{"".join(rows)}</table>'

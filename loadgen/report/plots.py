@@ -10,6 +10,8 @@ Figures of one run (names are also the PNG file names):
   SLO objectives also goodput tok/s, the SLO maximum, the SLO search stages and the KV ceiling;
 - ``latency``: TTFT p50/p99 (left axes) and per-token ITL p50/p99 (right axes) vs concurrency, ms;
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
+- ``pareto`` (with ``cost.gpus``): output tok/s per GPU vs tok/s per user (decode tok/s p50), the
+  Pareto front (``loadgen.stats.cost.pareto_front``) joined and marked;
 A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
 (``loadgen.stats.stage_load``).
 """
@@ -25,6 +27,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
 from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.knee import knee_of
+from loadgen.stats.cost import pareto_front
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
 SIZE_IN = (8.0, 4.5)
@@ -109,7 +112,7 @@ def _slo_marks(ax, stages: list[dict], xs: list, ys: list, slo: dict | None, gua
     gx, gy = series(stages, key, "goodput_output_tokens_per_s")
     if gx:
         ax.plot(gx, gy, marker=".", color="tab:green", label="goodput tok/s (met the SLO)")
-    search = [s["concurrency"] for s in stages if s.get("search")]
+    search = [s.get(key) for s in stages if s.get("search")]
     if search:
         pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x in search]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=9, linestyle="none",
@@ -324,7 +327,37 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
     }
     if varied_lengths(stages):
         figures["lengths"] = lengths_figure(stages)
+    if any(s.get("output_tokens_per_gpu_per_s") is not None for s in stages):
+        figures["pareto"] = pareto_figure(stages)
     return figures
+
+
+def pareto_figure(stages: list[dict]) -> Figure:
+    """Output tok/s per GPU (y) vs tok/s per user (x: the per-request decode rate p50), one point
+    per stage labelled with its load; the stages on the Pareto front (``loadgen.stats.cost.pareto_front``:
+    no other stage is faster per user and cheaper per GPU) joined by a line, ``Pareto front``."""
+    fig = new_figure()
+    ax = fig.axes[0]
+    points = [(s["decode_tps_p50"], s["output_tokens_per_gpu_per_s"], stage_label(s)) for s in stages
+              if s.get("decode_tps_p50") is not None and s.get("output_tokens_per_gpu_per_s") is not None]
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", linestyle="none",
+                color="tab:gray", label="stages")
+        front = sorted(points[i] for i in pareto_front([(x, y) for x, y, _ in points]))
+        ax.plot([p[0] for p in front], [p[1] for p in front], marker="o", color="tab:blue",
+                label="Pareto front")
+        for x, y, text in points:
+            ax.annotate(text, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=LABEL_PT)
+        ax.set_xlim(0, max(p[0] for p in points) * 1.15 or 1.0)
+        ax.set_ylim(0, max(p[1] for p in points) * 1.15 or 1.0)
+        ax.legend(fontsize=8)
+    else:
+        _no_data(ax)
+    ax.set_xlabel("tokens/s per user (per-request decode rate, p50)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title("Per-user speed vs per-GPU throughput")
+    ax.grid(True, alpha=0.3)
+    return fig
 
 
 def save_figures(figures: dict[str, Figure], out_dir) -> dict[str, bytes]:

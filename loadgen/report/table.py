@@ -66,6 +66,13 @@ def stage_flags(stage: dict, knee: float | None = None) -> list[str]:
     return flags
 
 
+def flags_shown(stage: dict, knee: float | None = None) -> list[str]:
+    """``stage_flags`` as the tables show them: ``slo_fail`` names the percentile limits that
+    failed, ``slo_fail(tpot_p90_s)`` (``slo.failed``, loadgen.stats.slo_limits)."""
+    limits = [k for k in (stage.get("slo") or {}).get("failed") or [] if k != "attainment"]
+    return [f"{f}({','.join(limits)})" if f == "slo_fail" and limits else f for f in stage_flags(stage, knee)]
+
+
 # (header line 1, header line 2 (unit), width, cell) — one list drives the header and the rows:
 # the stage and its request count, then every metric of loadgen.stats.metrics that has a console column.
 Column = tuple[str, str, int, Callable[[dict], str]]
@@ -107,7 +114,7 @@ def format_stage_header(open_loop: bool = False, slo: bool = False) -> str:
 def format_stage_row(stage: dict, knee: float | None = None) -> str:
     """One stage as a fixed-width line, for printing live when the stage ends."""
     cells = "".join(f"{cell(stage):>{width}}" for _, _, width, cell in columns("slo" in stage))
-    flags = ",".join(stage_flags(stage, knee)) or "-"
+    flags = ",".join(flags_shown(stage, knee)) or "-"
     return f"{cells}  {errors_compact(stage):<23} {mismatch_compact(stage):<13} {flags}"
 
 
@@ -202,8 +209,12 @@ def flatten_stage(stage: dict) -> dict:
     for key, value in stage.items():
         if key in NESTED and isinstance(value, dict):
             for sub, v in value.items():
-                if isinstance(v, dict):  # slo.attainment_by.ttft_s
-                    row.update({f"{key}.{sub}.{k}": x for k, x in v.items()})
+                if isinstance(v, dict):  # slo.attainment_by.ttft_s, slo.limits.ttft_p99_s.pass
+                    row.update({f"{key}.{sub}.{k}.{kk}" if isinstance(x, dict) else f"{key}.{sub}.{k}": xx
+                                for k, x in v.items()
+                                for kk, xx in (x.items() if isinstance(x, dict) else [(None, x)])})
+                elif isinstance(v, list):  # slo.failed
+                    row[f"{key}.{sub}"] = ";".join(map(str, v))
                 else:
                     row[f"{key}.{sub}"] = v
         elif key == "flags":

@@ -34,7 +34,8 @@ stage at the largest concurrency that fits, warn runs it flagged.
   ``PhaseStarted``; repeated until the bracket is within ``slo.resolution`` or
   ``slo.max_search_stages`` ran. A guard refusal ends the geometric sweep (``guard_abort``) but not
   the search below it (those stages fit). A search stage's ramp may lower the users (it ends once
-  at most C run).
+  at most C run). In open-loop mode the search bisects the offered rate (``rate=True``:
+  midpoints to 3 significant digits, no one-user step in the resolution).
 - drain: after the last window, no new requests; ends when every closed stage is final and no
   request at all is running (``idle()``: unmeasured ones too, so every request sent is counted,
   e.g. against a server's own counters), or after ``drain_s``.
@@ -152,8 +153,8 @@ class SweepPlan:
         self.stop_reason: str | None = None  # stop(reason) during CLOSING
         self.exit_reason: str = "completed"
         self.isolate = slo is not None and slo.enabled  # each stage starts once the one before is final
-        # None: no search (the search bisects concurrency; an open-loop rate sweep has none)
-        self.slo = slo if self.isolate and slo.search and users_for is None else None
+        # None: no search; in open loop the search bisects the offered rate
+        self.slo = slo if self.isolate and slo.search else None
         self.sweep_over = False  # the geometric stages are done (or the guard refused the next)
         self.search_stages = 0  # search stages started
         self.search = False  # the current stage is a search stage
@@ -182,7 +183,8 @@ class SweepPlan:
         if self.slo is None or self.index < 0:
             self._enter(Phase.DRAIN, now, events)
             return
-        wanted = next_search_concurrency(obs.slo_outcomes(), self.slo, self.search_stages)
+        wanted = next_search_concurrency(obs.slo_outcomes(), self.slo, self.search_stages,
+                                         rate=self.users_for is not None)
         if wanted is None or not self._start(nxt, wanted, now, events, search=True):
             if wanted is not None:
                 self.exit_reason = "guard_abort"

@@ -14,8 +14,10 @@ from datetime import UTC, datetime
 from loadgen.report.files import SCHEMA
 from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
+from loadgen.stats.cost import CostConfig, stage_cost
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.slo import Objectives, slo_answer, stage_slo
+from loadgen.stats.slo_limits import failed_text, stage_limits
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 
@@ -111,11 +113,13 @@ class GuardRecord:
 
 def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
               client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
-              objectives: Objectives | None = None) -> dict:
+              objectives: Objectives | None = None, cost: CostConfig | None = None) -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
     ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
     with SLO ``objectives`` set, ``slo`` (``loadgen.stats.slo.stage_slo``) and the flag ``slo_fail`` when
-    the stage missed the attainment target. Search stages have ``search: true`` and ``slo_search``."""
+    the stage missed the attainment target or a percentile limit (``loadgen.stats.slo_limits``). Search
+    stages have ``search: true`` and ``slo_search``. ``cost``: the scenario's, for the cost figures
+    (``loadgen.stats.cost.stage_cost``)."""
     stats = stats or StageStats()
     row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
     if info.rate_per_s is not None:
@@ -145,10 +149,14 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     if objectives is not None and objectives.enabled:
         row["slo"] = stage_slo(stats.slo, stats.requests_ok + stats.error_count, objectives,
                                row["output_tokens_per_s"], stats.output_tokens + stats.failed_output_tokens)
+        if objectives.limits:
+            row["slo"] = stage_limits(row["slo"], stats, objectives.limits)
         if not row["slo"]["pass"]:
             flags.append("slo_fail")
     row["users"] = info.users
     row["window_s"] = info.window_s
+    if cost is not None:
+        row.update(stage_cost(row, cost))
     row["flags"] = flags
     return row
 
@@ -208,6 +216,8 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str,
                    f"{load_label(row.get('achieved_rate_per_s'), rate=True)}; in flight mean {_n(row['concurrency_mean'])}"
                    f" max {row['concurrency_max']}; send lateness p99 {_n(row.get('lateness_p99_s'), 1000)} ms; "
                    f"dropped_by_client {row['dropped_by_client']}")
+    if (row.get("slo") or {}).get("failed"):
+        out.append(f"llm-loadgen: stage {k} {stage_label(row)} failed the SLO: {failed_text(row['slo'])}")
     if "client_bound" in row["flags"]:
         client = row["client"]
         cpu, lag = client.get("cpu_percent"), client.get("loop_lag_p99_s")
@@ -285,7 +295,7 @@ def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concu
         return None
     load = "rate_per_s" if load_key == RATE else CONCURRENCY
     return slo_answer(slo_outcomes(rows, load_key), objectives,
-                      [r["concurrency"] for r in rows if r.get("search")], load)
+                      [r[load_key] for r in rows if r.get("search")], load)
 
 
 def kv_ceiling(capacity, scenario) -> int | None:

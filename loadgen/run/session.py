@@ -146,9 +146,9 @@ class Session:
                 if phase is Phase.RAMP and rt.scenario.open_loop:
                     parts = self.fleet.assign_parts()
                     rt.set_arrivals(c, None if self.fleet.master else 0, parts)
-                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts)
-                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp",
-                                        pending)
+                    info = self.stage_info[k] = StageInfo(k, c, rate_per_s=c, parts=parts, search=search)
+                    self.console.notice(f"llm-loadgen: stage {k} {info.label} over {parts} process(es): ramp"
+                                        f"{' (SLO search)' if search else ''}", pending)
                 elif phase is Phase.RAMP:
                     info = self.stage_info[k] = StageInfo(k, c, search=search)
                     self.console.notice(f"llm-loadgen: stage {k} {info.label}: ramp{' (SLO search)' if search else ''}",
@@ -209,7 +209,7 @@ class Session:
         unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
         if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
             unfinished = None
-        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo)
+        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
         self.rows.append(row)
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))

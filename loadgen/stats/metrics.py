@@ -255,7 +255,10 @@ class StageMetric:
     def value(self, stats, window_s: float | None) -> float | None:
         """From a loadgen.stats.stage_stats.StageStats: histogram quantile ``q``, counter / window_s, SLO goodput
         (output tok/s x count / measured output tokens), SLO share (count / judged requests) or a
-        Ratio of counters; None while ``only_if`` is 0."""
+        Ratio of counters; None while ``only_if`` is 0; a ``CostFigure`` needs the scenario's cost:
+        None here, set by ``results.stage_row``."""
+        if isinstance(self.source, CostFigure):
+            return None
         if self.only_if is not None and not getattr(stats, self.only_if.attr):
             return None
         if isinstance(self.source, Ratio):
@@ -333,6 +336,30 @@ STAGE_METRICS = (
     StageMetric("goodput_output_tokens_per_s", SLO_MET_TOKENS, None, "tok/s", TOK_S, "Goodput tok/s",
                 Console("goodput", 9, "tok/s", slo=True)),
 )
+
+
+# --- cost and efficiency (loadgen.stats.cost): figures of the row and the scenario's cost section -------
+@dataclass(frozen=True)
+class CostFigure:
+    """A stage figure computed from its row and the scenario's ``cost`` (``loadgen.stats.cost.stage_cost``,
+    called by ``results.stage_row``); None without ``cost.gpus`` (and ``cost.gpu_hour_usd`` for $)."""
+
+    formula: str
+
+
+USD = DisplayUnit("$")
+COST_METRICS = (
+    StageMetric("output_tokens_per_gpu_per_s", CostFigure("output tok/s / cost.gpus"), None, "tok/s",
+                TOK_S, "Output tok/s per GPU"),
+    StageMetric("total_tokens_per_gpu_per_s", CostFigure("(input tok/s + output tok/s) / cost.gpus; input "
+                "tok/s = prompt tokens of the stage's ok requests / window_s"), None, "tok/s", TOK_S,
+                "Total tok/s per GPU"),
+    StageMetric("usd_per_million_output_tokens", CostFigure("cost.gpu_hour_usd x cost.gpus / (output tok/s x "
+                "3600) x 1e6"), None, "$", USD, "$ per M output tok"),
+    StageMetric("usd_per_million_total_tokens", CostFigure("cost.gpu_hour_usd x cost.gpus / (total tok/s x "
+                "3600) x 1e6"), None, "$", USD, "$ per M total tok"),
+)
+STAGE_METRICS += COST_METRICS
 
 
 def num(value: float | None) -> str:

@@ -27,7 +27,10 @@ falls in the cohort cycle (on the demo, 129 requests of 1000 tokens in a 6 s win
 21.5k tok/s against the 30k measured, with every request meeting the objectives).
 
 This differs from "p99 TTFT <= X and p99 TPOT <= Y" of a stage: attainment is joint (one request
-must meet all objectives at once) and failed requests count against it.
+must meet all objectives at once) and failed requests count against it. Limits of that kind
+(``slo.ttft_p99_s``, ``slo.preset``) are ``loadgen.stats.slo_limits``: judged on the stage's merged
+histograms beside the attainment (with them alone, a request "meets the objectives" when it
+succeeded), and a stage passes only if both hold.
 
 Counts are integers, so the merge across workers is exact (``SloCounts.merge``); the figures are
 derived from merged counts only, never averaged. ``judged`` counts the requests given a verdict
@@ -45,7 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.stats.stage_load import load_label
+from loadgen.stats.slo_limits import PRESETS
+from loadgen.stats.stage_load import load_label, load_number
 
 OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s", "itl_max_s")
 
@@ -62,6 +66,16 @@ class Objectives:
     search: bool = False
     resolution: float = 0.1  # the search stops when first failing - last passing <= resolution x last passing
     max_search_stages: int = 4
+    preset: str | None = None  # named percentile limits (loadgen.stats.slo_limits.PRESETS)
+    # percentile limits (loadgen.stats.slo_limits): (key, limit s), e.g. ("ttft_p99_s", 2.0); in the
+    # scenario they are keys of the slo section (``flatten``: the method giving them), not a mapping
+    limits: tuple[tuple[str, float], ...] = field(default=(), metadata={"flatten": "limit_keys"})
+
+    def limit_keys(self) -> dict[str, float | None]:
+        """The limits as keys of the scenario's slo section: each limit, and null for a preset's
+        limit that was dropped (so the written scenario reads back to the same limits)."""
+        dropped = {k: None for k in PRESETS.get(self.preset or "", {}) if k not in dict(self.limits)}
+        return {**dict(self.limits), **dropped}
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -69,7 +83,8 @@ class Objectives:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.thresholds)
+        """Any objective set: a per-request threshold or a percentile limit."""
+        return bool(self.thresholds or self.limits)
 
 
 def request_verdict(result, objectives: Objectives) -> tuple[bool, tuple[str, ...]]:
@@ -176,38 +191,43 @@ def bracket(outcomes: list[tuple[int, bool]]) -> tuple[int | None, int | None]:
     return lo, (min(above) if above else None)
 
 
-def converged(lo: int | None, hi: int | None, resolution: float) -> bool:
-    """Nothing left to refine: no closed bracket, or hi - lo <= max(1, resolution x lo)."""
+def converged(lo: float | None, hi: float | None, resolution: float, rate: bool = False) -> bool:
+    """Nothing left to refine: no closed bracket, or hi - lo <= max(1, resolution x lo) (a rate
+    bracket, ``rate``: hi - lo <= resolution x lo; a rate has no smallest step)."""
     if lo is None or hi is None:
         return True
-    return hi - lo <= max(1.0, resolution * lo)
+    return hi - lo <= (resolution * lo if rate else max(1.0, resolution * lo))
 
 
-def next_search_concurrency(outcomes: list[tuple[int, bool]], objectives: Objectives,
-                            search_stages_run: int) -> int | None:
-    """The next concurrency the search should measure, or None when it is done.
+def next_search_concurrency(outcomes: list[tuple[float, bool]], objectives: Objectives,
+                            search_stages_run: int, rate: bool = False) -> float | None:
+    """The next load the search should measure, or None when it is done.
 
-    Bisection of the bracket at its midpoint (lo + hi) // 2, while it is wider than the
-    resolution and fewer than ``max_search_stages`` search stages ran.
+    Bisection of the bracket at its midpoint, (lo + hi) // 2 users, or for an open-loop rate
+    sweep (``rate``) (lo + hi) / 2 requests/s to 3 significant digits (as every view writes a
+    rate), while it is wider than the resolution and fewer than ``max_search_stages`` search
+    stages ran.
     """
     if not objectives.search or search_stages_run >= objectives.max_search_stages:
         return None
     lo, hi = bracket(outcomes)
-    if converged(lo, hi, objectives.resolution):
+    if converged(lo, hi, objectives.resolution, rate):
         return None
-    mid = (lo + hi) // 2
+    mid = float(f"{(lo + hi) / 2:.3g}") if rate else (lo + hi) // 2
     return mid if lo < mid < hi else None
 
 
 def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
                search_concurrencies: list[int], load: str = "concurrency") -> dict:
     """summary.json's top-level ``slo``: objectives, max_concurrency, bracket, the search. ``load``:
-    what the bracket is in, ``concurrency``, or ``rate_per_s`` for an open-loop rate sweep (whose
-    ``max_concurrency`` is then the largest passing offered rate; it has no search)."""
+    what the bracket and the search stages are in, ``concurrency``, or ``rate_per_s`` for an
+    open-loop rate sweep (whose ``max_concurrency`` is then the largest passing offered rate)."""
     lo, hi = bracket(outcomes)
+    rate = load == "rate_per_s"
     return {
         "load": load,
         "objectives": objectives.thresholds,
+        **({"limits": dict(objectives.limits), "preset": objectives.preset} if objectives.limits else {}),
         "attainment_target": objectives.attainment,
         "max_concurrency": lo,
         "bracket": [lo, hi],
@@ -215,7 +235,7 @@ def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
             "enabled": objectives.search,
             "stages": list(search_concurrencies),
             "resolution": objectives.resolution,
-            "converged": converged(lo, hi, objectives.resolution),
+            "converged": converged(lo, hi, objectives.resolution, rate),
         },
     }
 
@@ -228,13 +248,20 @@ def answer_line(answer: dict) -> str:
     lo, hi = ((None if x is None else load_label(x, rate)) for x in answer["bracket"])
     target = f"{answer['attainment_target']:.0%}"
     goal = ", ".join(f"{k} <= {v:g}" for k, v in answer["objectives"].items()) or "the objectives"
+    limits = ", ".join(f"{k} <= {v:g}" for k, v in (answer.get("limits") or {}).items())
+    if limits:  # percentile limits of the stage, beside (or instead of) per-request objectives
+        goal = f"{limits}, {goal} for {target} of requests" if answer["objectives"] else \
+            f"{limits}, {target} of requests ok"
     search = answer["search"]
-    tail = f"; search stages C={', '.join(map(str, search['stages']))}" if search["stages"] else ""
+    stages = ", ".join(map(load_number, search["stages"]))
+    tail = (f"; search stages {stages} req/s" if rate else f"; search stages C={stages}") if stages else ""
     if search["enabled"] and lo is not None and hi is not None and not search["converged"]:
         tail += " (search stopped at slo.max_search_stages before the resolution)"
     if lo is None:
-        return (f"SLO: no stage met {goal} for {target} of requests "
+        return (f"SLO: no stage met {goal}{'' if limits else f' for {target} of requests'} "
                 f"(max {what}: none; {hi} already failed{tail})")
     if hi is None:
         return f"SLO: max {what} {lo} (every stage passed {goal}: the limit is above {lo}{tail})"
+    if limits:
+        return f"SLO: max {what} {lo} ({goal} held; {hi} did not{tail})"
     return f"SLO: max {what} {lo} ({target} of requests met {goal}; {hi} did not{tail})"

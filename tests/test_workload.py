@@ -50,7 +50,7 @@ def test_sampled_lengths_mean_and_spread_through_the_workload():
 
 
 def test_text_fit_solves_the_line_and_keeps_exact_counts():
-    fit = TextFit.from_probes(64, 74, 512, 522)  # tokens = words + 10 (a chat template's constant)
+    fit = TextFit.from_two(64, 74, 512, 522)  # tokens = words + 10 (a chat template's constant)
     assert (fit.a, fit.b) == (1.0, 10.0)
     assert fit.words(110) == 100 and fit.words(5) == 1
     assert TextFit(1.0, 10.0, {1000: 977}).words(1000) == 977  # the fixed case stays exact

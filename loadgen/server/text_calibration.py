@@ -4,7 +4,7 @@ Text prompts (chat messages, or completions on a server that refuses token IDs) 
 without the server's tokenizer, which we never download. So we ask: one non-streaming request of
 w words, 1 output token, and read its ``usage.prompt_tokens``. For the one fixed length, the exact
 word count (``fit_word_count``); for lengths that vary, tokens = a x words + b through two
-requests (``TextFit.from_probes``). Cached per process and endpoint: every user of a process
+requests (``TextFit.from_two``). Cached per process and endpoint: every user of a process
 shares one calibration (a lock keeps the first users from each asking).
 """
 
@@ -57,5 +57,5 @@ def text_fit(client: StreamClient, scenario, model: str) -> TextFit:
         if scenario.endpoint not in _text_fits:
             measure = _measure(client, scenario, model)
             w1, w2 = FIT_WORDS
-            _text_fits[scenario.endpoint] = TextFit.from_probes(w1, measure(w1), w2, measure(w2))
+            _text_fits[scenario.endpoint] = TextFit.from_two(w1, measure(w1), w2, measure(w2))
         return _text_fits[scenario.endpoint]

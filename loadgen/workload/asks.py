@@ -1,6 +1,6 @@
 """What each request asks for: its prompt, the input tokens we expect, the output tokens we force.
 
-Pure: no I/O, no clock (the text calibration's probes are done by the caller, loadgen.locust_face.users).
+Pure: no I/O, no clock (the text calibration asks the server: loadgen.server.text_calibration).
 A ``Workload`` hands out ``Ask``s one at a time from one of two sources:
 
 - **synthetic** (default): (input, output) lengths drawn from the scenario's ``input:`` /
@@ -16,7 +16,7 @@ A ``Workload`` hands out ``Ask``s one at a time from one of two sources:
 
 Prompt lengths (``PromptMaker``): token-ID prompts have exactly n tokens by construction. Text
 prompts (chat, or completions on a server that refuses token IDs) are calibrated against the
-server: ``TextFit`` holds tokens = a x words + b fitted from two probes, so words(n) =
+server: ``TextFit`` holds tokens = a x words + b fitted from two measured lengths, so words(n) =
 max(1, round((n - b) / a)); the fixed-length case keeps the exact word count found by
 ``fit_word_count`` for its one length (``TextFit.exact``).
 """
@@ -68,8 +68,8 @@ class TextFit:
         return max(1, round((n_tokens - self.b) / (self.a or 1.0)))
 
     @classmethod
-    def from_probes(cls, w1: int, t1: int, w2: int, t2: int) -> TextFit:
-        """The line through two probes (w words -> t tokens)."""
+    def from_two(cls, w1: int, t1: int, w2: int, t2: int) -> TextFit:
+        """The line through two measurements (w words -> t tokens)."""
         a = (t2 - t1) / (w2 - w1) if w2 != w1 else 1.0
         return cls(a or 1.0, t1 - (a or 1.0) * w1)
 

@@ -81,7 +81,7 @@ def fit_word_count(target: int, measure: Callable[[int], int], max_rounds: int =
     """Find the word count whose prompt the server counts as ``target`` tokens.
 
     ``measure(words)`` returns the server's ``usage.prompt_tokens`` for a prompt of that many words.
-    Two probes fit tokens = a * words + b (the chat template adds a constant b); then we step by
+    Two measured lengths fit tokens = a * words + b (the chat template adds a constant b); then we step by
     the remaining difference until exact. Returns (words, measured tokens of the last probe).
     """
     w1 = max(1, target // 2)

@@ -23,7 +23,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
         ("dist", LENGTH_DISTS, "distribution (fixed = --input-tokens/--output-tokens)"),
         ("mean", float, "normal/lognormal mean in tokens"), ("std", float, "normal/lognormal std in tokens"),
         ("min", int, "shortest, in tokens"), ("max", int, "longest, in tokens (uniform: required)"))),
-    ("--dataset", "workload.dataset", str, "JSONL/CSV file of requests (README 'Datasets')"),
+    ("--dataset", "workload.dataset", str, "JSONL/CSV file of requests (docs/workloads.md 'Datasets')"),
     ("--dataset-order", "workload.dataset_order", DATASET_ORDERS, "dataset requests in file order or shuffled"),
     ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
     ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
@@ -67,7 +67,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--metadata", "run.metadata", "metadata", "KEY=VALUE facts about this run, e.g. tp=8 image=v0.9 "
                                                "(repeatable; kept in summary.json run.metadata)"),
     # The spellings of `vllm bench serve` and `sglang.bench_serving` where the meaning is ours too
-    # (docs/cli.md "Coming from vllm bench serve / sglang.bench_serving" says where it is not).
+    # (docs/coming-from-vllm-sglang.md 'Different meaning' says where it is not).
     ("--request-rate", "rate.list", "one_rate", "one open-loop stage at this many requests/s (same as --rates R)"),
     ("--max-concurrency", "stages.list", "one_stage", "one stage at this concurrency (same as --stages C)"),
     ("--random-input-len", "input_tokens", int, "same as --input-tokens (vLLM's default range ratio 0)"),

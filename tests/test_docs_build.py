@@ -82,3 +82,10 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
     assert broken == []
     assert seen >= 20
 
+
+def test_the_readme_links_into_the_docs_and_the_docs_index_lists_every_page():
+    readme = {t.partition("#")[0] for t in relative_links(ROOT / "README.md")}
+    index = {t.partition("#")[0] for t in relative_links(ROOT / "docs" / "index.md")}
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages <= index, pages - index
+    assert {f"docs/{p}" for p in pages} <= readme, {f"docs/{p}" for p in pages} - readme

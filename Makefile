@@ -7,7 +7,7 @@ SCENARIO ?= config/default.yaml
 WORKERS  ?= 2
 ARGS     ?=
 
-.PHONY: install system-tools llama-server docker-tools test test-deploy test-unit test-llamacpp demo run distributed sim bench lint clean
+.PHONY: install system-tools llama-server docker-tools test test-deploy test-unit test-llamacpp demo run distributed sim bench lint docs clean
 
 install: $(VENV)/.installed
 
@@ -75,5 +75,10 @@ bench: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The documentation site from docs/ (mkdocs.yml) into site/, strict: a broken link fails it
+# (tests/test_docs_build.py does the same in make test).
+docs: install
+	$(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) results .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) results site .pytest_cache .ruff_cache *.egg-info

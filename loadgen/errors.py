@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Exit codes of a run. Documented in the README; tests pin them.
+# Exit codes of a run. Documented in the README and docs/sweep.md; tests pin them.
 EXIT_OK = 0
 EXIT_FAILURES = 1  # Locust's own: the run completed but some requests failed
 EXIT_CONFIG = 2  # bad scenario/option: one line on stderr naming key, value and fix

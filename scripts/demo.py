@@ -69,7 +69,7 @@ def client_bound_line(stages: list[dict], scale: float) -> str | None:
     return (f"C={', C='.join(str(s['concurrency']) for s in bound)} client-bound: the load generator, not "
             f"the server, limited them (tokens read up to {lags} ms late, {scale:g}x that in server time): "
             f"their TTFT/ITL p99 are partly the client's, their tok/s is not; cause: the {scale:g}x simulator "
-            "on a small machine (README 'How many workers')")
+            "on a small machine (docs/benchmarks.md 'How many workers')")
 
 
 def note_time_scale(run_dir: Path, scale: float) -> None:

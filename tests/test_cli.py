@@ -245,25 +245,45 @@ def test_locust_finds_the_users_and_the_shape_in_both_locustfiles(locustfile):
 
 # --- pointers to documentation -------------------------------------------------------------------
 
-_README_SECTION = re.compile(r"README '([^']+)'")
+_README_SECTION = re.compile(r"README ['\"]([^'\"]+)['\"]")
 _REPO_PATH = re.compile(r"\b((?:docs|grafana|config|loadgen/sim)/[a-z0-9_./-]+\.(?:md|yaml))\b")
+_PAGE_SECTION = re.compile(r"\b(docs/[a-z0-9_.-]+\.md) ['\"]([^'\"]+)['\"]")
+
+
+def headings(page: Path) -> list[str]:
+    return [line.lstrip("#").strip() for line in page.read_text(encoding="utf-8").splitlines()
+            if line.startswith("#")]
+
+
+def pointers(text: str) -> tuple[int, list[str]]:
+    """(how many pointers to documentation ``text`` holds, those that point nowhere)."""
+    found = [*((f"README '{s}'", any(h.startswith(s) for h in headings(ROOT / "README.md")))
+               for s in _README_SECTION.findall(text)),
+             *((ref, (ROOT / ref).is_file()) for ref in _REPO_PATH.findall(text)),
+             *((f"{page} '{s}'", (ROOT / page).is_file() and any(h.startswith(s) for h in headings(ROOT / page)))
+               for page, s in _PAGE_SECTION.findall(text))]
+    return len(found), [name for name, ok in found if not ok]
 
 
 def test_every_pointer_to_documentation_in_the_code_exists():
-    """A message saying "see README 'Datasets'" or "docs/cli.md" points at a section or file that
-    exists (docs/ is in the installed package too: loadgen/docs)."""
-    headings = [line.lstrip("#").strip() for line in (ROOT / "README.md").read_text().splitlines()
-                if line.startswith("#")]
+    """A message saying "see docs/workloads.md 'Datasets'", "docs/cli.md" or "README 'Install'"
+    points at a page that exists and, where one is named, a section of it (docs/ is in the installed
+    package too: loadgen/docs). Read in the code, the scripts and the scenario presets' comments."""
+    sources = [*(ROOT / "loadgen").rglob("*.py"), *(ROOT / "shapes").rglob("*.py"), *(ROOT / "scripts").glob("*.py"),
+               *(ROOT / "config").glob("*.yaml"), *(ROOT / "config").glob("*/*.md")]
     seen = 0
-    for path in sorted((ROOT / "loadgen").rglob("*.py")) + sorted((ROOT / "shapes").rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        for section in _README_SECTION.findall(text):
-            seen += 1
-            assert any(h.startswith(section) for h in headings), f"{path}: README has no section {section!r}"
-        for ref in _REPO_PATH.findall(text):
-            seen += 1
-            assert (ROOT / ref).is_file(), f"{path} points at {ref}, which does not exist"
-    assert seen >= 5
+    for path in sorted(sources):
+        count, broken = pointers(path.read_text(encoding="utf-8"))
+        seen += count
+        assert broken == [], f"{path} points at {broken}, which do not exist"
+    assert seen >= 10
+
+
+def test_a_pointer_to_a_missing_page_or_section_is_caught():
+    assert pointers("see docs/workloads.md 'Datasets' and docs/cli.md") == (3, [])  # the page, its section, cli.md
+    text = "see docs/workloads.md 'No such part', docs/nosuch.md 'X', README 'No such part', config/nosuch.yaml"
+    assert sorted(pointers(text)[1]) == ["README 'No such part'", "config/nosuch.yaml", "docs/nosuch.md",
+                                         "docs/nosuch.md 'X'", "docs/workloads.md 'No such part'"]
 
 
 # --- the tags in report.html and compare -----------------------------------------------------------

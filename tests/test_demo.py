@@ -27,7 +27,7 @@ def test_the_line_names_the_stages_their_lag_what_it_touches_and_the_cause():
     line = demo.client_bound_line(stages, 10)
     assert line == ("C=256, C=512 client-bound: the load generator, not the server, limited them (tokens "
                     "read up to 38, 248 ms late, 10x that in server time): their TTFT/ITL p99 are partly the "
-                    "client's, their tok/s is not; cause: the 10x simulator on a small machine (README "
+                    "client's, their tok/s is not; cause: the 10x simulator on a small machine (docs/benchmarks.md "
                     "'How many workers')")
     assert "\n" not in line
 

@@ -1,4 +1,4 @@
-"""Stage flags: one declaration (loadgen/stats/flags.py); console legend, report.html and README derive from it."""
+"""Stage flags: one declaration (loadgen/stats/flags.py); console legend, report.html and docs/sweep.md derive from it."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_report_html_explains_every_flag_and_marks_the_ones_seen():
     assert legend.count("class=seen") == len(seen)
 
 
-def test_readme_has_the_same_table():
-    readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", readme, flags=re.M)
+def test_the_docs_have_the_same_table():
+    page = (ROOT / "docs" / "sweep.md").read_text()
+    rows = re.findall(r"^\| `([a-z_]+)` \| (.+) \|$", page, flags=re.M)
     assert [(f.key, f.meaning) for f in FLAGS] == [(k, m) for k, m in rows if k in FLAG_KEYS]

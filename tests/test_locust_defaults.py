@@ -44,7 +44,7 @@ def test_a_warning_for_each_listener_beyond_loopback():
     wide = SimpleNamespace(web_host="", master_bind_host="*", master_bind_port=5557, web_login=False)
     web, master = exposure_warnings(wide, web_ui=True, master=True)
     assert "web UI listens on every interface (--web-host), WITHOUT a login" in web
-    assert "--web-login" in web and "README 'Exposing the web UI and the master'" in web
+    assert "--web-login" in web and "docs/distributed.md 'Exposing the web UI and the master'" in web
     assert "worker port 5557 listens on every interface (--master-bind-host)" in master
     assert exposure_warnings(wide, web_ui=False, master=False) == []  # headless local run: none open
     login = SimpleNamespace(web_host="10.0.0.5", master_bind_host="127.0.0.1", web_login=True)

@@ -37,7 +37,9 @@ SMOKE = ("--scenario", "smoke", "--output-tokens", "20", "--warmup", "1", "--sta
 CARRIED = ("loadgen/locustfile.py", "loadgen/scenarios/smoke.yaml", "loadgen/scenarios/default.yaml",
            "loadgen/scenarios/datasets/lengths-mix.jsonl", "loadgen/sim/presets/fixed.yaml",
            "loadgen/grafana/dashboards/llm-loadgen.json", "loadgen/grafana/prometheus.yml",
-           "loadgen/grafana/provisioning/datasources/prometheus.yml", "loadgen/docs/cli.md", "shapes/sweep.py")
+           "loadgen/grafana/provisioning/datasources/prometheus.yml", "loadgen/docs/cli.md",
+           # the pages the tool's messages point at (docs/workloads.md 'Datasets', ...)
+           "loadgen/docs/workloads.md", "loadgen/docs/distributed.md", "loadgen/docs/benchmarks.md", "shapes/sweep.py")
 
 
 def run(cmd: list, cwd: Path, timeout_s: float = 120, **kwargs) -> subprocess.CompletedProcess:

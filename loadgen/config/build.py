@@ -254,7 +254,7 @@ def _check_lengths(v: dict[str, Any]) -> None:
         for field, value, problem in dist.problems():
             key = fixed if field == "value" else f"{which}.{field}"
             raise ConfigError(key, value, f"{problem} ({which}.dist {kind})",
-                              f"see README 'Length distributions', e.g. {which}.dist: uniform, "
+                              f"see docs/workloads.md 'Length distributions', e.g. {which}.dist: uniform, "
                               f"{which}.min: 100, {which}.max: 1000")
 
 

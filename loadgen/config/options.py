@@ -23,7 +23,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
         ("dist", LENGTH_DISTS, "distribution (fixed = --input-tokens/--output-tokens)"),
         ("mean", float, "normal/lognormal mean in tokens"), ("std", float, "normal/lognormal std in tokens"),
         ("min", int, "shortest, in tokens"), ("max", int, "longest, in tokens (uniform: required)"))),
-    ("--dataset", "workload.dataset", str, "JSONL/CSV file of requests (README 'Datasets')"),
+    ("--dataset", "workload.dataset", str, "JSONL/CSV file of requests (docs/workloads.md 'Datasets')"),
     ("--dataset-order", "workload.dataset_order", DATASET_ORDERS, "dataset requests in file order or shuffled"),
     ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
     ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
@@ -56,7 +56,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
     ("--slo", "slo", "pairs", "SLO objectives, e.g. ttft_s=2,tpot_s=0.05 (any slo.* key)"),
     ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
-    ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (README 'Cost and efficiency')"),
+    ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (docs/metrics.md 'Cost and efficiency')"),
     ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
@@ -69,7 +69,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--metadata", "run.metadata", "metadata", "KEY=VALUE facts about this run, e.g. tp=8 image=v0.9 "
                                                "(repeatable; kept in summary.json run.metadata)"),
     # The spellings of `vllm bench serve` and `sglang.bench_serving` where the meaning is ours too
-    # (docs/cli.md "Coming from vllm bench serve / sglang.bench_serving" says where it is not).
+    # (docs/coming-from-vllm-sglang.md 'Different meaning' says where it is not).
     ("--request-rate", "rate.list", "one_rate", "one open-loop stage at this many requests/s (same as --rates R)"),
     ("--max-concurrency", "stages.list", "one_stage", "one stage at this concurrency (same as --stages C)"),
     ("--random-input-len", "input_tokens", int, "same as --input-tokens (vLLM's default range ratio 0)"),

@@ -4,8 +4,8 @@
   (``--master-bind-host``) to every interface, without a login: anyone who reaches the load host
   could start, resize or re-target a sweep, or join as a worker. Here both default to 127.0.0.1;
   asking for more (another address, ``*``, ``0.0.0.0``; also through ``LOCUST_WEB_HOST`` /
-  ``LOCUST_MASTER_BIND_HOST``) works and prints a warning naming the safer way (README: "Exposing
-  the web UI and the master").
+  ``LOCUST_MASTER_BIND_HOST``) works and prints a warning naming the safer way (docs/distributed.md
+  'Exposing the web UI and the master').
 - **A quiet headless console that ends with the stage table.** Locust prints its stats table every
   ~2 s in a headless run, and its final tables (requests, percentiles, errors: all stages lumped
   together) at shutdown, after the run's own final stage table and flag legend, burying them. The
@@ -29,7 +29,7 @@ LOOPBACK = "127.0.0.1"
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 SPAWN_RATE_WARNING = "Your selected spawn rate is very high"
 EXPOSE_HINT = ("put a login in front (--web-login, or a reverse proxy with authentication) or keep it on a "
-               "private network; see README 'Exposing the web UI and the master'")
+               "private network; see docs/distributed.md 'Exposing the web UI and the master'")
 
 
 def set_loopback_defaults(parser) -> None:

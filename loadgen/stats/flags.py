@@ -1,7 +1,7 @@
 """Stage flags: the one declaration of every flag a stage row can carry, and its legend.
 
 Pure. ``FLAGS`` is the table; the console legend (printed after the final table), report.html's
-legend and the README's table derive from it (a test keeps the README equal to it), and
+legend and the table in docs/sweep.md derive from it (a test keeps the page equal to it), and
 ``results.stage_row`` sets only keys declared here.
 """
 

@@ -42,6 +42,7 @@ class Stream:
         self.text_offset = text_offset
         self.t_arrival = t_arrival
         self.t_last = 0.0
+        self.t_first = 0.0
         self.sent = 0  # tokens handed to the client so far
         self.end: str | None = None
         self.faulted = False
@@ -60,10 +61,15 @@ class Stream:
             return  # nothing reached the client: count nothing
         m = self.server.metrics
         if start == 0:
+            self.t_first = now
             m.first_chunk(now - self.t_arrival, self.req.prompt_tokens, n)
         else:
             m.next_chunk(now - self.t_last, n)
         self.t_last = now
+        if done and self.end == KEEP and not self.faulted:
+            scheduled = self.req.t_scheduled or self.t_arrival  # fixed timing: no queue
+            m.request_done(scheduled - self.t_arrival, self.t_first - scheduled, now - self.t_first,
+                           now - self.t_arrival)
 
     def _emit_bytes(self, start: int, n: int, done: bool) -> None:
         fmt = self.fmt

@@ -192,3 +192,24 @@ def clock_lines(rows: list[dict]) -> list[str]:
                    f"the server's (more than the {_dur(gap['allowed_s'])} network and loop lag explain); "
                    f"likely {gap['likely_cause']}")
     return out
+
+
+# compare's columns (compare_rows, compare.html), in ms: (key, title, (metric, field of breakdown[metric]))
+COMPARE_COLUMNS = (
+    ("server_ttft_mean_s", "Server TTFT mean (ms)", ("ttft", "server_mean_s")),
+    ("server_queue_mean_s", "Server queue mean (ms)", ("ttft", "queue_mean_s")),
+    ("network_client_ttft_mean_s", "Network+client TTFT mean (ms)", ("ttft", "network_client_mean_s")),
+    ("server_e2e_mean_s", "Server E2E mean (ms)", ("e2e", "server_mean_s")),
+    ("network_client_itl_mean_s", "Network+client ITL mean (ms)", ("itl", "network_client_mean_s")),
+)
+
+
+def compare_columns(summaries: list[dict]) -> tuple:
+    """COMPARE_COLUMNS when a stage of any of the runs has a breakdown, else none (compare as before)."""
+    have = any(s.get("breakdown") for summary in summaries for s in summary.get("stages") or [])
+    return COMPARE_COLUMNS if have else ()
+
+
+def column_value(stage: dict | None, path: tuple[str, str]) -> float | None:
+    metric, field = path
+    return (((stage or {}).get("breakdown") or {}).get(metric) or {}).get(field)

@@ -8,7 +8,8 @@ from loadgen.report.breakdown import breakdown, clock_lines, disagreement, off_r
 
 
 def part(mean: float, p50: float | None = None, count: int = 100) -> dict:
-    return {"count": count, "mean_s": mean, "p50_s": p50, "p90_s": None, "p99_s": None}
+    return {"count": count, "mean_s": mean, "p50_s": p50, "p90_s": None, "p99_s": None,
+            "p50_bucket_s": None if p50 is None else 0.05}
 
 
 def client(ttft: float, e2e: float, itl: float) -> dict:
@@ -40,6 +41,7 @@ def test_the_means_add_up_to_the_clients_and_the_rest_is_network_and_client():
     assert sum(v for _, v in stack(b["e2e"])) == pytest.approx(2.34)
     assert [p for p, _ in stack(b["e2e"])] == ["queue", "prefill", "decode", "server_rest", "network_client"]
     assert b["itl"]["network_client_mean_s"] == pytest.approx(0.001) and b["itl"]["network_client_p50_s"] == pytest.approx(0.001)
+    assert b["ttft"]["server_p50_bucket_s"] == 0.05  # the server percentile's error bound, carried along
     assert breakdown(client(0.3, 2, 0.02), {"flavor": None}) is None and breakdown(client(0.3, 2, 0.02), None) is None
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from loadgen.server.answers import parse_metrics
 from loadgen.server.window import Edge, window_figures
-from loadgen.server.window_latency import histogram_delta, histogram_quantile, latency
+from loadgen.server.window_latency import histogram_delta, histogram_quantile, latency, quantile_and_bucket
 
 TTFT = "vllm:time_to_first_token_seconds"
 
@@ -35,6 +35,8 @@ def test_histogram_quantile_interpolates_linearly_within_the_bucket_like_prometh
     assert histogram_quantile(0.99, b) == pytest.approx(0.2 + 0.2 * (39.6 - 30) / 10)
     # a rank in +Inf gives the largest finite bound; no samples gives None
     assert histogram_quantile(0.99, [(0.1, 1.0), (math.inf, 10.0)]) == 0.1
+    assert quantile_and_bucket(0.99, [(0.1, 1.0), (math.inf, 10.0)]) == (0.1, None)  # no bound above
+    assert quantile_and_bucket(0.5, b) == (pytest.approx(0.15), pytest.approx(0.1))
     assert histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
 
 
@@ -45,6 +47,7 @@ def test_the_delta_over_the_window_drops_what_came_before_it():
     assert d["count"] == 20 and d["mean_s"] == pytest.approx(3.0 / 20)
     assert d["p50_s"] == pytest.approx(0.15)  # all of the window's samples are in (0.1, 0.2]
     assert d["p99_s"] == pytest.approx(0.1 + 0.1 * 0.99)
+    assert d["p50_bucket_s"] == pytest.approx(0.1)  # the error bound: the bucket's width
 
 
 def test_label_sets_are_summed_and_named_and_a_restart_gives_none():

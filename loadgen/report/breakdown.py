@@ -14,7 +14,8 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
   too) and network_client = client mean - server mean: the network, any proxy, and the client.
 - percentiles side by side: ``client_pXX_s``, ``server_pXX_s`` and network_client_pXX_s = their
   difference. A difference of percentiles is not a percentile of differences, and the server's
-  is interpolated within a bucket (``window_latency``): trust it to about one bucket width.
+  is interpolated within a bucket (``window_latency``): trust it to ``server_pXX_bucket_s``, the
+  width of that bucket (the means, which the verdict and the flag use, have no such error).
 
 ``verdict`` names the part that dominates a stage's growth over the previous stage (on means,
 which add up); ``disagreement`` says when the client's TTFT exceeds the server's by more than the
@@ -83,6 +84,7 @@ def breakdown(client: dict, server: dict | None) -> dict | None:
         for k in QUANTILE_KEYS:
             row[f"client_{k}"], row[f"server_{k}"] = c.get(k), s.get(k)  # no server pXX: llama.cpp
             row[f"network_client_{k}"] = _diff(c.get(k), s.get(k))
+            row[f"server_{k[:-2]}_bucket_s"] = s.get(f"{k[:-2]}_bucket_s")  # its error bound
         out[metric] = row
     return out or None
 

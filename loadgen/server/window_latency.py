@@ -34,9 +34,9 @@ Formulas, per histogram, over the window:
 - pXX_s: as Prometheus' ``histogram_quantile``: rank = q x count; the first bucket whose
   cumulative count reaches the rank; linear interpolation between its lower and upper bound (the
   first bucket's lower bound is 0); a rank in the ``+Inf`` bucket gives the largest finite bound.
-  The error left is up to the width of that bucket (vLLM's TTFT buckets near 1 s are 0.25 s wide;
-  SGLang's start at 0.1 s), so the client's percentile minus the server's is trusted only to
-  about one bucket width; the means carry no such error.
+  The error left is up to the width of that bucket, reported as ``pXX_bucket_s`` (vLLM's TTFT
+  buckets between 1 s and 2.5 s are 1.5 s wide; SGLang's start at 0.1 s), so the client's
+  percentile minus the server's is trusted only to that width; the means carry no such error.
 
 Window edges: a server observes a request when it happens (TTFT at the first token; queue,
 prefill, decode and E2E when the request finishes; ITL per step), the client when the answer
@@ -129,19 +129,25 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
     """Prometheus' histogram_quantile over cumulative ``buckets`` [(upper bound, count)], sorted,
     the last bound +Inf: linear within the bucket that holds rank q x count (lower bound 0 for the
     first bucket); a rank in the +Inf bucket gives the largest finite bound. None without samples."""
+    return quantile_and_bucket(q, buckets)[0]
+
+
+def quantile_and_bucket(q: float, buckets: list[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """(histogram_quantile, the width of the bucket it interpolated in: its error bound; None for
+    the +Inf bucket, where the true value can be anything above the returned bound)."""
     if not buckets or buckets[-1][1] <= 0:
-        return None
+        return None, None
     rank = q * buckets[-1][1]
     lower, below = 0.0, 0.0
     for upper, cum in buckets:
         if cum >= rank and cum > below:
             if math.isinf(upper):
-                return lower if len(buckets) > 1 else None
+                return (lower if len(buckets) > 1 else None), None
             if upper <= 0:
-                return upper
-            return lower + (upper - lower) * (rank - below) / (cum - below)
+                return upper, 0.0
+            return lower + (upper - lower) * (rank - below) / (cum - below), upper - lower
         lower, below = upper, cum
-    return lower
+    return lower, None
 
 
 def histogram_delta(opened: Edge, closed: Edge, name: str) -> dict | None:
@@ -156,7 +162,8 @@ def histogram_delta(opened: Edge, closed: Edge, name: str) -> dict | None:
         return None
     count = delta[-1][1]
     out = {"count": int(count), "mean_s": (sb - sa) / count if count else None}
-    out.update({key: histogram_quantile(q, delta) for key, q in QUANTILES})
+    for key, q in QUANTILES:
+        out[key], out[key[:-2] + "_bucket_s"] = quantile_and_bucket(q, delta)
     return out
 
 

@@ -295,3 +295,20 @@ def test_request_latency_histograms_add_up_on_the_simulators_clock_in_both_flavo
     assert total("sglang:queue_time_seconds", "count") == 2
     assert 0.9 < total("sglang:queue_time_seconds", "sum") < 1.3
     assert total("sglang:e2e_request_latency_seconds", "count") == 2
+
+
+def test_network_delay_holds_every_write_outside_the_simulators_own_clock():
+    """--network-delay-ms 100 on the fixed model (TTFT 200 ms, 20 ms per token): the client's
+    first token comes 100 ms later, the gaps stay 20 ms, and /metrics' TTFT stays 200 ms (the
+    server's clock stops before the delay). Non-streaming bodies are held as long."""
+    with running_sim("--preset", "fixed", "--network-delay-ms", "100") as sim:
+        resp = request(sim.url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 20})
+        times = content_times(resp)
+        assert resp.status == 200 and resp.done and len(times) == 20
+        assert times[0] - resp.t_sent == pytest.approx(0.300, abs=0.03)
+        assert statistics.mean(b - a for a, b in zip(times, times[1:], strict=False)) == pytest.approx(0.020, rel=0.1)
+        fams = metrics(sim.url)
+        ttft = value(fams, "vllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds_sum")
+        assert ttft == pytest.approx(0.200, abs=0.02)
+        plain = request(sim.url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 5, "stream": False})
+        assert plain.status == 200 and plain.json()["usage"]["completion_tokens"] == 5

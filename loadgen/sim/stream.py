@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections import deque
+from time import perf_counter
 
+import gevent
 from gevent import get_hub
 from gevent.event import Event
 
@@ -49,6 +52,10 @@ class Stream:
         self.pending: list[bytes] = []
         self.blocked = False  # the connection greenlet owns the socket's write side
         self.done_event = Event()
+        # --network-delay-ms: bytes held this long after the engine timed them (release time, data)
+        self.delay_s = server.config.network_delay_ms / 1000
+        self.delayed: deque[tuple[float, bytes]] = deque()
+        self.sender: gevent.Greenlet | None = None
 
     # -- runner side -------------------------------------------------------------------------------
     def emit(self, n: int, done: bool, now: float) -> None:
@@ -143,6 +150,27 @@ class Stream:
         self.done_event.set()
 
     def _write(self, data: bytes) -> None:
+        if self.delay_s:  # a network between us and the client: after the metrics' clock
+            self.delayed.append((perf_counter() + self.delay_s, data))
+            if self.sender is None:
+                self.sender = gevent.spawn(self._send_delayed)
+            return
+        self._write_out(data)
+
+    def _send_delayed(self) -> None:
+        """Write each held piece at its release time, in order; wake the connection greenlet when
+        none is left (it waits for them before it ends the stream)."""
+        while self.delayed and self.end != BROKEN:
+            release_s, data = self.delayed[0]
+            if (wait := release_s - perf_counter()) > 0:
+                gevent.sleep(wait)
+            self.delayed.popleft()
+            self._write_out(data)
+        self.delayed.clear()
+        self.sender = None
+        self.done_event.set()
+
+    def _write_out(self, data: bytes) -> None:
         if self.blocked:
             self.pending.append(data)
             return
@@ -170,7 +198,7 @@ class Stream:
                 self.done_event.wait()
                 self.done_event.clear()
                 self.flush()
-                if self.end is not None:
+                if self.end is not None and (self.sender is None or self.end == BROKEN):
                     break
         finally:
             watch.stop()

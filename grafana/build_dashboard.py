@@ -247,6 +247,31 @@ def server_rows(lay: Layout) -> None:
                   + [(quantile(0.99, client_itl), client_label)], "s")
 
 
+def clocks_row(lay: Layout) -> None:
+    """Client and server clocks side by side (loadgen.export.clock_gauges): per finished stage, and
+    live from both sides' histograms."""
+    lay.row("Client and server clocks (where the time goes)")
+    stage = '{job=~"$loadgen_job", model=~"$model", metric="%s"}'
+    server_ttft = '{__name__=~"(vllm|sglang):time_to_first_token_seconds_bucket", job=~"$server_job"}'
+    lay.panel("timeseries", "TTFT: client vs server",
+              "The client's TTFT and the server's own (its /metrics histogram), p50: live from both sides' "
+              "histograms, and each finished stage's figures over its exact window (stage_latency_seconds). "
+              "The gap is network + client (+ any proxy).",
+              [(quantile(0.5, "llm_loadgen_ttft_seconds"), "client p50 (live)"),
+               (f"histogram_quantile(0.5, sum by (le) (rate({server_ttft}{RI})))", "server p50 (live)"),
+               (f'max by (clock, stat) (llm_loadgen_stage_latency_seconds{stage % "ttft"})',
+                "{{clock}} {{stat}} (stage)")], "s", w=12)
+    stacked = {"fieldConfig": {"defaults": {"unit": "s", "custom": {"stacking": {"mode": "normal"},
+                                                                      "drawStyle": "bars", "fillOpacity": 80}},
+                               "overrides": []}}
+    for metric, name in (("ttft", "TTFT"), ("e2e", "E2E")):
+        lay.panel("timeseries", f"Where the {name} goes (latest finished stage)",
+                  f"The client's mean {name} split into server queue, prefill, decode, the server's rest and "
+                  "network + client; they add up to the client's mean (stage_breakdown_seconds).",
+                  [(f'max by (part) (llm_loadgen_stage_breakdown_seconds{stage % metric})', "{{part}}")],
+                  "s", w=6, **stacked)
+
+
 def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:
     var = {"name": name, "label": label, "type": "query", "datasource": DS,
            "definition": query, "query": {"query": query, "refId": f"{name}-query"},
@@ -261,6 +286,7 @@ def variable(name: str, label: str, query: str, default: str, include_all: bool 
 def build() -> dict:
     lay = Layout()
     loadgen_rows(lay)
+    clocks_row(lay)
     server_rows(lay)
     templating = [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",

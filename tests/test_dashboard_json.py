@@ -83,7 +83,9 @@ def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
     snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
                             kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
                             client_loop_lag_s=0.001, offered_rate_per_s=1.0, slo_attainment_target=0.99,
-                            slo_stage_attainment=1.0)
+                            slo_stage_attainment=1.0,
+                            breakdown=(0, {"ttft": {"client_mean_s": 0.3, "server_mean_s": 0.2, "client_p50_s": 0.3,
+                                                    "network_client_mean_s": 0.1}}))
     text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     used = {m for e in dashboard_exprs(dashboard) for m in re.findall(r"\bllm_loadgen_\w+", e)}

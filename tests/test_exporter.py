@@ -272,3 +272,19 @@ def test_slo_counters_and_gauges_only_with_objectives():
     assert value(s, "llm_loadgen_slo_attainment_target_ratio") == 0.99
     names = {n for n, _ in scrape(make_registry(Source(c)))}  # no objectives: no SLO series at all
     assert not {n for n in names if "_slo_" in n}
+
+
+def test_the_latest_stage_breakdown_is_exported_per_clock_and_part():
+    from loadgen.report.breakdown import breakdown
+
+    client = {"ttft": {"mean_s": 0.35, "p50_s": 0.3, "p90_s": None, "p99_s": 0.6}, "e2e": None, "itl": None}
+    server = {"ttft": {"count": 5, "mean_s": 0.3, "p50_s": 0.28, "p90_s": None, "p99_s": 0.5},
+              "queue": {"count": 5, "mean_s": 0.2}, "prefill": {"count": 5, "mean_s": 0.08}}
+    c = Collector()
+    s = scrape(make_registry(Source(c, breakdown=(3, breakdown(client, server)))))
+    lat = {(dict(k)["clock"], dict(k)["stat"]): v for (n, k), v in s.items() if n == "llm_loadgen_stage_latency_seconds"}
+    assert lat[("client", "p50")] == 0.3 and lat[("server", "p50")] == 0.28 and lat[("server", "mean")] == 0.3
+    assert ("server", "p90") not in lat  # the server had no figure: absent, not 0
+    parts = {dict(k)["part"]: v for (n, k), v in s.items() if n == "llm_loadgen_stage_breakdown_seconds"}
+    assert parts == pytest.approx({"queue": 0.2, "prefill": 0.08, "server_rest": 0.02, "network_client": 0.05})
+    assert not {n for n, _ in scrape(make_registry(Source(c)))} & {"llm_loadgen_stage_latency_seconds"}

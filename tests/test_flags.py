@@ -40,6 +40,12 @@ def test_every_flag_a_row_can_get_is_declared():
     searched = StageInfo(2, 7, window_s=1.0, users=7, search=True)  # no request met the objective
     seen |= set(stage_row(searched, None, guard, CLIENT, False, objectives=Objectives(ttft_s=1.0))["flags"])
     seen |= {cut_flag("error"), cut_flag("guard_abort"), "knee"}
+    from loadgen.stats.stage_stats import StageStats
+
+    late = StageStats()
+    late.ttft_s.add(0.5)  # the client saw its first token 400 ms after the server's clock says it left
+    server = {"ttft": {"count": 1, "mean_s": 0.1, "p50_s": 0.1, "p90_s": 0.1, "p99_s": 0.1}}
+    seen |= set(stage_row(StageInfo(3, 1, window_s=1.0, users=1, server=server), late, guard, CLIENT, False)["flags"])
     assert seen == FLAG_KEYS
 
 

@@ -215,3 +215,57 @@ def test_checks_catch_a_broken_page(tmp_path):
     assert any(e.startswith("log: ") for e in errors)  # the refused image load
     assert [img["w"] for img in info["images"]] == [0, 0]
     assert info["resources"] == ["http://127.0.0.1:9/x.png"]
+
+
+def with_breakdown(summary: dict) -> dict:
+    """The fixture's stages with a breakdown whose queue time grows with the load (fake figures)."""
+    from loadgen.report.breakdown import breakdown, clock_lines
+
+    rows = []
+    for k, st in enumerate(summary["stages"]):
+        queue, prefill, decode, net = 0.05 * 2**k, 0.1, 1.0, 0.02
+        ttft = queue + prefill
+        client = {"ttft": {"mean_s": ttft + net}, "e2e": {"mean_s": ttft + decode + net}, "itl": None}
+        server = {"ttft": {"count": 9, "mean_s": ttft}, "queue": {"count": 9, "mean_s": queue},
+                  "prefill": {"count": 9, "mean_s": prefill}, "decode": {"count": 9, "mean_s": decode},
+                  "e2e": {"count": 9, "mean_s": ttft + decode}}
+        rows.append({**st, "breakdown": breakdown(client, server)})
+        clock_lines(rows)  # the verdicts
+    return {**summary, "stages": rows}
+
+
+def colour_pixels(png: bytes, hex_colour: str, tolerance: int = 2) -> int:
+    """Pixels of the screenshot within ``tolerance`` of ``hex_colour`` in each channel."""
+    import io
+
+    from PIL import Image
+
+    want = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    img = Image.open(io.BytesIO(png)).convert("RGB")
+    return sum(n for n, px in img.getcolors(maxcolors=1 << 24)
+               if all(abs(a - b) <= tolerance for a, b in zip(px, want, strict=True)))
+
+
+@needs_chromium
+def test_the_breakdown_bars_render_in_their_colours_and_only_with_a_breakdown(tmp_path):
+    """The stacked bars, found in the screenshot by colour: each part's pixels = its width x 18 px
+    per bar (+ a 12 x 12 legend swatch); the same report without a breakdown has none of them."""
+    from loadgen.report.breakdown import stack
+    from loadgen.report.breakdown_html import COLORS, bar_px
+
+    summary = with_breakdown(json.loads((FIXTURES / "summary_seeds_sweep.json").read_text()))
+    written = write_results(tmp_path / "run", summary)
+    info, errors, shot = render(written["html"], tmp_path / "profile")
+    (tmp_path / "report.png").write_bytes(shot)
+    print(f"screenshot: {tmp_path / 'report.png'}")
+    assert errors == [] and "Where the time goes" in info["text"] and "server queue time" in info["text"]
+    for part in ("queue", "decode", "network_client"):
+        expected = 144.0
+        for metric in ("ttft", "e2e"):
+            scale = max(s["breakdown"][metric]["client_mean_s"] for s in summary["stages"])
+            expected += sum(bar_px(dict(stack(s["breakdown"][metric])).get(part, 0.0), scale) * 18
+                            for s in summary["stages"])
+        assert colour_pixels(shot, COLORS[part]) == pytest.approx(expected, rel=0.02), part
+    plain = write_results(tmp_path / "plain", json.loads((FIXTURES / "summary_seeds_sweep.json").read_text()))
+    _, _, plain_shot = render(plain["html"], tmp_path / "profile2")
+    assert all(colour_pixels(plain_shot, COLORS[p]) < 20 for p in ("queue", "network_client"))

@@ -157,3 +157,19 @@ def test_python_dash_m_entry_point(tmp_path):
     )
     assert bad.returncode == EXIT_CONFIG
     assert str(tmp_path / "missing") in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_clock_columns_appear_only_when_a_run_has_a_breakdown(two_runs):
+    from loadgen.report.compare import metrics_table_html
+
+    runs = load_runs(two_runs)
+    assert "server_ttft_mean_s" not in compare_rows(runs)[0]  # as before: no breakdown in either run
+    label, summary = runs[1]
+    stages = [dict(s) for s in summary["stages"]]
+    stages[0]["breakdown"] = {"ttft": {"server_mean_s": 0.2, "queue_mean_s": 0.05, "network_client_mean_s": 0.01}}
+    runs[1] = (label, {**summary, "stages": stages})
+    row = next(r for r in compare_rows(runs) if r["concurrency"] == stages[0]["concurrency"])
+    assert row["server_ttft_mean_s"] == [None, 0.2] and row["server_queue_mean_s"] == [None, 0.05]
+    assert row["network_client_itl_mean_s"] == [None, None]
+    html = metrics_table_html(runs)
+    assert "Server queue mean (ms)" in html and '<td class="n">50.0</td>' in html

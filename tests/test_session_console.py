@@ -61,8 +61,9 @@ def test_the_next_stages_ramp_and_a_guard_refusal_print_after_the_earlier_row(se
     s.on_event(StageFinal(0, forced=False), 6.0)
     out = lines(capsys)
     assert out[2].split()[0] == "1"  # the row (after the two header lines)
-    assert out[3].startswith("llm-loadgen: guard: stage concurrency 2") and "refusing it" in out[3]
-    assert out[4] == "llm-loadgen: stage 1 C=2: ramp"
+    assert out[3].startswith("llm-loadgen: client/server time breakdown off: ")  # no server watch here
+    assert out[4].startswith("llm-loadgen: guard: stage concurrency 2") and "refusing it" in out[4]
+    assert out[5] == "llm-loadgen: stage 1 C=2: ramp"
 
 
 def test_progress_line_every_30_s_of_a_long_phase_with_the_window_so_far(session, capsys):

@@ -264,3 +264,51 @@ def test_vllm_engine_preempts_and_every_stream_still_gets_each_token_once():
     assert value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 30 * 500
     assert value(fams, "vllm:prompt_tokens", "vllm:prompt_tokens_total") == 30 * 500
     assert value(fams, "vllm:kv_cache_usage_perc") == 0
+
+
+def test_request_latency_histograms_add_up_on_the_simulators_clock_in_both_flavors():
+    """vLLM: TTFT = queue + prefill and E2E = TTFT + decode, sum for sum; with a batch of one the
+    second request queues for the first one's whole run (50 tokens of 20 ms steps, about 1 s)."""
+    body = {"prompt": [1] * 10, "max_tokens": 50, "ignore_eos": True, "stream": True}
+    engine = ("--timing", "engine", "--max-running", "1", "--step-base-ms", "20", "--step-per-seq-ms", "0",
+              "--step-per-prefill-token-us", "0", "--time-scale", "1")
+    with running_sim(*engine, "--flavor", "vllm") as sim:
+        both = [gevent.spawn(request, sim.url, "POST", "/v1/completions", body) for _ in range(2)]
+        gevent.joinall(both)
+        fams = metrics(sim.url)
+
+    def total(name: str, what: str) -> float:
+        return value(fams, name, f"{name}_{what}")
+
+    p = "vllm:"
+    assert total(p + "request_queue_time_seconds", "count") == 2
+    ttft = total(p + "time_to_first_token_seconds", "sum")
+    assert ttft == pytest.approx(total(p + "request_queue_time_seconds", "sum")
+                                 + total(p + "request_prefill_time_seconds", "sum"), abs=1e-6)
+    assert total(p + "e2e_request_latency_seconds", "sum") == pytest.approx(
+        ttft + total(p + "request_decode_time_seconds", "sum"), abs=1e-6)
+    # one queued behind the other for its 50 steps of 20 ms (the first waits at most one step)
+    assert 0.9 < total(p + "request_queue_time_seconds", "sum") < 1.3
+    with running_sim(*engine, "--flavor", "sglang") as sim:
+        gevent.joinall([gevent.spawn(request, sim.url, "POST", "/v1/completions", body) for _ in range(2)])
+        fams = metrics(sim.url)
+    assert total("sglang:queue_time_seconds", "count") == 2
+    assert 0.9 < total("sglang:queue_time_seconds", "sum") < 1.3
+    assert total("sglang:e2e_request_latency_seconds", "count") == 2
+
+
+def test_network_delay_holds_every_write_outside_the_simulators_own_clock():
+    """--network-delay-ms 100 on the fixed model (TTFT 200 ms, 20 ms per token): the client's
+    first token comes 100 ms later, the gaps stay 20 ms, and /metrics' TTFT stays 200 ms (the
+    server's clock stops before the delay). Non-streaming bodies are held as long."""
+    with running_sim("--preset", "fixed", "--network-delay-ms", "100") as sim:
+        resp = request(sim.url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 20})
+        times = content_times(resp)
+        assert resp.status == 200 and resp.done and len(times) == 20
+        assert times[0] - resp.t_sent == pytest.approx(0.300, abs=0.03)
+        assert statistics.mean(b - a for a, b in zip(times, times[1:], strict=False)) == pytest.approx(0.020, rel=0.1)
+        fams = metrics(sim.url)
+        ttft = value(fams, "vllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds_sum")
+        assert ttft == pytest.approx(0.200, abs=0.02)
+        plain = request(sim.url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 5, "stream": False})
+        assert plain.status == 200 and plain.json()["usage"]["completion_tokens"] == 5

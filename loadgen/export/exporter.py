@@ -41,6 +41,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_KINDS, ConfigError
+from loadgen.export.clock_gauges import clock_families
 from loadgen.phases import Phase
 from loadgen.stats import metrics
 
@@ -81,6 +82,7 @@ class ExporterSnapshot:
     client_loop_lag_s: float | None = None
     slo_attainment_target: float | None = None  # None: no SLO objective, no SLO series
     slo_stage_attainment: float | None = None  # the current stage's, so far
+    breakdown: tuple[int | None, dict | None] = (None, None)  # latest stage with one (loadgen.export.clock_gauges)
     model: str = ""
     endpoint: str = ""
     scenario: str = ""
@@ -102,6 +104,7 @@ class LoadgenCollector:
         yield from _counters(snap, labels)
         yield from _histograms(snap.totals, labels)
         yield from _gauges(snap, labels)
+        yield from clock_families(*snap.breakdown, LABELS, labels)
 
 
 def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:

@@ -21,11 +21,12 @@ from pathlib import Path
 from loadgen.config.run_tags import tags_text
 from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
+from loadgen.report.breakdown import column_value, compare_columns
 from loadgen.report.files import load_summary
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
 from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
-from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS
+from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS, num
 from loadgen.stats.stage_load import (
     CONCURRENCY,
     RATE,
@@ -168,6 +169,8 @@ def compare_rows(runs: list[tuple[str, dict]]) -> list[dict]:
         row = {load: c}
         for m in STAGE_METRICS:
             row[m.key] = [t[c].get(m.key) if c in t else None for t in tables]
+        for key, _, path in compare_columns([s for _, s in runs]):  # client vs server clocks
+            row[key] = [column_value(t.get(c), path) for t in tables]
         rows.append(row)
     return rows
 
@@ -230,13 +233,16 @@ def metrics_table_html(runs: list[tuple[str, dict]]) -> str:
     n, key = len(runs), runs_load_key(runs)
     title, unit = load_column(key == RATE)
     head = escape(f"{title} ({unit})" if unit else title)
-    head1 = f"<th rowspan=2>{head}</th>" + "".join(f"<th colspan={n}>{escape(m.title)}</th>" for m in STAGE_METRICS)
-    head2 = "".join(f"<th>#{i + 1}</th>" for _ in STAGE_METRICS for i in range(n))
+    clocks = compare_columns([s for _, s in runs])  # loadgen.report.breakdown, in ms
+    titles = [m.title for m in STAGE_METRICS] + [title for _, title, _ in clocks]
+    head1 = f"<th rowspan=2>{head}</th>" + "".join(f"<th colspan={n}>{escape(t)}</th>" for t in titles)
+    head2 = "".join(f"<th>#{i + 1}</th>" for _ in titles for i in range(n))
     rows = []
     for row in compare_rows(runs):
         cells = "".join(
             f'<td class="n">{escape(m.text(v))}</td>' for m in STAGE_METRICS for v in row[m.key]
-        )
+        ) + "".join(f'<td class="n">{escape(num(None if v is None else v * 1000))}</td>'
+                    for key, _, _ in clocks for v in row[key])
         rows.append(f'<tr><td class="n">{escape(load_number(row[key]))}</td>{cells}</tr>')
     return f'<div class="wide"><table id="metrics"><tr>{head1}</tr><tr>{head2}</tr>{"".join(rows)}</table></div>'
 

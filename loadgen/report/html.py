@@ -9,6 +9,7 @@ import base64
 import json
 from html import escape
 
+from loadgen.report.breakdown_html import breakdown_section
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.table import (
     columns,
@@ -218,6 +219,7 @@ def render_report_html(
         "<h2>Stages</h2>",
         stage_table_html(stages, knee, is_rate_run(summary)),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
+        *breakdown_section(stages),
         "<h2>Flags</h2>",
         flags_legend_html(set(all_flags)),
         "<h2>Errors by kind</h2>",

@@ -6,6 +6,7 @@ builds one ``exporter.ExporterSnapshot``; nothing is kept between scrapes.
 
 from __future__ import annotations
 
+from loadgen.export.clock_gauges import latest_breakdown
 from loadgen.export.exporter import ExporterSnapshot
 from loadgen.run import results
 
@@ -36,6 +37,7 @@ class ExporterFeed:
             client_loop_lag_s=lag,
             slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
             slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
+            breakdown=latest_breakdown(session.rows),
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from loadgen.report.breakdown import breakdown, client_figures, disagreement
 from loadgen.report.files import SCHEMA
 from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
@@ -158,6 +159,11 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     if cost is not None:
         row.update(stage_cost(row, cost))
     row["flags"] = flags
+    if (clocks := breakdown(client_figures(stats), info.server)) is not None:  # loadgen.report.breakdown
+        row["breakdown"] = clocks
+        if (gap := disagreement(row)) is not None:
+            clocks["disagreement"] = gap
+            flags.append("clocks_disagree")
     return row
 
 

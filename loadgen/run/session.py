@@ -22,6 +22,7 @@ from loadgen.config.run_tags import tags_from_options
 from loadgen.errors import ConfigError
 from loadgen.export.exporter import exporter_from_config
 from loadgen.phases import Phase
+from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
 from loadgen.report.runs import create_run_dir, run_name
@@ -218,7 +219,7 @@ class Session:
             say(extras)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
                                  any(r.hash_ids for r in rt.dataset or ()))
-        for line in stage_warnings(row, *sc.expected_lengths(), sharing):
+        for line in stage_warnings(row, *sc.expected_lengths(), sharing) + clock_lines(self.rows):
             say(line)
         if not self._rows_pending():
             self.console.flush()

@@ -7,7 +7,8 @@ edges into figures of the stage's ``server`` object; a reader whose series the s
 export gives None. Counters are summed over label sets (engines, DP ranks, replicas) in both
 edges; a counter that went down between them (a server restart) gives None, never a negative.
 
-Readers: ``generation`` (the server's own output tokens and tokens/s over the window).
+Readers: ``generation`` (the server's own output tokens and tokens/s over the window), ``latency``
+(``loadgen.server.window_latency``: its latency histograms over the window).
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ def generation(flavor: str | None, opened: Edge | None, closed: Edge | None) -> 
     return {"output_tokens": int(tokens), "output_tokens_per_s": tokens / (closed.t - opened.t)}
 
 
+from loadgen.server.window_latency import latency  # noqa: E402  (it imports Edge only for typing)
+
 WindowReader = Callable[[str | None, Edge | None, Edge | None], dict]
-READERS: tuple[WindowReader, ...] = (generation,)
+READERS: tuple[WindowReader, ...] = (generation, latency)
 
 
 def window_figures(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:

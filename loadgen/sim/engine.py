@@ -55,6 +55,7 @@ class SimRequest:
     preemptions: int = 0
     prefix_hashes: tuple[int, ...] = ()  # loadgen.sim.prefix.block_hashes of the prompt (caching on)
     cached_tokens: int | None = None  # prompt tokens found in the prefix cache at first admission
+    t_scheduled: float | None = None  # wall clock of the step that first admitted it (set by the runner)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Engine:
     waiting: deque[SimRequest] = field(default_factory=deque)
     kv_used: int = 0
     stats: EngineStats = field(default_factory=EngineStats)
+    admitted: list[SimRequest] = field(default_factory=list)  # admitted for the first time in the last step
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.params.seed)
@@ -181,6 +183,7 @@ class Engine:
         if self.idle:
             return 0.0, []
         events: list[tuple[SimRequest, int, bool]] = []
+        self.admitted.clear()
         preempted = self._decode(events)
         batch = len(events)
         prefilled, prefill_seqs = self._prefill(events, admit=not preempted)
@@ -261,6 +264,8 @@ class Engine:
             req.prefill_done = cache.lookup(req.prefix_hashes, req.prefill_target) if cache is not None else 0
             if cache is not None and req.cached_tokens is None:  # the first admission: usage's cached_tokens
                 req.cached_tokens = req.prefill_done
+            if req.preemptions == 0 and req.generated == 0:  # queue time ends at the first admission
+                self.admitted.append(req)
             self._grow(req, req.prefill_target + 1)
             self.running.append(req)
             n = self._prefill_one(req, budget, events)

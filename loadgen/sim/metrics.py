@@ -8,6 +8,11 @@ this machine measures them (simulated seconds = wall seconds * ``llmsim_time_sca
 - TTFT = time the first content chunk was written - time the request was parsed.
 - ITL, vLLM flavor: one sample per chunk = gap since the previous chunk of the request.
 - ITL, SGLang flavor: per chunk of n tokens, n samples of gap / n; the sum grows by the gap.
+- Request latencies, observed when the request finishes normally (as vLLM does), from the same clock:
+  queue = first admission into the batch (the engine step's start) - parsed (0 with fixed timing);
+  prefill (vLLM) = first content chunk written - first admission; decode (vLLM) = last chunk - first
+  chunk; E2E = last chunk - parsed. So TTFT = queue + prefill and E2E = TTFT + decode exactly.
+  Writes delayed outside the simulator (a relay, the network) are in none of these.
 - Token counters count tokens actually written to clients: prompt tokens when a request's first
   content chunk is written, generation tokens per chunk.
 """
@@ -28,6 +33,20 @@ VLLM_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7
 SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 SGLANG_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
                       0.060, 0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000)
+
+# Request latencies (vLLM's request_latency_buckets; SGLang's E2E and queue-time buckets)
+VLLM_REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                        120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 800)
+SGLANG_QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
+REQUEST_PARTS = {  # histogram (without the flavor prefix) -> its doc, per flavor
+    "vllm": (("request_queue_time_seconds", "queue", "Histogram of time spent in WAITING phase for request."),
+             ("request_prefill_time_seconds", "prefill", "Histogram of time spent in PREFILL phase for request."),
+             ("request_decode_time_seconds", "decode", "Histogram of time spent in DECODE phase for request."),
+             ("e2e_request_latency_seconds", "e2e", "Histogram of e2e request latency in seconds.")),
+    "sglang": (("queue_time_seconds", "queue", "Histogram of queueing time in seconds."),
+               ("e2e_request_latency_seconds", "e2e", "Histogram of End-to-end request latency in seconds")),
+}
 
 
 class Histogram:
@@ -59,6 +78,10 @@ class SimMetrics:
         vllm = flavor == "vllm"
         self.ttft = Histogram(VLLM_TTFT_BUCKETS if vllm else SGLANG_TTFT_BUCKETS)
         self.itl = Histogram(VLLM_ITL_BUCKETS if vllm else SGLANG_ITL_BUCKETS)
+        self.queue = Histogram(VLLM_REQUEST_BUCKETS if vllm else SGLANG_QUEUE_BUCKETS)
+        self.prefill = Histogram(VLLM_REQUEST_BUCKETS)
+        self.decode = Histogram(VLLM_REQUEST_BUCKETS)
+        self.e2e = Histogram(VLLM_REQUEST_BUCKETS if vllm else SGLANG_E2E_BUCKETS)
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests_ok = 0
@@ -69,6 +92,12 @@ class SimMetrics:
         self.ttft.observe(ttft_s)
         self.prompt_tokens += prompt_tokens
         self.generation_tokens += n
+
+    def request_done(self, queue_s: float, prefill_s: float, decode_s: float, e2e_s: float) -> None:
+        """A request finished normally: its parts (module docstring), observed now."""
+        for hist, value in ((self.queue, queue_s), (self.prefill, prefill_s), (self.decode, decode_s),
+                            (self.e2e, e2e_s)):
+            hist.observe(value)
 
     def next_chunk(self, gap_s: float, n: int) -> None:
         self.generation_tokens += n
@@ -166,6 +195,8 @@ class SimCollector:
         yield counter(p + "generation_tokens", "Number of generation tokens processed.", m.generation_tokens)
         yield hist(p + "time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft)
         yield hist(p + "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl)
+        for name, part, doc in REQUEST_PARTS[cfg.flavor]:
+            yield hist(p + name, doc, getattr(m, part))
         yield from self._llmsim(counter, gauge)
 
     def _llmsim(self, counter, gauge) -> Iterator:

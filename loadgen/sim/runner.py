@@ -90,6 +90,8 @@ class EngineRunner(Runner):
                 self._wake.wait()
                 step_start = perf_counter()
             duration_s, events = model.step()
+            for req in model.admitted:  # its queue time ends as this step starts (the metrics' clock)
+                req.t_scheduled = step_start
             step_end = step_start + duration_s / scale
             now = perf_counter()
             if step_end > now:

@@ -15,6 +15,7 @@ import random
 import socket
 import time
 
+import gevent
 import orjson
 from gevent.server import StreamServer
 from prometheus_client import CollectorRegistry
@@ -239,6 +240,8 @@ class SimServer:
         end = stream.wait_done(self.config.stall_max_s)
         if end != KEEP:
             return False
+        if stream.delay_s:  # --network-delay-ms: the body reaches the client that much later
+            gevent.sleep(stream.delay_s)
         text = generated_text(stream.text_offset, 0, stream.sent).decode()
         body = wire.completion_obj(chat=chat, rid=rid, created=int(time.time()), model=self.config.model,
                                    text=text, finish=stream.finish_reason.decode(),

@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from collections import deque
+from time import perf_counter
 
+import gevent
 from gevent import get_hub
 from gevent.event import Event
 
@@ -42,12 +45,17 @@ class Stream:
         self.text_offset = text_offset
         self.t_arrival = t_arrival
         self.t_last = 0.0
+        self.t_first = 0.0
         self.sent = 0  # tokens handed to the client so far
         self.end: str | None = None
         self.faulted = False
         self.pending: list[bytes] = []
         self.blocked = False  # the connection greenlet owns the socket's write side
         self.done_event = Event()
+        # --network-delay-ms: bytes held this long after the engine timed them (release time, data)
+        self.delay_s = server.config.network_delay_ms / 1000
+        self.delayed: deque[tuple[float, bytes]] = deque()
+        self.sender: gevent.Greenlet | None = None
 
     # -- runner side -------------------------------------------------------------------------------
     def emit(self, n: int, done: bool, now: float) -> None:
@@ -60,10 +68,15 @@ class Stream:
             return  # nothing reached the client: count nothing
         m = self.server.metrics
         if start == 0:
+            self.t_first = now
             m.first_chunk(now - self.t_arrival, self.req.prompt_tokens, n)
         else:
             m.next_chunk(now - self.t_last, n)
         self.t_last = now
+        if done and self.end == KEEP and not self.faulted:
+            scheduled = self.req.t_scheduled or self.t_arrival  # fixed timing: no queue
+            m.request_done(scheduled - self.t_arrival, self.t_first - scheduled, now - self.t_first,
+                           now - self.t_arrival)
 
     def _emit_bytes(self, start: int, n: int, done: bool) -> None:
         fmt = self.fmt
@@ -137,6 +150,27 @@ class Stream:
         self.done_event.set()
 
     def _write(self, data: bytes) -> None:
+        if self.delay_s:  # a network between us and the client: after the metrics' clock
+            self.delayed.append((perf_counter() + self.delay_s, data))
+            if self.sender is None:
+                self.sender = gevent.spawn(self._send_delayed)
+            return
+        self._write_out(data)
+
+    def _send_delayed(self) -> None:
+        """Write each held piece at its release time, in order; wake the connection greenlet when
+        none is left (it waits for them before it ends the stream)."""
+        while self.delayed and self.end != BROKEN:
+            release_s, data = self.delayed[0]
+            if (wait := release_s - perf_counter()) > 0:
+                gevent.sleep(wait)
+            self.delayed.popleft()
+            self._write_out(data)
+        self.delayed.clear()
+        self.sender = None
+        self.done_event.set()
+
+    def _write_out(self, data: bytes) -> None:
         if self.blocked:
             self.pending.append(data)
             return
@@ -164,7 +198,7 @@ class Stream:
                 self.done_event.wait()
                 self.done_event.clear()
                 self.flush()
-                if self.end is not None:
+                if self.end is not None and (self.sender is None or self.end == BROKEN):
                     break
         finally:
             watch.stop()

@@ -15,7 +15,7 @@ from tests.netlag import READY
 from tests.procs import stop_process
 from tests.runlocust import ROOT, run_locust
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against known answers (and the client's own lag): alone
 
 
 def free_port() -> int:

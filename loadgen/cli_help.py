@@ -25,7 +25,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("guard (KV cache)", ("guard.",)),
     ("SLO", ("slo",)),
     ("open loop (request rates)", ("rate.",)),
-    ("output", ("results_dir", "exporter.", "run.")),
+    ("output", ("results_dir", "requests_jsonl", "exporter.", "run.")),
     ("TLS and authentication", ("request.", "api_key_env")),
 )
 

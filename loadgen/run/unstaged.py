@@ -34,6 +34,7 @@ class UnstagedRequests:
             if not counted:
                 continue
             rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
+            rt.export_request(result, None, rt.scenario.input_tokens, phase="probe")
             self.stats.add_result(result, rt.scenario.input_tokens, expected_out)
             self._locust_pending.append((result, time.time() - result.e2e_s))
 

@@ -63,3 +63,12 @@ def test_two_processes_write_one_file_with_every_workers_requests(sim, tmp_path)
 def test_without_the_option_there_is_no_file(sim, tmp_path):
     run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--stages", "1")
     assert run.code == 0 and not (run.run_dir / "requests.jsonl").exists()
+
+
+def test_an_open_loop_run_writes_its_lines_with_the_scheduled_send_times(sim, tmp_path):
+    """Open loop: the guard's duration sample is a probe line too, and each request's sent time
+    is its scheduled arrival on the wall clock: the stage's arrivals span about its window."""
+    run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--rates", "20", "--requests-jsonl")
+    lines = check_lines(run, {"local"})
+    sent = sorted(x["sent_unix_s"] for x in lines if x["stage"] == 0)
+    assert len(sent) > 20 and 1.5 < sent[-1] - sent[0] < 3.0  # a 2 s window at 20 requests/s

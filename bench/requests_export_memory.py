@@ -3,7 +3,10 @@
 simulator, one stage). Prints both rows of bench/memory.py, the peak RSS ratio (the issue's
 target: within 10 %), and checks the file: one line per request the summary counts.
 
-    .venv/bin/python bench/requests_export_memory.py [--users 1024] [--duration 30]
+    .venv/bin/python bench/requests_export_memory.py [--users 1024] [--duration 30] [--output-tokens N]
+
+``--output-tokens 50`` makes short requests: many more lines (thousands a second) for the same
+users, the case where a list of every request would show.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, default=1024)
     ap.add_argument("--duration", type=float, default=30.0)
+    ap.add_argument("--output-tokens", type=int, default=None, help="default: the scenario's (1000)")
     args = ap.parse_args(argv)
+    more = () if args.output_tokens is None else ("--output-tokens", str(args.output_tokens))
     with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
         print("without --requests-jsonl")
-        off = measure(args.users, args.duration, Path(tmp) / "off")
+        off = measure(args.users, args.duration, Path(tmp) / "off", *more)
         print_row(off)
         print("with --requests-jsonl")
-        on = measure(args.users, args.duration, Path(tmp) / "on", "--requests-jsonl")
+        on = measure(args.users, args.duration, Path(tmp) / "on", *more, "--requests-jsonl")
         print_row(on)
         lines, counted = lines_and_counted(on)
     ratio = on["rss_peak_mb"] / off["rss_peak_mb"]

@@ -4,6 +4,8 @@ run with the server watch on -> the stage's ``server`` object in summary.json.""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,14 +26,16 @@ def server_counters(url: str) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
-def spec_stage(tmp_path, flavor: str) -> tuple[dict, dict, str]:
+def spec_stage(tmp_path, flavor: str) -> tuple[dict, dict, str, dict]:
     with running_sim(*ACCEPT, "--flavor", flavor) as sim:
         run = run_locust(sim.url, tmp_path / flavor, *RUN)
         counters = server_counters(sim.url)
     assert run.code == 0, run.stderr[-3000:]
     (stage,) = run.summary["stages"]
     assert stage["error_count"] == 0 and stage["output_tokens"] == 400 * stage["requests"]
-    return stage, counters, run.stdout + run.stderr
+    with open(run.run_dir / "stages.csv", newline="") as f:
+        (row,) = csv.DictReader(f)
+    return stage, counters, run.stdout + run.stderr, row
 
 
 def test_vllm_accept_length_over_the_window_is_the_accept_mean_and_the_clients_tokens_per_chunk(tmp_path):
@@ -39,7 +43,7 @@ def test_vllm_accept_length_over_the_window_is_the_accept_mean_and_the_clients_t
     accepted / draft tokens = 1.3 / 2 = 0.65; the client sees the same accepted tokens per chunk
     (400 / (1 + 399 / 2.3) = 2.29: the first chunk is the prefill's one token). Thousands of
     steps make the sampling error < 1 %."""
-    s, c, out = spec_stage(tmp_path, "vllm")
+    s, c, out, row = spec_stage(tmp_path, "vllm")
     server = s["server"]
     assert server["spec_source"] == "counters" and server["spec_drafts"] > 2000, server
     assert server["spec_accept_length"] == pytest.approx(MEAN_ACCEPT, rel=0.03)
@@ -50,15 +54,18 @@ def test_vllm_accept_length_over_the_window_is_the_accept_mean_and_the_clients_t
     assert server["spec_accept_length"] == pytest.approx(whole, rel=0.03)
     assert server["spec_drafts"] < c["vllm:spec_decode_num_drafts_total"]  # the window, not the run
     assert f"server accept length {server['spec_accept_length']:.2f}" in out, out[-2000:]
+    assert float(row["server.spec_accept_length"]) == server["spec_accept_length"]  # stages.csv too
+    assert row["server.spec_source"] == "counters" and row["server.prefix_cache_hit_rate"] == ""
 
 
 def test_sglang_accept_length_is_its_gauge_at_the_windows_close(tmp_path):
-    s, c, out = spec_stage(tmp_path, "sglang")
+    s, _, out, row = spec_stage(tmp_path, "sglang")
     server = s["server"]
     assert server["spec_source"] == "gauge_at_close" and server["spec_drafts"] is None
     assert server["spec_accept_length"] == pytest.approx(MEAN_ACCEPT, rel=0.03)
     assert server["spec_accept_length"] == pytest.approx(s["tokens_per_chunk"], rel=0.03)
     assert "(gauge at the window's close)" in out
+    assert row["server.spec_source"] == "gauge_at_close"
 
 
 def test_vllm_prefix_cache_hit_rate_over_the_window_agrees_with_the_clients_cached_share(tmp_path):

@@ -28,7 +28,7 @@ from loadgen.run.health import HealthMonitor, settle_heap
 from loadgen.run.request_export import RequestBuffer
 from loadgen.server import start_check as preflight
 from loadgen.stats.inflight import InflightMeter
-from loadgen.stats.request_line import request_fields
+from loadgen.stats.request_line import LOAD, request_fields
 from loadgen.stats.stage_stats import Collector
 from loadgen.wire import tls
 from loadgen.wire.compat import Compat
@@ -136,7 +136,7 @@ class Runtime:
             return str(self.environment.runner.client_id)
         return "master" if self.is_master else "local"
 
-    def export_request(self, result, stage: int | None, input_tokens_asked: int | None, *, phase: str = "load",
+    def export_request(self, result, stage: int | None, input_tokens_asked: int | None, *, phase: str = LOAD,
                        sent_unix_s: float | None = None, turn: int | None = None) -> None:
         """One ended request (ok or failed) into the per-request export, when it is on.
         ``sent_unix_s``: wall-clock send time (default: now - its E2E)."""

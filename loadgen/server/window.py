@@ -34,8 +34,7 @@ def generation(flavor: str | None, opened: Edge | None, closed: Edge | None) -> 
 
 
 WindowReader = Callable[[str | None, Edge | None, Edge | None], dict]
-READERS: tuple[WindowReader, ...] = (generation,
-                                      spec_decode, prefix_cache)
+READERS: tuple[WindowReader, ...] = (generation, spec_decode, prefix_cache)
 
 
 def window_figures(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:

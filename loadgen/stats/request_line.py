@@ -32,7 +32,8 @@ FIELDS = ("run", "stage", "phase", "worker", "request_id", "sent_unix_s", "ttft_
           "input_tokens", "input_tokens_asked", "output_tokens", "output_tokens_estimated", "cached_tokens",
           "reasoning_tokens", "reasoning_source", "chunks", "ok", "failure_kind", "status",
           "finish_reason", "turn")
-PHASES = ("load", "probe")
+LOAD, PROBE = "load", "probe"  # the line's phase: sent by the load, or by the run's own checks
+PHASES = (LOAD, PROBE)
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:

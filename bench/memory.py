@@ -34,11 +34,12 @@ SIM = ("--preset", "fixed", "--ttft-ms", "200", "--itl-ms", "20", "--tokens-per-
        "--kv-tokens", "100000000", "--max-running", "100000")
 
 
-def measure(users: int, duration_s: float, workdir: Path) -> dict:
+def measure(users: int, duration_s: float, workdir: Path, *extra: str) -> dict:
+    """One run; ``extra``: more locust options (e.g. ``--requests-jsonl``)."""
     ramp_s, warmup_s = 10, 10
     with running_sim(*SIM) as sim:
         run = BenchLocust(sim.url, workdir, "--stages", str(users), "--ramp", str(ramp_s),
-                          "--warmup", str(warmup_s), "--stage-duration", str(duration_s),
+                          "--warmup", str(warmup_s), "--stage-duration", str(duration_s), *extra,
                           exporter_port=free_port())
         mem = Sampler(lambda: run.sample()["mem"].get(run.pid, {}), 1.0)
         try:
@@ -60,7 +61,8 @@ def measure(users: int, duration_s: float, workdir: Path) -> dict:
     return {"users": users, "rss_before_mb": before["rss"], "rss_peak_mb": peak, "rss_end_mb": at_end["rss"],
             "hwm_window_mb": at_end["hwm"], "per_user_kb": (at_end["hwm"] - before["rss"]) * 1000 / users, "requests": stage["requests"],
             "errors": stage["error_count"], "tokens_per_s": stage["output_tokens_per_s"],
-            "flags": stage["flags"], "client": stage.get("client")}
+            "flags": stage["flags"], "client": stage.get("client"),
+            "totals": run.summary["totals"], "results_dir": workdir}
 
 
 def print_row(r: dict) -> None:

@@ -190,14 +190,20 @@ def loadgen_rows(lay: Layout) -> None:
               [(f"{rate('llm_loadgen_reasoning_tokens_total')} / {ok}", "reasoning tokens/request")], w=6)
     lay.panel("timeseries", "Tokens per chunk",
               "Completion tokens / content chunks of ok requests: above 1 with speculative decoding "
-              "(the accepted tokens of a step come in one chunk) or a stream interval.",
+              "(the accepted tokens of a step come in one chunk) or a stream interval; beside it the server's "
+              "own accept length and share of drafts accepted over the last finished stage's window.",
               [(f"{rate('llm_loadgen_output_chunk_tokens_total')} / {rate('llm_loadgen_output_chunks_total')}",
-                "tokens/chunk")], w=6)
+                "tokens/chunk"),
+               (f"max(llm_loadgen_server_spec_accept_length{L})", "server accept length (last stage)"),
+               (f"max(llm_loadgen_server_spec_acceptance_ratio{L})", "server share of drafts accepted (last stage)")],
+              w=6)
     lay.panel("timeseries", "Cached prompt share",
               "usage.prompt_tokens_details.cached_tokens / prompt tokens of the requests that reported it "
               "(vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report; llama.cpp always).",
               [(f"{rate('llm_loadgen_cached_prompt_tokens_total')} / "
-                f"{rate('llm_loadgen_cache_reported_prompt_tokens_total')}", "cached share")], "percentunit", w=6)
+                f"{rate('llm_loadgen_cache_reported_prompt_tokens_total')}", "cached share"),
+               (f"max(llm_loadgen_server_prefix_cache_hit_ratio{L})", "server hit rate (last stage)")],
+              "percentunit", w=6)
 
 
 # The server rows: the same panels for each engine, with that engine's own metric names.

@@ -26,7 +26,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SLO", ("slo",)),
     ("cost and efficiency", ("cost.",)),
     ("open loop (request rates)", ("rate.",)),
-    ("output", ("results_dir", "exporter.", "run.")),
+    ("output", ("results_dir", "requests_jsonl", "exporter.", "run.")),
     ("TLS and authentication", ("request.", "api_key_env")),
 )
 

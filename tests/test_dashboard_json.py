@@ -83,7 +83,8 @@ def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
     snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
                             kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
                             client_loop_lag_s=0.001, offered_rate_per_s=1.0, slo_attainment_target=0.99,
-                            slo_stage_attainment=1.0,
+                            slo_stage_attainment=1.0, server_spec_accept_length=2.0,
+                            server_spec_acceptance_rate=0.5, server_prefix_cache_hit_rate=0.5,
                             breakdown=(0, {"ttft": {"client_mean_s": 0.3, "server_mean_s": 0.2, "client_p50_s": 0.3,
                                                     "network_client_mean_s": 0.1}}))
     text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()

@@ -39,8 +39,13 @@ pytestmark = [
 ]
 
 DASHBOARD = ROOT / "grafana" / "dashboards" / "llm-loadgen.json"
-VARIABLES = {"datasource": "prometheus", "loadgen_job": "llm-loadgen", "model": ".*",
+# llm-loadgen-spec: a run against an engine simulator that speculates and caches prefixes, for the
+# panels of the server's window figures and the cached share (the fixed sims have neither); a job
+# of its own keeps its latencies out of test_client_figures_match_the_simulators
+VARIABLES = {"datasource": "prometheus", "loadgen_job": "llm-loadgen|llm-loadgen-spec", "model": ".*",
              "server_job": "llm-server"}
+SPEC_SIM = ("--timing", "engine", "--flavor", "vllm", "--spec-accept", "0.4,0.6", "--prefix-cache-tokens", "100000",
+            "--prefix-block-tokens", "16")
 MODEL = "llmsim-fixed"
 FAULTS = ("--fault-http-503", "0.05", "--fault-stream-error", "0.05", "--fault-truncate", "0.03")
 
@@ -74,13 +79,15 @@ def live_prometheus(tmp_path_factory):
         vllm = stack.enter_context(running_sim("--preset", "fixed", "--flavor", "vllm", *FAULTS))
         sglang = stack.enter_context(running_sim("--preset", "fixed", "--flavor", "sglang",
                                                  "--tokens-per-chunk", "2", *FAULTS))
-        ports = [free_port(), free_port()]
-        # one closed-loop run, one open-loop run (the rate panels need one)
-        loads = (("--stages", "1,2,3,4,6"), ("--rates", "2,4,6,8,10"))
-        for sim, port, name, load in zip((vllm, sglang), ports, ("vllm", "sglang"), loads, strict=True):
+        spec = stack.enter_context(running_sim(*SPEC_SIM))
+        ports = [free_port(), free_port(), free_port()]
+        # one closed-loop run, one open-loop run (the rate panels need one), one multi-turn chat run
+        loads = (("--stages", "1,2,3,4,6"), ("--rates", "2,4,6,8,10"),
+                 ("--stages", "2,4,6,8,10", "--endpoint", "chat", "--turns", "3"))
+        for sim, port, name, load in zip((vllm, sglang, spec), ports, ("vllm", "sglang", "spec"), loads, strict=True):
             start_locust(stack, sim.url, port, tmp / name, load)
         prom = stack.enter_context(PrometheusProcess(
-            {"llm-loadgen": [f"127.0.0.1:{p}" for p in ports],
+            {"llm-loadgen": [f"127.0.0.1:{p}" for p in ports[:2]], "llm-loadgen-spec": [f"127.0.0.1:{ports[2]}"],
              "llm-server": [hostport(vllm.url), hostport(sglang.url)]}))
         # >= 8 scrapes of every target, so [5s] rates and the [30s] range have data
         resp = prom.wait_for('min(count_over_time(up{job=~"llm-.*"}[1m])) >= 8', timeout_s=40)
@@ -88,6 +95,8 @@ def live_prometheus(tmp_path_factory):
         # and some failures and stage changes have happened under load
         prom.wait_for('sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
         prom.wait_for('min(max_over_time(llm_loadgen_stage{job="llm-loadgen"}[2m])) >= 1', timeout_s=40)
+        # the spec run finished a stage: the server's window figures are exported
+        prom.wait_for('max(llm_loadgen_server_spec_accept_length{job="llm-loadgen-spec"}) > 1', timeout_s=40)
         yield prom, None
 
 

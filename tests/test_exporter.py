@@ -182,8 +182,12 @@ def test_gauges_phase_and_absent_optionals():
     c = Collector()
     src = Source(c, inflight=7, users=8, stage_index=2, target_concurrency=8, phase="measure",
                  kv_projected_tokens=12000.0, kv_capacity_tokens=50000.0, guard_breaches=1,
-                 client_cpu_percent=35.5, client_loop_lag_s=0.002)
+                 client_cpu_percent=35.5, client_loop_lag_s=0.002, server_spec_accept_length=2.8,
+                 server_spec_acceptance_rate=0.6, server_prefix_cache_hit_rate=0.75)
     s = scrape(make_registry(src))
+    assert value(s, "llm_loadgen_server_spec_accept_length") == 2.8
+    assert value(s, "llm_loadgen_server_spec_acceptance_ratio") == 0.6
+    assert value(s, "llm_loadgen_server_prefix_cache_hit_ratio") == 0.75
     assert value(s, "llm_loadgen_inflight_requests") == 7
     assert value(s, "llm_loadgen_stage") == 2
     assert value(s, "llm_loadgen_target_concurrency") == 8
@@ -197,7 +201,8 @@ def test_gauges_phase_and_absent_optionals():
 
     s = scrape(make_registry(Source(c)))  # nothing known yet: absent, not a misleading 0
     names = {n for n, _ in s}
-    for absent in ("llm_loadgen_stage", "llm_loadgen_kv_capacity_tokens", "llm_loadgen_client_cpu_percent"):
+    for absent in ("llm_loadgen_stage", "llm_loadgen_kv_capacity_tokens", "llm_loadgen_client_cpu_percent",
+                   "llm_loadgen_server_spec_accept_length", "llm_loadgen_server_prefix_cache_hit_ratio"):
         assert absent not in names
 
 

@@ -333,3 +333,70 @@ def test_the_servers_decode_seconds_per_token_agree_with_the_clients_itl(default
     assert one["breakdown"]["itl"]["client_mean_s"] == pytest.approx(one["server"]["decode_per_token"]["mean_s"],
                                                                       rel=0.15), one["breakdown"]
     assert "breakdown off: llama.cpp's counters give means per token only" in run.stderr
+
+
+CACHED = "llamacpp:prompt_tokens_cached_total"
+EVALUATED = "llamacpp:prompt_tokens_total"  # prompt tokens the server evaluated: the uncached ones
+
+
+def test_multi_turn_cached_tokens_are_the_servers_prefix_cache_count(binary, model_8192, tmp_path):
+    """Turns resend the history, which llama.cpp finds in the slot's cache: every request's
+    usage.prompt_tokens_details.cached_tokens (client) is what its counter counts. The chat text
+    calibration's probes (not streamed, not in the totals) may hit the cache too; they are bounded
+    by their own prompt tokens, which the server counts and the totals do not. Over the stage's
+    window the server's count and the stage's requests' agree (they differ only by requests in
+    flight at the window's edges), and requests.jsonl adds up to the totals."""
+    with LlamaServer(binary, model_8192.path, ctx_tokens=4096, slots=2) as srv:  # 2048 a slot: 3 turns fit
+        before = {n: srv.metric(n) for n in (CACHED, EVALUATED)}
+        run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "2", "--endpoint", "chat", "--turns", "3",
+                         "--stage-duration", "2", "--set", "guard.watch_interval_s=0.1", "--requests-jsonl")
+        wait_until_idle(srv)
+        cached, evaluated = (srv.metric(n) - before[n] for n in (CACHED, EVALUATED))
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    cache = run.summary["totals"]["prompt_cache"]
+    assert cache["reported_requests"] == run.summary["totals"]["requests"]  # llama.cpp reports it always
+    calibration_prompt_tokens = cached + evaluated - cache["reported_prompt_tokens"]
+    assert 0 <= cached - cache["cached_prompt_tokens"] <= calibration_prompt_tokens < 0.1 * (cached + evaluated)
+    assert cache["cached_prompt_tokens"] > 0.3 * cache["reported_prompt_tokens"]  # later turns hit
+    (stage,) = run.summary["stages"]
+    server = stage["server"]
+    assert server["prefix_cache_source"] == "counters"
+    assert server["prefix_cache_hit_tokens"] == pytest.approx(stage["cached_prompt_tokens"], rel=0.02)
+    assert server["prefix_cache_hit_rate"] == pytest.approx(stage["cached_share"], rel=0.02)
+    lines = [json.loads(x) for x in (run.run_dir / "requests.jsonl").read_text().splitlines()]
+    assert sum(x["cached_tokens"] or 0 for x in lines) == cache["cached_prompt_tokens"]
+
+
+SPEC = ("llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_total",
+        "llamacpp:spec_decode_num_draft_tokens_total", PREDICTED)
+
+
+def test_speculative_decoding_with_a_draft_model_is_read_from_the_servers_counters(binary, model_8192, tmp_path):
+    """The tiny model drafts for itself (``--model-draft`` the same file, 3 tokens a draft) and the
+    target samples greedily (temperature 0): every drafted token is accepted. The stage's accept
+    figures over its window agree with the run-long counters, and those add up: each verify step
+    yields its accepted drafts plus one token, each request one more token from its prefill, so
+    predicted = accepted + drafts + requests (+ a plain step where nothing was left to draft). llama.cpp streams each accepted token in a chunk of
+    its own, so the client's tokens per chunk stays 1: speculation shows only in the counters."""
+    draft = ("--model-draft", str(model_8192.path), "--spec-type", "draft-simple", "--spec-draft-n-max", "3")
+    with LlamaServer(binary, model_8192.path, ctx_tokens=1024, slots=2, extra_args=draft) as srv:
+        before = {n: srv.metric(n) for n in SPEC}
+        run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "2", "--output-tokens", "64",
+                         "--set", "guard.watch_interval_s=0.1", "--set", 'request.extra_body={"temperature": 0}')
+        wait_until_idle(srv)
+        drafts, accepted, draft_tokens, predicted = (srv.metric(n) - before[n] for n in SPEC)
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    totals = run.summary["totals"]
+    assert totals["errors"] == {} and predicted == totals["output_tokens"]
+    # the start check's 2-token probe: its second token is the last, decoded without a draft
+    plain_steps = len(run.summary["preflight"]["probes"])
+    assert predicted == accepted + drafts + totals["requests"] + plain_steps
+    assert accepted == draft_tokens > 0  # greedy self-drafting: every draft token accepted
+    (stage,) = run.summary["stages"]
+    server = stage["server"]
+    assert server["spec_source"] == "counters" and 0 < server["spec_drafts"] < drafts
+    assert server["spec_acceptance_rate"] == 1.0
+    assert server["spec_accept_length"] == pytest.approx(1 + accepted / drafts, rel=0.02)
+    assert 3 < server["spec_accept_length"] <= 4  # 1 + up to 3 drafted tokens a step
+    assert stage["tokens_per_chunk"] == pytest.approx(1.0, abs=0.01)  # < the accept length: one token a chunk
+    assert f"server accept length {server['spec_accept_length']:.2f}, 100% of drafts accepted" in run.stderr

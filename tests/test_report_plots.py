@@ -149,3 +149,20 @@ def test_throughput_marks_goodput_the_slo_maximum_the_search_and_the_kv_ceiling(
     ax = throughput_figure(seeds["stages"], knee=256, guard=guard).axes[0]
     assert list(lines_by_label(ax)["KV ceiling C=785"].get_xdata()) == [785, 785]
     assert "goodput tok/s (met the SLO)" not in lines_by_label(ax)  # no objectives, no goodput
+
+
+def test_spec_cache_figure_only_when_the_server_reported_its_window_figures():
+    plain = [{"index": 0, "concurrency": 1, "tokens_per_chunk": 1.0, "server": {"spec_accept_length": None}}]
+    assert "spec_cache" not in build_run_figures({"stages": plain, "guard": {}})
+    stages = [
+        {"index": 0, "concurrency": 1, "tokens_per_chunk": 2.29, "cached_share": 0.5,
+         "server": {"spec_accept_length": 2.3, "prefix_cache_hit_rate": 0.48}},
+        {"index": 1, "concurrency": 4, "tokens_per_chunk": 2.1, "cached_share": None,
+         "server": {"spec_accept_length": 2.2, "prefix_cache_hit_rate": None}},
+    ]
+    fig = build_run_figures({"stages": stages, "guard": {}})["spec_cache"]
+    spec, cache = (lines_by_label(ax) for ax in fig.axes)
+    assert list(spec["server accept length (tokens a step)"].get_ydata()) == [2.3, 2.2]
+    assert list(spec["client tokens per chunk"].get_xdata()) == [1, 4]
+    assert list(cache["server prefix cache hit rate"].get_ydata()) == [0.48]  # no point without a figure
+    assert figure_png(fig).startswith(PNG_MAGIC)

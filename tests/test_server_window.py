@@ -30,4 +30,7 @@ def test_a_restart_a_missing_edge_or_series_gives_none_never_a_negative():
 
 def test_window_figures_merge_every_reader():
     a, b = edge(0.0, "llamacpp:tokens_predicted_total 10\n"), edge(0.5, "llamacpp:tokens_predicted_total 60\n")
-    assert window_figures("llamacpp", a, b) == {"output_tokens": 50, "output_tokens_per_s": 100.0}
+    figures = window_figures("llamacpp", a, b)
+    assert {k: figures[k] for k in ("output_tokens", "output_tokens_per_s")} == {"output_tokens": 50,
+                                                                                 "output_tokens_per_s": 100.0}
+    assert figures["spec_accept_length"] is None and figures["prefix_cache_hit_rate"] is None  # not exported

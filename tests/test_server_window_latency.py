@@ -9,6 +9,7 @@ import pytest
 from loadgen.server.answers import parse_metrics
 from loadgen.server.window import Edge, window_figures
 from loadgen.server.window_latency import histogram_delta, histogram_quantile, latency, quantile_and_bucket
+from loadgen.server.window_spec import prefix_cache, spec_decode
 
 TTFT = "vllm:time_to_first_token_seconds"
 
@@ -85,4 +86,5 @@ def test_llamacpp_counters_give_means_per_token_only():
 def test_a_server_without_latency_figures_adds_nothing_to_the_stage():
     a, b = edge(0, "x_total 1\n"), edge(1, "x_total 2\n")
     assert latency(None, a, b) == {} and latency("openai", a, b) == {}
-    assert set(window_figures(None, a, b)) == {"output_tokens", "output_tokens_per_s"}
+    others = set(spec_decode(None, a, b)) | set(prefix_cache(None, a, b))  # the other readers' keys
+    assert set(window_figures(None, a, b)) == {"output_tokens", "output_tokens_per_s"} | others

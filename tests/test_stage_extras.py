@@ -19,3 +19,18 @@ def test_each_part_only_when_there():
                                 "54% of prompt tokens cached")
     assert extras_line({"index": 1, "tokens_per_chunk": 1.0, "cached_share": 0.0}) == (
         "llm-loadgen: stage 1: 0% of prompt tokens cached")
+
+
+def test_the_servers_own_accept_length_and_cache_hit_rate_when_it_reported_them():
+    counters = {"spec_accept_length": 2.8, "spec_acceptance_rate": 0.6, "spec_source": "counters",
+                "prefix_cache_hit_rate": 0.75, "prefix_cache_source": "counters"}
+    assert extras_line({"index": 3, "tokens_per_chunk": 2.8, "server": counters}) == (
+        "llm-loadgen: stage 3: 2.80 tokens/chunk; server accept length 2.80, 60% of drafts accepted; "
+        "server prefix cache hit 75%")
+    gauges = {"spec_accept_length": 3.1, "spec_acceptance_rate": None, "spec_source": "gauge_at_close",
+              "prefix_cache_hit_rate": 0.5, "prefix_cache_source": "gauge_at_close"}
+    assert extras_line({"index": 0, "server": gauges}) == (
+        "llm-loadgen: stage 0: server accept length 3.10 (gauge at the window's close); "
+        "server prefix cache hit 50% (gauge at the window's close)")
+    none = {"spec_accept_length": None, "prefix_cache_hit_rate": None, "output_tokens_per_s": 100.0}
+    assert extras_line({"index": 0, "server": none}) is None

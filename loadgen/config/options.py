@@ -31,6 +31,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
     ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),
+    ("--requests-jsonl", "requests_jsonl", bool, "write requests.jsonl in the run folder: one JSON line per "
+                                                 "request (docs/results.md 'Per-request export')"),
     ("--stages", "stages.list", "stages", "stage concurrencies, e.g. 1,4,16 (strictly increasing)"),
     ("--stage-duration", "stages.duration_s", float, "measured seconds per stage"),
     ("--warmup", "stages.warmup_s", float, "seconds per stage excluded from statistics"),

@@ -103,6 +103,7 @@ DEFAULTS: dict[str, Any] = {
     "exporter": {"port": 0, "host": "127.0.0.1"},
     "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "results_dir": "results",
+    "requests_jsonl": False,
 }
 
 
@@ -298,6 +299,7 @@ class Scenario:
     exporter: ExporterConfig
     client_check: ClientCheckConfig
     results_dir: str
+    requests_jsonl: bool  # one JSON line per request in the run folder (loadgen.stats.request_line)
 
     def concurrencies(self) -> list[int]:
         """Concurrency of each stage; see ``StagesConfig.concurrencies`` for the rule."""

@@ -83,6 +83,10 @@ class ExporterSnapshot:
     slo_attainment_target: float | None = None  # None: no SLO objective, no SLO series
     slo_stage_attainment: float | None = None  # the current stage's, so far
     breakdown: tuple[int | None, dict | None] = (None, None)  # latest stage with one (loadgen.export.clock_gauges)
+    # the server's own figures over the last finished stage's window (loadgen.server.window_spec)
+    server_spec_accept_length: float | None = None
+    server_spec_acceptance_rate: float | None = None
+    server_prefix_cache_hit_rate: float | None = None
     model: str = ""
     endpoint: str = ""
     scenario: str = ""
@@ -166,6 +170,13 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
          "count against it), 0-1.", snap.slo_stage_attainment),
         ("slo_attainment_target_ratio", "The attainment a stage needs to pass the SLO (slo.attainment).",
          snap.slo_attainment_target),
+        ("server_spec_accept_length", "The server's speculative decoding accept length over the last finished "
+         "stage's window: 1 + accepted draft tokens / drafts from its counters (SGLang: its gauge at the "
+         "window's close).", snap.server_spec_accept_length),
+        ("server_spec_acceptance_ratio", "The server's accepted draft tokens / draft tokens over the last "
+         "finished stage's window, 0-1.", snap.server_spec_acceptance_rate),
+        ("server_prefix_cache_hit_ratio", "The server's prefix cache hit rate over the last finished stage's "
+         "window: cached prompt tokens / prompt tokens from its counters, 0-1.", snap.server_prefix_cache_hit_rate),
     )
     for name, help_text, value in gauges:
         if value is None:

@@ -15,7 +15,7 @@ Wire (Locust custom messages and report hooks; msgpack-safe dicts):
 - worker -> master report (``report_to_master`` every 3 s and once at quit) under ``data["llm"]``:
   ``{"delta": Collector.take_delta(), "health": HealthMonitor.take_delta(), "inflight": {stage: n}
   (absolute), "phase_seq": int, "health_now": [cpu %, loop lag s], "echo": [sent_t, held_s] or
-  None}``; ``echo``: the newest ``llm_phase``'s ``sent_t`` and how long the worker held it, so
+  None, "requests": [the per-request export's fields since the last report]}``; ``echo``: the newest ``llm_phase``'s ``sent_t`` and how long the worker held it, so
   the master's round trip = its clock now - sent_t - held_s (no clocks compared across hosts).
   Deltas are additive and never resent, so master totals are exactly the sum of every worker's
   samples (= the sum of the ledgers in ``<results-dir>/workers/<client id>.json``).
@@ -96,6 +96,7 @@ class Fleet:
             "phase_seq": rt.phase_seq,
             "health_now": [rt.health.cpu_percent_now, rt.health.loop_lag_now_s],
             "echo": None if self.echo is None else [self.echo[0], self.clock() - self.echo[1]],
+            "requests": rt.request_sink.take() if rt.request_sink is not None else [],
         }
 
     def write_ledger(self) -> None:
@@ -114,6 +115,8 @@ class Fleet:
         now = self.clock()
         self.workers_seen.add(client_id)
         self.rt.collector.merge_delta(data["delta"])
+        if data.get("requests") and self.rt.request_sink is not None:
+            self.rt.request_sink.add_many(data["requests"])
         self.merge_health(client_id, data["health"])
         self.inflight_by_worker[client_id] = data["inflight"]
         self.phase_seq_by_worker[client_id] = data["phase_seq"]

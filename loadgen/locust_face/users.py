@@ -41,7 +41,7 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
     rt, path = user.rt, user.path
     sc = rt.scenario
     rt.request_started(stage)
-    start_wall = time.time()
+    start_wall, start_perf = time.time(), time.perf_counter()
     result = None
     try:
         result, nbytes = stream_prepared(client, sc, body, ask, sent_s=sent_s, on_tokens=rt.on_tokens,
@@ -52,6 +52,9 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     turn = ask.turn if sc.workload.turns > 1 else None
     rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn)
+    # sent: now, or an open-loop arrival's scheduled time (perf_counter), on the wall clock
+    rt.export_request(result, stage, ask.input_tokens, turn=turn,
+                      sent_unix_s=start_wall - (start_perf - sent_s if sent_s is not None else 0.0))
     user.environment.events.request.fire(
         request_type="POST",
         name=path,

@@ -12,6 +12,8 @@ Figures of one run (names are also the PNG file names):
 - ``tradeoff``: per-request decode tok/s (p50) vs aggregate output tok/s, points labelled C=...
 - ``pareto`` (with ``cost.gpus``): output tok/s per GPU vs tok/s per user (decode tok/s p50), the
   Pareto front (``loadgen.stats.cost.pareto_front``) joined and marked;
+- ``spec_cache`` (when the server reported them): its accept length beside the client's tokens
+  per chunk, its prefix cache hit rate beside the client's cached share, vs concurrency.
 A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
 (``loadgen.stats.stage_load``).
 """
@@ -314,9 +316,53 @@ def lengths_figure(stages: list[dict]) -> Figure:
     return fig
 
 
+SPEC_CACHE_SERIES = (  # (axes index, stage key, "server." = in the stage's server object, label)
+    (0, "server.spec_accept_length", "server accept length (tokens a step)"),
+    (0, "tokens_per_chunk", "client tokens per chunk"),
+    (1, "server.prefix_cache_hit_rate", "server prefix cache hit rate"),
+    (1, "cached_share", "client cached share (usage)"),
+)
+
+
+def _stage_value(stage: dict, key: str):
+    if key.startswith("server."):
+        return (stage.get("server") or {}).get(key.removeprefix("server."))
+    return stage.get(key)
+
+
+def has_server_spec_or_cache(stages: list[dict]) -> bool:
+    """Some stage has the server's accept length or prefix cache hit rate over its window."""
+    return any(_stage_value(s, key) is not None for s in stages for _, key, _ in SPEC_CACHE_SERIES
+               if key.startswith("server."))
+
+
+def spec_cache_figure(stages: list[dict]) -> Figure:
+    """Per stage, vs its load: the server's speculative accept length beside the client's tokens
+    per chunk (left), the server's prefix cache hit rate beside the client's cached share (right).
+    A stage without a figure has no point."""
+    fig = new_figure(ncols=2, size=(10.0, 4.2))
+    key = load_key(stages)
+    loads = [s.get(key) for s in stages]
+    for ax_index, name, label in SPEC_CACHE_SERIES:
+        points = sorted((s[key], _stage_value(s, name)) for s in stages
+                        if s.get(key) is not None and _stage_value(s, name) is not None)
+        if points:
+            fig.axes[ax_index].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    for ax, title, ylabel in zip(fig.axes, ("Speculative decoding", "Prefix cache"),
+                                 ("tokens", "share of prompt tokens"), strict=True):
+        load_axis(ax, loads, key)
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    fig.axes[1].set_ylim(0, 1.05)
+    return fig
+
+
 def build_run_figures(summary: dict) -> dict[str, Figure]:
-    """The figures of one run, keyed by PNG base name: throughput, latency, tradeoff, and the
-    length mix sent (``lengths``) when the lengths varied."""
+    """The figures of one run, keyed by PNG base name: throughput, latency, tradeoff, the length
+    mix sent (``lengths``) when the lengths varied, and ``spec_cache`` when the server reported its
+    accept length or prefix cache hit rate over a stage's window."""
     stages = summary.get("stages") or []
     knee = knee_of(summary)
     guard = summary.get("guard") or {}
@@ -329,6 +375,8 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
         figures["lengths"] = lengths_figure(stages)
     if any(s.get("output_tokens_per_gpu_per_s") is not None for s in stages):
         figures["pareto"] = pareto_figure(stages)
+    if has_server_spec_or_cache(stages):
+        figures["spec_cache"] = spec_cache_figure(stages)
     return figures
 
 

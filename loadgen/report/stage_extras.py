@@ -3,7 +3,8 @@ several tokens per chunk, a prefix cache. Pure: a summary.json stage row in, tex
 
 The stage table keeps its columns (a plain model's run looks as before); the line appears only
 when there is something to say: a request reasoned, chunks carried more than one token on average
-(speculative decoding, a stream interval), or the server reported cached prompt tokens.
+(speculative decoding, a stream interval), or the server reported cached prompt tokens, or the server's own counters gave its speculative
+accept length or prefix cache hit rate over the stage's window (``server`` object).
 """
 
 from __future__ import annotations
@@ -28,9 +29,27 @@ def extras_line(row: dict) -> str | None:
         parts.append(f"{tpc:.2f} tokens/chunk")
     if row.get("cached_share") is not None:
         parts.append(f"{row['cached_share'] * 100:.0f}% of prompt tokens cached")
+    parts += _server_parts(row.get("server") or {})
     if not parts:
         return None
     return f"llm-loadgen: stage {row['index']}: " + "; ".join(parts)
+
+
+def _server_parts(server: dict) -> list[str]:
+    """The server's own figures over the window (``loadgen.server.window_spec``), when it has them:
+    ``server: accept length 2.80 (60% of drafts accepted)``, ``server prefix cache hit 75%``; a
+    gauge read at the window's close (SGLang) says so."""
+    parts = []
+    length, rate = server.get("spec_accept_length"), server.get("spec_acceptance_rate")
+    if length is not None:
+        accepted = f", {rate * 100:.0f}% of drafts accepted" if rate is not None else ""
+        at_close = " (gauge at the window's close)" if server.get("spec_source") == "gauge_at_close" else ""
+        parts.append(f"server accept length {length:.2f}{accepted}{at_close}")
+    hit = server.get("prefix_cache_hit_rate")
+    if hit is not None:
+        at_close = " (gauge at the window's close)" if server.get("prefix_cache_source") == "gauge_at_close" else ""
+        parts.append(f"server prefix cache hit {hit * 100:.0f}%{at_close}")
+    return parts
 
 
 def _ms(seconds: float | None) -> str:

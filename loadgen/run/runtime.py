@@ -13,6 +13,7 @@ process knew it; tokens count toward stage k's throughput when they arrived duri
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -24,8 +25,10 @@ from loadgen.config import ConfigError, Scenario, scenario_from_options
 from loadgen.phases import Phase
 from loadgen.run.fail_fast import FailFast
 from loadgen.run.health import HealthMonitor, settle_heap
+from loadgen.run.request_export import RequestBuffer
 from loadgen.server import start_check as preflight
 from loadgen.stats.inflight import InflightMeter
+from loadgen.stats.request_line import LOAD, request_fields
 from loadgen.stats.stage_stats import Collector
 from loadgen.wire import tls
 from loadgen.wire.compat import Compat
@@ -68,6 +71,10 @@ class Runtime:
         # The target is unusable (one line): set once, by loadgen.locust_face.plugin, to the owner's
         # stop (Session.server_unusable) or, on a worker, to Fleet.tell_master.
         self.on_fatal: Callable[[str], None] = lambda message: log.error("llm-loadgen: %s", self.redact(message))
+        # --requests-jsonl (loadgen.run.request_export): the owner's RequestFile (set by the session
+        # once the run folder exists) or a worker's RequestBuffer; None: no per-request export
+        self.request_sink = None
+        self._request_numbers = itertools.count(1)
 
     # -- Locust's test_start / test_stop (registered by loadgen.locust_face.plugin) -----------------
     def on_test_start(self, environment, **_) -> None:
@@ -82,6 +89,7 @@ class Runtime:
                 tls.configure(self.scenario.request.ca_cert, self.scenario.request.verify_tls)
             except ConfigError as exc:  # the master's file is not on this worker's machine
                 self.fatal(f"config error on a worker: {exc}")
+            self.request_sink = RequestBuffer() if self.scenario.requests_jsonl else None
         if not self.is_master:
             self.health.start()
 
@@ -120,6 +128,25 @@ class Runtime:
         from locust.runners import MasterRunner
 
         return isinstance(self.environment.runner, MasterRunner)
+
+    @property
+    def process_name(self) -> str:
+        """This process in the per-request export: a worker's client id, "master" or "local"."""
+        if self.is_worker:
+            return str(self.environment.runner.client_id)
+        return "master" if self.is_master else "local"
+
+    def export_request(self, result, stage: int | None, input_tokens_asked: int | None, *, phase: str = LOAD,
+                       sent_unix_s: float | None = None, turn: int | None = None) -> None:
+        """One ended request (ok or failed) into the per-request export, when it is on.
+        ``sent_unix_s``: wall-clock send time (default: now - its E2E)."""
+        if self.request_sink is None:
+            return
+        if sent_unix_s is None:
+            sent_unix_s = time.time() - (result.e2e_s or 0.0)
+        self.request_sink.add(request_fields(result, stage=stage, phase=phase, worker=self.process_name,
+                                             n=next(self._request_numbers), sent_unix_s=sent_unix_s,
+                                             input_tokens_asked=input_tokens_asked, turn=turn))
 
     # -- phase -----------------------------------------------------------------------------------
     def set_phase(self, stage: int | None, kind: str, seq: int | None = None) -> None:

@@ -33,6 +33,7 @@ from loadgen.run.console import FailureNotices, StageConsole
 from loadgen.run.exporter_feed import ExporterFeed
 from loadgen.run.health import stage_client_bound
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
+from loadgen.run.request_export import RequestFile
 from loadgen.run.results import (
     GuardRecord,
     RunFacts,
@@ -104,6 +105,13 @@ class Session:
             self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
             return False
+        if sc.requests_jsonl:
+            try:
+                rt.request_sink = RequestFile(self.run_dir, self.tags.run_name(run_name(sc)))
+            except OSError as exc:
+                self.fatal(errors.EXIT_CONFIG, f"config error: requests_jsonl: cannot create a file in "
+                           f"{self.run_dir} ({exc}); pass a writable --results-dir")
+                return False
         try:
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
         except StartRefused as exc:
@@ -281,6 +289,8 @@ class Session:
     def on_quit(self) -> None:
         """After Locust's runner quit: the workers' final reports are in; write everything again."""
         self.write(final=True)
+        if isinstance(self.rt.request_sink, RequestFile):
+            self.rt.request_sink.close()
 
     def on_quitting(self) -> None:
         if self.finished_wall is not None:  # a web UI run finished earlier; the process quits now
@@ -369,6 +379,8 @@ class Session:
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)
             return
+        if isinstance(self.rt.request_sink, RequestFile):
+            self.rt.request_sink.flush()  # the requests so far on disk whenever the results are
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
             write_results(self.run_dir, self.summary(final), plots=final)

@@ -13,6 +13,7 @@ import time
 
 from loadgen.server.start_check import PROBE_OUTPUT_TOKENS
 from loadgen.stats.failures import LocustFailure, locust_name
+from loadgen.stats.request_line import PROBE
 from loadgen.stats.stage_stats import StageStats
 from loadgen.wire.endpoints import PATHS
 
@@ -34,6 +35,7 @@ class UnstagedRequests:
             if not counted:
                 continue
             rt.collector.record_result(result, None, rt.scenario.input_tokens, expected_out)
+            rt.export_request(result, None, rt.scenario.input_tokens, phase=PROBE)
             self.stats.add_result(result, rt.scenario.input_tokens, expected_out)
             self._locust_pending.append((result, time.time() - result.e2e_s))
 

@@ -7,34 +7,23 @@ edges into figures of the stage's ``server`` object; a reader whose series the s
 export gives None. Counters are summed over label sets (engines, DP ranks, replicas) in both
 edges; a counter that went down between them (a server restart) gives None, never a negative.
 
-Readers: ``generation`` (the server's own output tokens and tokens/s over the window), ``latency``
-(``loadgen.server.window_latency``: its latency histograms over the window).
+Readers: ``generation`` (the server's own output tokens and tokens/s over the window);
+``loadgen.server.window_latency``: its latency histograms over the window;
+``loadgen.server.window_spec``: speculative decoding accept length/rate and the prefix cache hit rate.
+``Edge`` and ``counter_delta`` live in ``loadgen.server.edges`` (so reader modules beside this one
+import them without a cycle).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from loadgen.server.answers import GENERATION_COUNTERS, Samples, series_total
+from loadgen.server.answers import GENERATION_COUNTERS
+from loadgen.server.edges import Edge, counter_delta
+from loadgen.server.window_latency import latency
+from loadgen.server.window_spec import prefix_cache, spec_decode
 
-
-@dataclass(frozen=True)
-class Edge:
-    t: float  # the middle of the GET, on the watch's clock (seconds)
-    samples: Samples
-
-
-def counter_delta(opened: Edge | None, closed: Edge | None, name: str | None) -> float | None:
-    """closed - opened of counter ``name`` (summed over label sets), None when either edge or
-    the series is missing or the counter went down (a restart in between)."""
-    if opened is None or closed is None or name is None:
-        return None
-    a, b = opened.samples.get(name), closed.samples.get(name)
-    a, b = (series_total(a) if a else None), (series_total(b) if b else None)
-    if a is None or b is None or b < a:
-        return None
-    return b - a
+__all__ = ["Edge", "counter_delta", "READERS", "window_figures"]
 
 
 def generation(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:
@@ -46,10 +35,8 @@ def generation(flavor: str | None, opened: Edge | None, closed: Edge | None) -> 
     return {"output_tokens": int(tokens), "output_tokens_per_s": tokens / (closed.t - opened.t)}
 
 
-from loadgen.server.window_latency import latency  # noqa: E402  (it imports Edge only for typing)
-
 WindowReader = Callable[[str | None, Edge | None, Edge | None], dict]
-READERS: tuple[WindowReader, ...] = (generation, latency)
+READERS: tuple[WindowReader, ...] = (generation, latency, spec_decode, prefix_cache)
 
 
 def window_figures(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:

@@ -49,16 +49,9 @@ rate x (delay + GET RTT / 2) at each edge, which is small against a stage's coun
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 from loadgen.server.answers import REPLICA_LABELS, Samples, series_total
-
-
-class Edge(Protocol):
-    """``loadgen.server.window.Edge`` as read here (window.py imports this module for READERS, and
-    the import graph has no cycles)."""
-
-    samples: Samples
+from loadgen.server.edges import Edge
 
 QUANTILES = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))
 HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {

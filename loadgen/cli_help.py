@@ -20,7 +20,7 @@ from loadgen.config.schema import DEFAULTS, StagesConfig
 # Help groups in the order shown, and which scenario keys (dotted prefixes) fall in each.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scenario", ("scenario", "set")),
-    ("load and stages", ("stages.",)),
+    ("load and stages", ("stages.", "repeat")),
     ("workload", ("input", "output", "workload.", "prompt.", "endpoint", "model")),
     ("guard (KV cache)", ("guard.",)),
     ("SLO", ("slo",)),

@@ -121,3 +121,31 @@ def test_gate_refuses_a_rate_sweep_against_a_concurrency_sweep():
     cand["load"] = "offered_rate_per_s"
     with pytest.raises(ConfigError):
         gate(base, cand)
+
+
+def _write(tmp_path, name: str, repeat: dict):
+    import json
+
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "repeat.json").write_text(json.dumps(repeat))
+    return folder
+
+
+def test_report_compare_exit_codes_on_repeat_folders(tmp_path, capsys):
+    from loadgen.errors import EXIT_CONFIG, EXIT_OK, EXIT_REGRESSION
+    from loadgen.report.__main__ import main
+
+    rng = np.random.default_rng(8)
+    base = _write(tmp_path, "base", _repeat(rng, 1.0))
+    same = _write(tmp_path, "same", _repeat(rng, 1.0))
+    slow = _write(tmp_path, "slow", _repeat(rng, 0.9))
+    rule = ["--fail-on", "output_tokens_per_s:-5%"]
+    out = ["--out", str(tmp_path / "gate")]
+    assert main(["compare", str(base), str(slow), *rule, *out]) == EXIT_REGRESSION
+    assert "FAIL output_tokens_per_s:-5%" in (tmp_path / "gate" / "gate.txt").read_text()
+    assert main(["compare", str(base), str(same), *rule, *out]) == EXIT_OK
+    assert main(["compare", str(base), str(slow), *out]) == EXIT_OK  # no rule: verdicts only
+    assert "worse" in capsys.readouterr().out
+    assert main(["compare", str(base), str(tmp_path), *rule, *out]) == EXIT_CONFIG  # no repeat.json
+    assert main(["compare", str(base), str(slow), "--fail-on", "output_tokens_per_s:+5%", *out]) == EXIT_CONFIG

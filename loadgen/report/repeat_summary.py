@@ -4,7 +4,7 @@ Pure: no I/O, no clock. Input: each repetition's summary.json (in order) and wha
 knows about it (folder, seeds, exit code). Output, ``repeat_summary``:
 
     {"schema": REPEAT_SCHEMA, "load": "concurrency" | "offered_rate_per_s", "confidence": 0.95,
-     "method": {...: how each interval is made, in words},
+     "slo_asked": whether the runs had SLO objectives, "method": {...: how each interval is made, in words},
      "repetitions": [{"index", "folder", "prompt_seed", "arrival_seed", "exit_code", "answers"}],
      "stages": [{"load": C or req/s, "metrics": {key: Interval.to_dict() + {"values": [per rep]}}}],
      "answers": {"knee" | "slo_max" | "kv_max": Interval.to_dict() + {"values": [...]}}}
@@ -20,7 +20,7 @@ from __future__ import annotations
 from loadgen.report.knee import knee_of
 from loadgen.stats.metrics import STAGE_METRICS
 from loadgen.stats.repeats import CONFIDENCE, Interval, answer_interval, mean_interval
-from loadgen.stats.stage_load import CONCURRENCY, RATE, is_rate_run, load_label, planned_load
+from loadgen.stats.stage_load import CONCURRENCY, RATE, is_rate_run, load_label, load_number, planned_load
 
 REPEAT_SCHEMA = "llm-loadgen-repeat/1"
 REPEAT_FILE = "repeat.json"
@@ -78,6 +78,7 @@ def repeat_summary(summaries: list[dict], repetitions: list[dict]) -> dict:
         "schema": REPEAT_SCHEMA,
         "load": RATE if rate else CONCURRENCY,
         "confidence": CONFIDENCE,
+        "slo_asked": any(s.get("slo") for s in summaries),
         "method": dict(METHOD),
         "repetitions": [{"index": k + 1, **rep, "answers": a}
                         for k, (rep, a) in enumerate(zip(repetitions, answers, strict=True))],
@@ -85,10 +86,6 @@ def repeat_summary(summaries: list[dict], repetitions: list[dict]) -> dict:
         "answers": {key: _with_values(answer_interval([a[key] for a in answers]), [a[key] for a in answers])
                     for key, _ in ANSWERS},
     }
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
 
 
 def answer_text(interval: dict, rate: bool) -> str:
@@ -99,7 +96,7 @@ def answer_text(interval: dict, rate: bool) -> str:
     text = load_label(interval["mid"], rate)
     unit = " req/s" if rate else ""
     if interval["low"] is not None:
-        span = f"{_number(interval['low'])}–{_number(interval['high'])}{unit}"
+        span = f"{load_number(interval['low'])}–{load_number(interval['high'])}{unit}"
         level = f"{interval['confidence'] * 100:.0f} %"
         ranged = f": the range of {interval['n']}" if interval["n"] < 6 else ""
         text += f" ({span}, {level}{ranged})"
@@ -109,9 +106,11 @@ def answer_text(interval: dict, rate: bool) -> str:
 
 
 def answer_lines(repeat: dict) -> list[str]:
-    """The console's lines on the answers, e.g. ``knee C=56 (48–64, 95 %)``."""
+    """The console's lines on the answers, e.g. ``knee C=56 (48–64, 95 %)`` (no SLO line when the
+    runs had no SLO objectives)."""
     rate = repeat["load"] == RATE
-    return [f"{name:<19} {answer_text(repeat['answers'][key], rate)}" for key, name in ANSWERS]
+    return [f"{name:<19} {answer_text(repeat['answers'][key], rate)}" for key, name in ANSWERS
+            if key != "slo_max" or repeat.get("slo_asked", True)]
 
 
 SHOWN = ("output_tokens_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s")

@@ -46,7 +46,8 @@ COMMANDS = (
     ("llm-loadgen worker --master-host HOST [--master-port 5557]", "a load process of a distributed run"),
     ("llm-loadgen scenarios", "list the scenario presets (--scenario NAME)"),
     ("llm-loadgen sim [options]", "the built-in server simulator (llm-loadgen sim --help)"),
-    ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs"),
+    ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs; with two "
+     "repeat folders (--repeat N) and --fail-on RULES, a regression gate (exit 6)"),
     ("llm-loadgen grafana DIR", "write the Grafana dashboard, its provisioning and prometheus.yml to DIR"),
 )
 

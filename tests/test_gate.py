@@ -149,3 +149,24 @@ def test_report_compare_exit_codes_on_repeat_folders(tmp_path, capsys):
     assert "worse" in capsys.readouterr().out
     assert main(["compare", str(base), str(tmp_path), *rule, *out]) == EXIT_CONFIG  # no repeat.json
     assert main(["compare", str(base), str(slow), "--fail-on", "output_tokens_per_s:+5%", *out]) == EXIT_CONFIG
+
+
+def test_repeat_summary_of_rate_sweeps_matches_stages_by_offered_rate():
+    def rate_summary(achieved: list[float], knee: float, slo: float) -> dict:
+        stages = [{"index": i, "concurrency": None, "offered_rate_per_s": r, "achieved_rate_per_s": a,
+                   "search": False} for i, (r, a) in enumerate(zip((2.0, 4.0), achieved, strict=True))]
+        stages.append({"index": 2, "concurrency": None, "offered_rate_per_s": 3.0, "achieved_rate_per_s": 2.9,
+                       "search": True})  # a search stage that only this repetition ran
+        return {"knee": {"concurrency": None, "rate_per_s": knee}, "slo": {"max_concurrency": slo},
+                "guard": {"max_concurrency": None}, "stages": stages}
+
+    summaries = [rate_summary([2.0, 3.9], 4.0, 3.0), rate_summary([2.1, 4.1], 4.0, 2.0)]
+    summaries[1]["stages"].pop()
+    rep = repeat_summary(summaries, [{"folder": "a"}, {"folder": "b"}])
+    assert rep["load"] == "offered_rate_per_s"
+    assert [s["load"] for s in rep["stages"]] == [2.0, 3.0, 4.0]
+    search = rep["stages"][1]["metrics"]["achieved_rate_per_s"]
+    assert (search["n"], search["of"], search["values"]) == (1, 2, [2.9, None])
+    lines = answer_lines(rep)
+    assert "SLO maximum" in lines[1] and "2.5 req/s (2–3 req/s, 50 %: the range of 2)" in lines[1]
+    assert "none (not found in any of 2" in lines[2]

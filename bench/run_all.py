@@ -19,6 +19,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
                                      (send lateness p99 < 5 ms)
   workers   bench/many_workers.py    8 x 128 and 16 x 640 workers x users on one master: users and
                                      merge exact, the master's CPU per worker report (4-6 minutes)
+  repeat    bench/repeat_coverage.py share of --repeat's 95 % intervals holding the simulator's true
+                                     value (4 experiments x 5 repetitions, ~8 minutes)
 
 This machine is shared and noisy: wall times are never targets; compare rates per CPU-second and
 ratios, and rerun a section (``--only ingest``) before believing a surprise.
@@ -39,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SECTIONS = ("datapath", "ingest", "fidelity", "capacity", "memory", "sim", "soak", "open_loop", "workers")
+SECTIONS = ("datapath", "ingest", "fidelity", "capacity", "memory", "sim", "soak", "open_loop", "workers", "repeat")
 
 
 def _script(name: str, *args: str) -> int:
@@ -80,6 +82,8 @@ def run_section(name: str, args) -> int:
         import many_workers
 
         return many_workers.main(["--runs", "8x128,16x640"])
+    if name == "repeat":
+        return _script("repeat_coverage.py", "--experiments", "4")
     raise ValueError(f"unknown section {name!r}; choose from {', '.join(SECTIONS)}")
 
 

@@ -1,6 +1,7 @@
 """``llm-loadgen``: the installed command.
 
     llm-loadgen --host URL [options]        the sweep, headless (Locust underneath)
+    llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.run.repeat)
     llm-loadgen web [options]               the same in Locust's web UI
     llm-loadgen worker [options]            a load process of a distributed run
     llm-loadgen scenarios                   the scenario presets
@@ -25,7 +26,8 @@ from pathlib import Path
 
 from loadgen.cli_help import format_help
 from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
-from loadgen.errors import EXIT_CONFIG
+from loadgen.errors import EXIT_CONFIG, ConfigError
+from loadgen.run.repeat import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 COMMANDS = ("web", "worker", "scenarios", "sim", "report", "grafana")
@@ -114,6 +116,9 @@ def _main(args: list[str]) -> int:
         return list_scenarios() if len(args) == 1 else _error("scenarios: takes no arguments")
     if command == "grafana":
         return write_grafana(args[1:])
+    if command in ("web", "worker") and any(a.split("=", 1)[0] == "--repeat" for a in args):
+        return _error(f"{command}: --repeat runs headless sweeps one after another; run llm-loadgen --repeat N "
+                      "with the same options instead")
     if command == "web":
         return run_locust(args[1:], headless=False)
     if command == "worker":
@@ -122,7 +127,16 @@ def _main(args: list[str]) -> int:
         return _error(f"unknown command {command!r}: commands are {', '.join(COMMANDS)}, and a run "
                       "starts with an option, e.g. llm-loadgen --host http://127.0.0.1:8000 --scenario smoke "
                       "(llm-loadgen --help)")
-    return run_locust(args, headless=True)
+    return run_headless(args)
+
+
+def run_headless(args: list[str]) -> int:
+    """The sweep; with ``--repeat N`` N sweeps and their intervals (loadgen.run.repeat)."""
+    try:
+        n, rest = split_repeat(args)
+    except ConfigError as err:
+        return _error(str(err))
+    return run_locust(args, headless=True) if n is None else run_repeats(rest, n)
 
 
 if __name__ == "__main__":

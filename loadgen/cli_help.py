@@ -20,7 +20,7 @@ from loadgen.config.schema import DEFAULTS, StagesConfig
 # Help groups in the order shown, and which scenario keys (dotted prefixes) fall in each.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scenario", ("scenario", "set")),
-    ("load and stages", ("stages.",)),
+    ("load and stages", ("stages.", "repeat")),
     ("workload", ("input", "output", "workload.", "prompt.", "endpoint", "model")),
     ("guard (KV cache)", ("guard.",)),
     ("SLO", ("slo",)),
@@ -46,7 +46,8 @@ COMMANDS = (
     ("llm-loadgen worker --master-host HOST [--master-port 5557]", "a load process of a distributed run"),
     ("llm-loadgen scenarios", "list the scenario presets (--scenario NAME)"),
     ("llm-loadgen sim [options]", "the built-in server simulator (llm-loadgen sim --help)"),
-    ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs"),
+    ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs; with two "
+     "repeat folders (--repeat N) and --fail-on RULES, a regression gate (exit 6)"),
     ("llm-loadgen grafana DIR", "write the Grafana dashboard, its provisioning and prometheus.yml to DIR"),
 )
 

@@ -26,6 +26,7 @@ HOST = "http://127.0.0.1:9"  # discard port: nothing listens; a case that got th
 # "{file}" in an arg is replaced by the scenario file's path.
 CASES = [
     ("stages-decreasing", ["--stages", "4,1"], None, "stages.list (from --stages)", "[4, 1]", "write [1, 4]"),
+    ("repeat-under-locust", ["--repeat", "3"], None, "--repeat", "'3'", "run llm-loadgen --repeat N"),
     ("stages-not-numbers", ["--stages", "1,x"], None, "stages.list (from --stages)", "'1,x'", "e.g. --stages"),
     ("stages-zero", ["--stages", "0,1"], None, "stages.list[0] (from --stages)", "got 0", "e.g. [1, 4, 16, 32]"),
     ("input-tokens-text", ["--input-tokens", "abc"], None, "input_tokens (from --input-tokens)", "'abc'", "e.g. 1000"),

@@ -39,7 +39,7 @@ def registered_flags() -> list[str]:
 def test_help_lists_every_registered_option_once_in_its_group():
     text = cli_help.format_help()
     flags = registered_flags()
-    assert len(flags) == len(_OPTIONS) + 2  # the table, --scenario and --set
+    assert len(flags) == len(_OPTIONS) + 3  # the table, --scenario, --set and --repeat
     for flag in flags + [f for _, fs in cli_help.LOCUST_GROUPS for f in fs]:
         assert len(re.findall(rf"^  {re.escape(flag)}(?=[ ,]|$)", text, re.M)) == 1, flag
     groups = [title for title, _ in cli_help.all_options()]

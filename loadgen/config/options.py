@@ -120,6 +120,8 @@ def register_options(parser: Any) -> None:
             add(flag, default=None, metavar="{" + ",".join(kind) + "}", help=f"{text} [{dotted}]")
         else:
             add(flag, default=None, metavar=_metavar(flag, dotted), help=f"{text} [{dotted}]")
+    add("--repeat", default=None, metavar="N", help="llm-loadgen only: the sweep N times, seeds --seed S+k, each a run "
+        "folder, and repeat.json with 95 %% intervals (docs/results.md 'Repeats and the regression gate')")
     add(
         "--set",
         action="append",

@@ -86,6 +86,11 @@ def _init(environment, **_):
         rt = install(environment)
     except ConfigError as err:
         exit_on_config_error(err)
+    if getattr(environment.parsed_options, "repeat", None):
+        # one Locust process is one run: the llm-loadgen command starts one per repetition
+        exit_on_config_error(ConfigError("--repeat", environment.parsed_options.repeat, "runs the sweep as N "
+                                         "Locust runs, which the llm-loadgen command starts one after another",
+                                         "run llm-loadgen --repeat N with the same options"))
     fleet = Fleet(rt)
     drop_runner_noise(environment.parsed_options)
     quiet_console(environment.parsed_options)

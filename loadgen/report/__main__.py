@@ -2,11 +2,13 @@
 
     python -m loadgen.report build RUN_DIR
     python -m loadgen.report compare RUN_DIR1 RUN_DIR2 [...] [--out DIR]
+    python -m loadgen.report compare BASELINE CANDIDATE [--fail-on RULES] [--out DIR]   (repeat folders)
 
 A RUN_DIR is a run's folder or a results directory (then its newest run, loadgen.report.runs).
 
 Exit codes: 0 done; 1 plots or HTML could not be written (see the log); 2 bad input (a missing
-directory or an invalid summary.json), with one line naming the path and the fix.
+directory or an invalid summary.json), with one line naming the path and the fix; 6 the gate found a
+regression beyond a --fail-on threshold (two repeat folders: loadgen.report.gate_command).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
 from loadgen.report.compare import format_compare_table, load_runs, write_compare
 from loadgen.report.files import load_summary, write_derived
+from loadgen.report.gate_command import is_repeat_dir, run_gate
 from loadgen.report.knee import knee_of
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
@@ -49,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("compare"),
         help="directory for compare.txt, compare_*.png, compare.html (default: ./compare)",
     )
+    compare.add_argument("--fail-on", default=None, metavar="RULES",
+                         help="two repeat folders (llm-loadgen --repeat N): exit 6 when a metric is worse at 95 %% "
+                              "and beyond its threshold, e.g. output_tokens_per_s:-5%%,ttft_p99_s:+10%%")
     return parser
 
 
@@ -71,7 +77,9 @@ def build(results_dir: Path) -> int:
     return EXIT_OK
 
 
-def compare(dirs: list[Path], out: Path) -> int:
+def compare(dirs: list[Path], out: Path, fail_on: str | None = None) -> int:
+    if fail_on is not None or (len(dirs) == 2 and all(map(is_repeat_dir, dirs))):
+        return run_gate(dirs, out, fail_on, emit)
     if len(dirs) < 2:
         raise ConfigError(
             "compare",
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             return build(args.results_dir)
-        return compare(args.dirs, args.out)
+        return compare(args.dirs, args.out, args.fail_on)
     except ConfigError as exc:
         print(f"report: {exc}", file=sys.stderr)
         return EXIT_CONFIG

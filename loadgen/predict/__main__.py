@@ -32,12 +32,13 @@ from loadgen.sim.config import SimConfigError, load, set_value, validate
 from loadgen.stats.slo import OBJECTIVES, Objectives
 
 
-def _plan(stages: dict | None) -> StagePlan:
-    s = stages or {}
-    d = StagePlan()
+def _plan(scenario: dict) -> StagePlan:
+    """The measured run's stage rules; isolated stages when it had SLO objectives (as its plan did)."""
+    s, d = scenario.get("stages") or {}, StagePlan()
+    isolated = any((scenario.get("slo") or {}).get(k) is not None for k in OBJECTIVES)
     return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
                      bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
-                     float(s.get("max_window_s", d.max_window_s)))
+                     float(s.get("max_window_s", d.max_window_s)), isolated)
 
 
 def calibrate(run: str, out: str) -> int:
@@ -49,7 +50,7 @@ def calibrate(run: str, out: str) -> int:
     sc = summary["scenario"]
     loads = [s["concurrency"] for s in summary["stages"] if s.get("concurrency") and not s.get("search")]
     predicted = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], tuple(loads),
-                                    plan=_plan(sc.get("stages"))))
+                                    plan=_plan(sc)))
     res = residuals(summary, predicted["stages"])
     head = [f"Calibrated by python -m loadgen.predict from {run_dir}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",

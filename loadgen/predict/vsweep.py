@@ -10,7 +10,9 @@ run plan's rules (``loadgen.run.plan``) in simulated seconds:
   stage holds (C, or in flight), at most ``max_warmup_s``;
 - window: ``duration_s``, and (turnover) until as many of its measured requests finished, at most
   ``max_window_s``; a request is measured when *sent* in the window, its tokens count toward
-  throughput when they *arrive* in it; the next stage begins when the window closes.
+  throughput when they *arrive* in it; the next stage begins when the window closes, or with
+  ``isolated`` (a run with SLO objectives) once the stage's measured requests finished, its users
+  still running meanwhile (the plan's ``closing``).
 
 Every request asks for exactly ``input_tokens`` and ``output_tokens`` (loadgen forces the output
 length), so the simulator's early-EOS setting plays no part.
@@ -33,6 +35,7 @@ class StagePlan:
     turnover: bool = True
     max_warmup_s: float = 600.0
     max_window_s: float = 900.0
+    isolated: bool = False  # SLO objectives set: stage k+1 starts once stage k's measured requests ended
 
 
 @dataclass
@@ -205,4 +208,7 @@ def _play_stage(sw: _Sweep, index: int, load: float, plan: StagePlan, open_loop:
     rec.window_s = server.now_s - t0
     rec.preemptions = server.engine.stats.preemptions_total - preempted_before
     sw.measuring = None
+    if plan.isolated:
+        now = server.now_s
+        sw.advance_to(now, lambda: all(t.done for t in rec.requests), now + plan.max_window_s)
     return rec

@@ -12,6 +12,7 @@ ceiling is the run's own (``loadgen.run.kv_guard.max_fitting_concurrency``) over
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from loadgen.predict.rows import stage_row
@@ -65,6 +66,8 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
 def predict(cfg: SimConfig, w: WhatIf) -> dict:
     """The predicted summary (summary.json's shape, ``predicted: true`` everywhere)."""
     params = cfg.engine_params()
+    if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
+        w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
     lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
     cache: dict[tuple, list[StageRecord]] = {}
     per_lane = []

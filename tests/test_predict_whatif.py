@@ -1,0 +1,64 @@
+"""What-if predictions: known answers from the engine's mechanism, and the command's files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadgen.predict.__main__ import main
+from loadgen.predict.vsweep import StagePlan
+from loadgen.predict.whatif import WhatIf, predict
+from loadgen.sim.config import load
+from loadgen.stats.slo import Objectives
+
+PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
+LINEAR = load("slo-linear")  # TPOT(C) = 10 ms + 1 ms x C in lockstep, prefill free
+
+
+def test_two_replicas_serve_twice_the_users_at_the_latency_of_half():
+    one = predict(LINEAR, WhatIf(100, 50, (4,), plan=PLAN))["stages"][0]
+    two = predict(LINEAR, WhatIf(100, 50, (8,), replicas=2, plan=PLAN))["stages"][0]
+    assert two["concurrency"] == 8 and two["tpot_p50_s"] == pytest.approx(0.014) == one["tpot_p50_s"]
+    assert two["output_tokens_per_s"] == pytest.approx(2 * one["output_tokens_per_s"], rel=0.01)
+
+
+def test_slo_maximum_is_the_preset_s_known_answer_and_every_output_says_predicted():
+    """tpot_s = 0.045 holds for C <= 35 (10 + C ms), so among 16, 32, 64 the maximum is 32."""
+    s = predict(LINEAR, WhatIf(100, 50, (16, 32, 64), plan=PLAN, objectives=Objectives(tpot_s=0.045)))
+    assert s["slo"]["max_concurrency"] == 32 and s["slo"]["bracket"] == [32, 64]
+    assert s["predicted"] and all(r["predicted"] and "predicted" in r["flags"] for r in s["stages"])
+    assert s["confirm"]["load"] == 32 and s["confirm"]["tpot_p50_s"] == pytest.approx(0.042)
+    assert s["guard"]["max_concurrency"] == 10_000_000 // 150
+
+
+def test_kv_change_moves_the_ceiling_and_preemptions_appear_below_it_no_more():
+    small = load("llama8b-1gpu-vllm", {"kv_tokens": 40_000})
+    s = predict(small, WhatIf(1000, 1000, (8, 32), plan=PLAN))
+    assert s["guard"]["max_concurrency"] == 20
+    assert s["stages"][0]["server"]["preemptions"] == 0 and s["stages"][1]["server"]["preemptions"] > 0
+
+
+def test_the_command_calibrates_a_run_and_writes_a_predicted_report(tmp_path, capsys):
+    truth = load("qwen35-397b-8gpu")
+    measured = predict(truth, WhatIf(500, 200, (1, 4, 16, 64), plan=PLAN))
+    run = tmp_path / "run"
+    run.mkdir()
+    measured["scenario"]["stages"] = {"warmup_s": 1, "duration_s": 3, "max_warmup_s": 10, "max_window_s": 20}
+    measured["server"]["flavor"] = "sglang"
+    (run / "summary.json").write_text(json.dumps(measured))
+    preset = tmp_path / "mine.yaml"
+    assert main(["calibrate", str(run), "-o", str(preset)]) == 0
+    fitted = load(str(preset))
+    assert fitted.step_base_ms == pytest.approx(truth.step_base_ms, rel=0.10)
+    assert fitted.step_per_seq_ms == pytest.approx(truth.step_per_seq_ms, rel=0.10)
+    assert json.loads(preset.with_suffix(".fit.json").read_text())["stage_residuals"]
+    out = tmp_path / "whatif"
+    assert main(["whatif", str(preset), "--input-tokens", "1000", "--output-tokens", "200", "--stages", "1,8,32",
+                 "--spec", "off", "--warmup-s", "1", "--duration-s", "3", "--out", str(out), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "PREDICTED (not measured)" in printed and "confirm (predicted)" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["predicted"] and [r["concurrency"] for r in summary["stages"]] == [1, 8, 32]
+    assert "PREDICTED" in (out / "report.html").read_text()
+    assert main(["whatif", str(preset), "--slo", "ttft=2"]) == 2

@@ -60,5 +60,6 @@ def test_the_command_calibrates_a_run_and_writes_a_predicted_report(tmp_path, ca
     assert "PREDICTED (not measured)" in printed and "confirm (predicted)" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["predicted"] and [r["concurrency"] for r in summary["stages"]] == [1, 8, 32]
-    assert "PREDICTED" in (out / "report.html").read_text()
+    html = (out / "report.html").read_text()
+    assert "PREDICTED" in html and "calibration C=16: out tok/s" in html  # the fit's residuals, from .fit.json
     assert main(["whatif", str(preset), "--slo", "ttft=2"]) == 2

@@ -71,6 +71,21 @@ def calibrate(run: str, out: str) -> int:
     return 0
 
 
+def _calibration_lines(preset: str) -> list[str]:
+    """How well the preset predicted the run it was calibrated on (its ``.fit.json``), one line per
+    stage; nothing for a preset without one (a bundled preset was not fitted)."""
+    path = Path(preset).with_suffix(".fit.json")
+    if not path.is_file():
+        return []
+    fit_doc = json.loads(path.read_text())
+    lines = [f"calibration: this preset was fitted to {fit_doc['run']}; replaying that run it predicted "
+             "(predicted - measured) / measured:"]
+    lines += [f"calibration C={r['concurrency']}: out tok/s {_pct(r['output_tokens_per_s']['rel'])}, TTFT p50 "
+              f"{_pct(r['ttft_p50_s']['rel'])}, TPOT p50 {_pct(r['tpot_p50_s']['rel'])}"
+              for r in fit_doc["stage_residuals"]]
+    return lines
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
@@ -113,6 +128,8 @@ def whatif(args: argparse.Namespace) -> int:
     summary = predict(cfg, w)
     summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
                                                                   if k not in ("cmd", "func", "out")}}
+    calibration = _calibration_lines(args.preset)
+    summary["notes"] += calibration
     print(f"PREDICTED (not measured): {cfg.model}, {w.input_tokens} in / {w.output_tokens} out, "
           f"{w.replicas} replica(s), KV {cfg.kv_tokens:,} tokens each, spec_accept {cfg.spec_accept}")
     print(format_stage_table(summary["stages"], summary["knee"].get("rate_per_s" if open_loop else "concurrency"),
@@ -123,7 +140,7 @@ def whatif(args: argparse.Namespace) -> int:
         print(f"confirm (predicted): run one real stage at {load_text} ({c['why']}): expect "
               f"{c['output_tokens_per_s']:,.0f} output tok/s, TTFT p50 {c['ttft_p50_s'] * 1e3:.1f} ms, "
               f"TPOT p50 {c['tpot_p50_s'] * 1e3:.2f} ms")
-    print(NOTE)
+    print("\n".join([NOTE, *calibration]))
     if args.out:
         write_results(args.out, summary, plots=not args.no_plots)
         print(f"llm-loadgen predict: wrote {args.out}/summary.json and report.html (predicted)")

@@ -71,14 +71,15 @@ def stage_row(rec: StageRecord, input_tokens: int, kv_tokens: int,
     tokens = sum(r.completion_tokens for r in ok)
     chunks = sum(len(t.chunk_t) for t in rec.requests if t.done)
     w = rec.window_s
-    failed = len(results) - len(ok)
+    rejected = sum(1 for t in rec.requests if t.rejected)  # max_queued: a 503 over HTTP
+    unfinished = sum(1 for t in rec.requests if not t.done)  # still running when the prediction stopped
     row = {
         "index": rec.index,
         "concurrency": rec.concurrency,
         "predicted": True,
         "requests": len(ok),
-        "errors": {"overload_503": failed} if failed else {},
-        "error_count": failed,
+        "errors": {"overload_503": rejected} if rejected else {},
+        "error_count": rejected,
         "input_tokens": input_tokens * len(ok),
         "output_tokens": tokens,
         "output_tokens_per_s": rec.window_tokens / w if w else None,
@@ -109,5 +110,8 @@ def stage_row(rec: StageRecord, input_tokens: int, kv_tokens: int,
         row["goodput_output_tokens_per_s"] = row["slo"]["goodput_output_tokens_per_s"]
         if not row["slo"]["pass"]:
             flags.append("slo_fail")
+    if unfinished:
+        row["unfinished_requests"] = unfinished
+        flags.append("drain_timeout")
     row.update({"search": False, "users": rec.concurrency, "window_s": w, "flags": flags})
     return row

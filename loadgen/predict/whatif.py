@@ -83,7 +83,7 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
         else:
             rec.concurrency = int(load)
     kv_total = cfg.kv_tokens * w.replicas
-    rows = [stage_row(r, w.input_tokens, kv_total, w.objectives) for r in records]
+    rows = [stage_row(r, w.input_tokens, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
     knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
     load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
     for row in rows:

@@ -1,0 +1,71 @@
+"""Done-when check against the simulator with hidden parameters: sweep it for real over HTTP,
+calibrate on that run, compare fitted with true parameters, then predict a changed workload (2x
+longer prompts) and run that for real too: predicted vs measured output tok/s and TTFT p50 per stage.
+
+    .venv/bin/python bench/validate_whatif.py      # ~3 min on 2 cores; prints two tables
+
+The simulator runs in real time (time_scale 1) so the client's own overhead stays small next to
+the engine's steps.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from loadgen.predict.__main__ import main as predict_main  # noqa: E402
+from loadgen.predict.vsweep import StagePlan  # noqa: E402
+from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
+from loadgen.sim.config import load  # noqa: E402
+from loadgen.sim.launch import running_sim  # noqa: E402
+from tests.runlocust import run_locust  # noqa: E402
+
+HIDDEN = {"step_base_ms": 12.0, "step_per_seq_ms": 0.4, "step_per_prefill_token_us": 30.0, "spec_accept": "0.2,0.3,0.5"}
+STAGES, OUT, WARMUP_S, WINDOW_S = "1,4,16,64", 100, 2, 5
+BASE_IN, CHANGED_IN = 1000, 2000  # a prompt long enough that its prefill dwarfs the client's own overhead
+
+
+def sweep(url: str, results: Path, input_tokens: int) -> dict:
+    run = run_locust(url, results, "--scenario", "config/smoke.yaml", "--input-tokens", str(input_tokens),
+                     "--output-tokens", str(OUT), "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
+                     "--stages", STAGES, timeout_s=600)
+    assert run.code == 0, run.stderr[-2000:]
+    return run
+
+
+def main() -> int:
+    args = [x for k, v in HIDDEN.items() for x in ("--" + k.replace("_", "-"), str(v))]
+    tmp = Path(tempfile.mkdtemp(prefix="validate_whatif_"))
+    with running_sim("--timing", "engine", "--flavor", "sglang", "--kv-tokens", "400000", "--block-size", "1",
+                     "--max-model-len", "8192", "--time-scale", "1", *args) as sim:
+        base = sweep(sim.url, tmp / "base", BASE_IN)
+        changed = sweep(sim.url, tmp / "changed", CHANGED_IN)
+    preset = tmp / "fitted.yaml"
+    predict_main(["calibrate", str(base.run_dir), "-o", str(preset)])
+    fitted = load(str(preset))
+    print("\nparameter                 true     fitted   error")
+    mean_true = sum((i + 1) * p for i, p in enumerate([0.2, 0.3, 0.5]))
+    mean_fit = sum((i + 1) * p for i, p in enumerate(fitted.spec_accept))
+    for key, truth, got in (("step_base_ms", 12.0, fitted.step_base_ms), ("step_per_seq_ms", 0.4, fitted.step_per_seq_ms),
+                            ("step_per_prefill_token_us", 30.0, fitted.step_per_prefill_token_us),
+                            ("mean accept length", mean_true, mean_fit)):
+        print(f"{key:<25} {truth:>7.3f} {got:>9.3f} {(got - truth) / truth:>+7.1%}")
+    measured = changed.summary
+    sc = measured["scenario"]["stages"]
+    plan = StagePlan(sc["warmup_s"], sc["duration_s"], sc["turnover"], sc["max_warmup_s"], sc["max_window_s"])
+    pred = predict(fitted, WhatIf(CHANGED_IN, OUT, tuple(int(c) for c in STAGES.split(",")), plan=plan))
+    print(f"\nchanged workload ({CHANGED_IN} in / {OUT} out): predicted vs measured")
+    print("   C   out tok/s pred   meas    err   TTFT p50 pred   meas    err")
+    for p, m in zip(pred["stages"], measured["stages"], strict=False):
+        et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
+        ef = (p["ttft_p50_s"] - m["ttft_p50_s"]) / m["ttft_p50_s"]
+        print(f"{m['concurrency']:>4} {p['output_tokens_per_s']:>15.0f} {m['output_tokens_per_s']:>6.0f} {et:>+6.1%} "
+              f"{p['ttft_p50_s'] * 1e3:>12.1f}ms {m['ttft_p50_s'] * 1e3:>5.1f}ms {ef:>+6.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,8 +1,10 @@
 """Done-when check against the simulator with hidden parameters: sweep it for real over HTTP,
-calibrate on that run, compare fitted with true parameters, then predict a changed workload (2x
-longer prompts) and run that for real too: predicted vs measured output tok/s and TTFT p50 per stage.
+calibrate on that run (and a short second run with longer prompts: two prompt lengths separate the
+prefill speed from the client's own TTFT overhead), compare fitted with true parameters, then
+predict a changed workload (longer prompts still) and run that for real too: predicted vs measured
+output tok/s and TTFT p50 per stage.
 
-    .venv/bin/python bench/validate_whatif.py      # ~3 min on 2 cores; prints two tables
+    .venv/bin/python bench/validate_whatif.py      # ~5 min on 2 cores; prints two tables
 
 The simulator runs in real time (time_scale 1) so the client's own overhead stays small next to
 the engine's steps.
@@ -24,14 +26,14 @@ from loadgen.sim.launch import running_sim  # noqa: E402
 from tests.runlocust import run_locust  # noqa: E402
 
 HIDDEN = {"step_base_ms": 12.0, "step_per_seq_ms": 0.4, "step_per_prefill_token_us": 30.0, "spec_accept": "0.2,0.3,0.5"}
-STAGES, OUT, WARMUP_S, WINDOW_S = "1,4,16,64", 100, 2, 5
-BASE_IN, CHANGED_IN = 1000, 2000  # a prompt long enough that its prefill dwarfs the client's own overhead
+STAGES, OUT, WARMUP_S, WINDOW_S = "1,4,16,64", 100, 2, 10
+BASE_IN, SECOND_IN, CHANGED_IN = 500, 1500, 2000
 
 
-def sweep(url: str, results: Path, input_tokens: int) -> dict:
+def sweep(url: str, results: Path, input_tokens: int, stages: str = STAGES) -> dict:
     run = run_locust(url, results, "--scenario", "config/smoke.yaml", "--input-tokens", str(input_tokens),
                      "--output-tokens", str(OUT), "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
-                     "--stages", STAGES, timeout_s=600)
+                     "--stages", stages, timeout_s=600)
     assert run.code == 0, run.stderr[-2000:]
     return run
 
@@ -42,9 +44,10 @@ def main() -> int:
     with running_sim("--timing", "engine", "--flavor", "sglang", "--kv-tokens", "400000", "--block-size", "1",
                      "--max-model-len", "8192", "--time-scale", "1", *args) as sim:
         base = sweep(sim.url, tmp / "base", BASE_IN)
+        second = sweep(sim.url, tmp / "second", SECOND_IN, "1,16")
         changed = sweep(sim.url, tmp / "changed", CHANGED_IN)
     preset = tmp / "fitted.yaml"
-    predict_main(["calibrate", str(base.run_dir), "-o", str(preset)])
+    predict_main(["calibrate", str(base.run_dir), str(second.run_dir), "-o", str(preset)])
     fitted = load(str(preset))
     print("\nparameter                 true     fitted   error")
     mean_true = sum((i + 1) * p for i, p in enumerate([0.2, 0.3, 0.5]))

@@ -50,3 +50,26 @@ def test_residuals_are_zero_against_itself_and_name_the_measured_value():
     assert all(r["ttft_p50_s"]["rel"] == 0 for r in res)
     doubled = [dict(r, output_tokens_per_s=2 * r["output_tokens_per_s"]) for r in summary["stages"]]
     assert residuals(summary, doubled)[0]["output_tokens_per_s"]["rel"] == pytest.approx(1.0)
+
+
+def _with_overhead(summary: dict, overhead_s: float) -> dict:
+    """The client's own delay on every TTFT (what the engine never sees)."""
+    for row in summary["stages"]:
+        row["ttft_p50_s"] += overhead_s
+    return summary
+
+
+def test_one_prompt_length_counts_the_client_overhead_as_prefill():
+    f = fit(_with_overhead(_summary(HIDDEN, n_in=200), 0.002))
+    # TTFT(C=1) = a + b + p x 200 + 2 ms: the 2 ms land on p (2 ms / 200 tokens = +10 us/token)
+    assert f.client_overhead_s is None
+    assert f.step_per_prefill_token_s > HIDDEN.step_per_prefill_token_s * 1.2
+
+
+def test_two_prompt_lengths_separate_prefill_from_the_client_overhead():
+    runs = [_with_overhead(_summary(HIDDEN, n_in=200), 0.002), _with_overhead(_summary(HIDDEN, n_in=1500), 0.002)]
+    f = fit(runs)
+    assert f.client_overhead_s == pytest.approx(0.002, rel=0.25)
+    assert f.step_per_prefill_token_s == pytest.approx(HIDDEN.step_per_prefill_token_s, rel=0.10)
+    assert f.step_per_seq_s == pytest.approx(HIDDEN.step_per_seq_s, rel=0.10)
+    assert f.step_base_s == pytest.approx(HIDDEN.step_base_s, rel=0.10)

@@ -41,10 +41,11 @@ def _plan(scenario: dict) -> StagePlan:
                      float(s.get("max_window_s", d.max_window_s)), isolated)
 
 
-def calibrate(run: str, out: str) -> int:
-    run_dir = resolve_run_dir(run)
-    summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    f = fit(summary)
+def calibrate(runs: list[str], out: str) -> int:
+    run_dirs = [resolve_run_dir(run) for run in runs]
+    summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in run_dirs]
+    summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
+    f = fit(summaries)
     preset = f.preset(summary)
     cfg = validate(_config(preset))
     sc = summary["scenario"]
@@ -52,11 +53,14 @@ def calibrate(run: str, out: str) -> int:
     predicted = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], tuple(loads),
                                     plan=_plan(sc)))
     res = residuals(summary, predicted["stages"])
-    head = [f"Calibrated by python -m loadgen.predict from {run_dir}",
+    head = [f"Calibrated by python -m loadgen.predict from {', '.join(map(str, run_dirs))}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",
             f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: floor/ceil with that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
-            f"({(summary.get('guard') or {}).get('capacity_source')}). Residuals (predicted - measured) / measured:"]
+            f"({(summary.get('guard') or {}).get('capacity_source')})"
+            + ("" if f.client_overhead_s is None else
+               f"; the client's own TTFT overhead {f.client_overhead_s * 1e3:.2f} ms (not in the engine)")
+            + f". Residuals of {run_dir} (predicted - measured) / measured:"]
     head += [f"  C={r['concurrency']}: out tok/s {_pct(r['output_tokens_per_s']['rel'])}, TTFT p50 "
              f"{_pct(r['ttft_p50_s']['rel'])}, TPOT p50 {_pct(r['tpot_p50_s']['rel'])}"
              f"{' (' + ','.join(r['flags']) + ': not fitted)' if r['flags'] else ''}" for r in res]
@@ -65,6 +69,7 @@ def calibrate(run: str, out: str) -> int:
     fit_path = Path(out).with_suffix(".fit.json")
     fit_path.write_text(json.dumps({"run": str(run_dir), "preset": preset, "accept_length": f.accept_length,
                                     "fitted_stages": f.used_stages, "step_residuals": f.step_residuals,
+                                    "client_overhead_s": f.client_overhead_s,
                                     "stage_residuals": res}, indent=2))
     print("\n".join(head))
     print(f"llm-loadgen predict: wrote {out} and {fit_path}")
@@ -150,8 +155,9 @@ def whatif(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m loadgen.predict", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    cal = sub.add_parser("calibrate", help="fit a simulator preset to a finished run folder")
-    cal.add_argument("run", help="a run folder (or its parent: the latest run)")
+    cal = sub.add_parser("calibrate", help="fit a simulator preset to a finished run folder (or several "
+                         "runs of the same server, e.g. two prompt lengths)")
+    cal.add_argument("run", nargs="+", help="a run folder (or its parent: the latest run)")
     cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s)")
     wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
     wi.add_argument("preset", help="a preset YAML (python -m loadgen.predict calibrate) or a bundled name")

@@ -20,9 +20,15 @@ and least squares on relative errors of
     TTFT(C=1) = a + b + p x I             (the lowest stage at C=1: an idle engine, one step)
 
 With fixed lengths x_k is nearly proportional to C (x ~ C x I x L / N), so the decode equations
-fix a and b + p I L / N; the C=1 TTFT separates p. Stages flagged client_bound,
+fix a and b + p I L / N; the C=1 TTFT separates p. That TTFT also holds the client's own overhead
+(the round trip, its reading), which one prompt length cannot tell from prefill: it is counted as
+prefill, so calibrate on a prompt long enough that its prefill dwarfs a few milliseconds. Given
+several runs of the same server (``fit([run_a, run_b])``) with two prompt lengths at C=1, a fourth
+unknown, the overhead d0, joins the TTFT equations (TTFT = a + b + p I + d0) and is reported, not
+predicted; the runs' different I also break the collinearity of b and p. Stages flagged
 server_over_capacity or with preemptions are left out of the fit (their figures are not the
-engine's steady state) but get residuals like the rest. KV capacity: the run's ``guard.capacity_tokens``;
+engine's steady state) but get residuals like the rest; client_bound stages stay in (their medians
+hold; their tails are the client's). KV capacity: the run's ``guard.capacity_tokens``;
 max_running: the server's slots (llama.cpp) else at least the largest C; prefill chunk: at least I
 (the data cannot see chunking when a prompt fits in one chunk).
 """
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SKIP_FLAGS = ("client_bound", "server_over_capacity", "slo_search")
+SKIP_FLAGS = ("server_over_capacity",)
 
 
 class CalibrationError(ValueError):
@@ -48,7 +54,8 @@ class Fit:
     accept_length: float
     kv_tokens: int | None
     used_stages: list[int]  # concurrencies in the fit
-    step_residuals: dict[int, float]  # C -> (fitted - measured) / measured decode step time
+    step_residuals: list[dict]  # per equation: input_tokens, concurrency, what (decode step | TTFT at C=1), rel
+    client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
 
     def preset(self, summary: dict) -> dict:
         """The fit as simulator preset keys (``loadgen.sim.config.SimConfig`` names and units)."""
@@ -100,36 +107,41 @@ def _fit_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def fit(summary: dict) -> Fit:
-    """The engine parameters of the run (module docstring)."""
-    sc = summary["scenario"]
-    n_in, n_out = int(sc["input_tokens"]), int(sc["output_tokens"])
-    rows = _fit_rows(summary)
-    weights = [r["requests"] for r in rows]
-    accept = float(np.average([accept_length(r.get("tokens_per_chunk"), n_out) for r in rows], weights=weights))
-    good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
-            and not (r.get("server") or {}).get("preemptions")]
-    if len(good) < 2:
-        good = rows  # better a fit on flagged stages than none; the residuals say how good
-    eqs, targets = [], []
-    for r in good:
-        batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
-        d = r["tpot_p50_s"] * accept
-        x = r["output_tokens_per_s"] / n_out * n_in * d
-        eqs.append([1.0, batch, x])
-        targets.append(d)
-    first = min(rows, key=lambda r: r["concurrency"])
-    if first["concurrency"] == 1 and first.get("ttft_p50_s"):
-        eqs.append([1.0, 1.0, float(n_in)])
-        targets.append(first["ttft_p50_s"])
+def fit(summaries: dict | list[dict]) -> Fit:
+    """The engine parameters of one run, or of several runs of the same server (module docstring)."""
+    runs = [summaries] if isinstance(summaries, dict) else list(summaries)
+    per_run = [(s, int(s["scenario"]["input_tokens"]), int(s["scenario"]["output_tokens"]), _fit_rows(s))
+               for s in runs]
+    lengths = [accept_length(r.get("tokens_per_chunk"), n_out) for _, _, n_out, rows in per_run for r in rows]
+    weights = [r["requests"] for *_, rows in per_run for r in rows]
+    accept = float(np.average(lengths, weights=weights))
+    firsts = [(n_in, min(rows, key=lambda r: r["concurrency"])) for _, n_in, _, rows in per_run]
+    firsts = [(n_in, r) for n_in, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
+    overhead = len({n_in for n_in, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
+    eqs, targets, fitted, labels = [], [], [], []
+    for _, n_in, n_out, rows in per_run:
+        good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
+                and not (r.get("server") or {}).get("preemptions")] or rows
+        for r in good:
+            batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            d = r["tpot_p50_s"] * accept
+            x = r["output_tokens_per_s"] / n_out * n_in * d
+            eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
+            targets.append(d)
+            fitted.append(int(r["concurrency"]))
+            labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step"})
+    for n_in, r in firsts:
+        eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
+        targets.append(r["ttft_p50_s"])
+        labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1"})
     a_mat, y = np.asarray(eqs), np.asarray(targets)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
     coef = _nonneg_lstsq(a_mat * scale[:, None], y * scale)
-    resid = {int(r["concurrency"]): float((np.asarray(e) @ coef - t) / t)
-             for r, e, t in zip(good, eqs, targets, strict=False)}
-    kv = (summary.get("guard") or {}).get("capacity_tokens")
-    return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv,
-               [int(r["concurrency"]) for r in good], resid)
+    resid = [float((np.asarray(e) @ coef - t) / t) for e, t in zip(eqs, targets, strict=True)]
+    kv = (runs[0].get("guard") or {}).get("capacity_tokens")
+    return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
+               [dict(label, rel=r) for label, r in zip(labels, resid, strict=True)],
+               float(coef[3]) if overhead else None)
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -63,3 +63,15 @@ def test_the_command_calibrates_a_run_and_writes_a_predicted_report(tmp_path, ca
     html = (out / "report.html").read_text()
     assert "PREDICTED" in html and "calibration C=16: out tok/s" in html  # the fit's residuals, from .fit.json
     assert main(["whatif", str(preset), "--slo", "ttft=2"]) == 2
+
+
+def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
+    """Speculative accept draws and a client's jitter move a cohort's prefills between steps: the
+    range over reseeded runs holds the prediction, and it is not a point at C=16 on the NEXTN preset."""
+    s = predict(load("qwen35-397b-8gpu"), WhatIf(1000, 200, (1, 16), plan=PLAN, spread=3))
+    for row in s["stages"]:
+        for key in ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"):
+            lo, hi = row["spread"][key]
+            assert lo <= row[key] <= hi
+    lo, hi = s["stages"][1]["spread"]["tpot_p50_s"]
+    assert hi > lo

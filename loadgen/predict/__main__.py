@@ -129,7 +129,7 @@ def whatif(args: argparse.Namespace) -> int:
     loads = tuple(float(x) if open_loop else int(x) for x in (args.rates or args.stages).split(","))
     plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
     w = WhatIf(args.input_tokens, args.output_tokens, loads, open_loop, args.replicas, plan,
-               _objectives(args.slo, args.attainment))
+               _objectives(args.slo, args.attainment), spread=args.spread)
     summary = predict(cfg, w)
     summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
                                                                   if k not in ("cmd", "func", "out")}}
@@ -139,6 +139,13 @@ def whatif(args: argparse.Namespace) -> int:
           f"{w.replicas} replica(s), KV {cfg.kv_tokens:,} tokens each, spec_accept {cfg.spec_accept}")
     print(format_stage_table(summary["stages"], summary["knee"].get("rate_per_s" if open_loop else "concurrency"),
                              summary["guard"], w.knee_threshold, summary["slo"], open_loop))
+    for row in summary["stages"]:
+        if (sp := row.get("spread")) and sp["ttft_p50_s"]:
+            load_text = f"{row['offered_rate_per_s']:g} req/s" if open_loop else f"C={row['concurrency']}"
+            print(f"spread (predicted, {args.spread + 1} runs) {load_text}: out tok/s {sp['output_tokens_per_s'][0]:,.0f}"
+                  f"-{sp['output_tokens_per_s'][1]:,.0f}, TTFT p50 {sp['ttft_p50_s'][0] * 1e3:.1f}-"
+                  f"{sp['ttft_p50_s'][1] * 1e3:.1f} ms, TPOT p50 {sp['tpot_p50_s'][0] * 1e3:.2f}-"
+                  f"{sp['tpot_p50_s'][1] * 1e3:.2f} ms")
     c = summary["confirm"]
     if c:
         load_text = f"--rate-list {c['load']:g}" if open_loop else f"--stages {c['load']}"
@@ -174,6 +181,8 @@ def parser() -> argparse.ArgumentParser:
     wi.add_argument("--duration-s", type=float, default=60.0)
     wi.add_argument("--max-warmup-s", type=float, default=600.0)
     wi.add_argument("--max-window-s", type=float, default=900.0)
+    wi.add_argument("--spread", type=int, default=0, metavar="K",
+                    help="K more runs with other seeds and a 0-2 ms client jitter: each stage's range (how sure)")
     wi.add_argument("--out", help="write summary.json, stages.csv and report.html (predicted) here")
     wi.add_argument("--no-plots", action="store_true", help="report.html without plots (no matplotlib)")
     return ap

@@ -20,6 +20,7 @@ length), so the simulator's early-EOS setting plays no part.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 from loadgen.sim.engine import EngineParams, SimRequest
@@ -88,7 +89,8 @@ class StageRecord:
 class _Sweep:
     """The virtual clients and the stage bookkeeping around one VirtualServer."""
 
-    def __init__(self, params: EngineParams, input_tokens: int, output_tokens: int):
+    def __init__(self, params: EngineParams, input_tokens: int, output_tokens: int, jitter_s: float = 0.0):
+        self.rng, self.jitter_s = random.Random(params.seed), jitter_s
         self.server = VirtualServer(params, self._on_chunk)
         self.input_tokens, self.output_tokens = input_tokens, output_tokens
         self.timing: dict[int, Timing] = {}  # id(SimRequest) -> Timing, requests in flight
@@ -109,7 +111,7 @@ class _Sweep:
             st.requests.append(timing)
         if user is not None:
             self.user_of[id(req)] = user
-        self.server.submit(req, t)
+        self.server.submit(req, t + self.rng.uniform(0.0, self.jitter_s) if self.jitter_s else t)
 
     def _on_chunk(self, req: SimRequest, n: int, done: bool, t: float) -> None:
         timing = self.timing[id(req)]
@@ -163,10 +165,12 @@ class _Sweep:
 
 
 def run_sweep(params: EngineParams, loads: list[float], input_tokens: int, output_tokens: int,
-              plan: StagePlan = StagePlan(), open_loop: bool = False) -> list[StageRecord]:
+              plan: StagePlan = StagePlan(), open_loop: bool = False, jitter_s: float = 0.0) -> list[StageRecord]:
     """Play the stages ``loads`` (concurrencies, or with ``open_loop`` rates in requests/s) one
-    after the other on one engine, as a run does; returns each stage's record."""
-    sw = _Sweep(params, input_tokens, output_tokens)
+    after the other on one engine, as a run does; returns each stage's record. ``jitter_s``: each
+    request reaches the server a seeded uniform 0 .. jitter_s after it was sent (a client's turnaround;
+    0: at once)."""
+    sw = _Sweep(params, input_tokens, output_tokens, jitter_s)
     server = sw.server
     records = [_play_stage(sw, index, load, plan, open_loop) for index, load in enumerate(loads)]
     # the drain: no new requests; the last stage's measured ones finish (their figures need their ends)

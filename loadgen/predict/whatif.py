@@ -38,6 +38,7 @@ class WhatIf:
     plan: StagePlan = StagePlan()
     objectives: Objectives = field(default_factory=Objectives)
     knee_threshold: float = 0.10
+    spread: int = 0  # extra runs with other seeds and a 0-2 ms client jitter: how sure the prediction is
 
 
 def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
@@ -63,8 +64,32 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     return rec
 
 
+SPREAD_JITTER_S = 0.002  # the client turnaround of the spread runs: a few ms, as a real client's
+
+
 def predict(cfg: SimConfig, w: WhatIf) -> dict:
-    """The predicted summary (summary.json's shape, ``predicted: true`` everywhere)."""
+    """The predicted summary (summary.json's shape, ``predicted: true`` everywhere). With
+    ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws) and a seeded
+    0-2 ms client jitter give each row ``spread``: the min and max over all K + 1 runs of output
+    tok/s, TTFT p50 and TPOT p50 (the first run's figures are the prediction)."""
+    summary = _predict_once(cfg, w, 0.0)
+    if w.spread:
+        others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
+        for i, row in enumerate(summary["stages"]):
+            rows = [row] + [o[i] for o in others]
+            row["spread"] = {key: [min(v), max(v)] if (v := [r[key] for r in rows if r.get(key) is not None]) else None
+                             for key in SPREAD_KEYS}
+    return summary
+
+
+SPREAD_KEYS = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s")
+
+
+def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
+    return dataclasses.replace(cfg, seed=cfg.seed + k)
+
+
+def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     params = cfg.engine_params()
     if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
         w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
@@ -74,7 +99,7 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
     for lane in lanes:
         active = [x for x in lane]
         if tuple(active) not in cache:
-            cache[tuple(active)] = _lane(params, active, w)
+            cache[tuple(active)] = _lane(params, active, w, jitter_s)
         per_lane.append(cache[tuple(active)])
     records = [_merge([lane[k] for lane in per_lane]) for k in range(len(w.loads))]
     for rec, load in zip(records, w.loads, strict=True):  # the stage's own load, not the lanes' sum of 0s
@@ -117,12 +142,13 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
     }
 
 
-def _lane(params, loads: list[float], w: WhatIf) -> list[StageRecord]:
+def _lane(params, loads: list[float], w: WhatIf, jitter_s: float) -> list[StageRecord]:
     """One replica's sweep; a replica with no users in a stage records an empty stage."""
-    if all(x > 0 for x in loads):
-        return run_sweep(params, loads, w.input_tokens, w.output_tokens, w.plan, w.open_loop)
     busy = [k for k, x in enumerate(loads) if x > 0]
-    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop)
+    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop,
+                     jitter_s)
+    if len(busy) == len(loads):
+        return recs
     out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
     for k, rec in zip(busy, recs, strict=True):
         rec.index = k

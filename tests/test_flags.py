@@ -40,6 +40,10 @@ def test_every_flag_a_row_can_get_is_declared():
     searched = StageInfo(2, 7, window_s=1.0, users=7, search=True)  # no request met the objective
     seen |= set(stage_row(searched, None, guard, CLIENT, False, objectives=Objectives(ttft_s=1.0))["flags"])
     seen |= {cut_flag("error"), cut_flag("guard_abort"), "knee"}
+    from loadgen.predict.rows import stage_row as predicted_row
+    from loadgen.predict.vsweep import StageRecord
+
+    seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 100, 1000)["flags"])  # what-if rows
     assert seen == FLAG_KEYS
 
 

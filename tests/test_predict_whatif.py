@@ -75,3 +75,14 @@ def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
             assert lo <= row[key] <= hi
     lo, hi = s["stages"][1]["spread"]["tpot_p50_s"]
     assert hi > lo
+
+
+def test_open_loop_rates_below_capacity_are_achieved_and_above_it_not():
+    """10-token requests alone take 10 steps of 11 ms; batched, a step serves them all, so 5 and 20
+    req/s are sustained; 400-token requests at 20 req/s hold ~200 in flight, each step 210+ ms: not."""
+    s = predict(LINEAR, WhatIf(100, 10, (5.0, 20.0), open_loop=True, plan=PLAN))
+    for row in s["stages"]:
+        assert row["concurrency"] is None and row["achieved_rate_per_s"] == pytest.approx(row["offered_rate_per_s"], rel=0.1)
+    assert s["knee"]["rate_per_s"] is None  # every rate sustained
+    heavy = predict(LINEAR, WhatIf(100, 400, (1.0, 20.0), open_loop=True, plan=PLAN))
+    assert heavy["stages"][1]["achieved_rate_per_s"] < 0.9 * 20 and heavy["knee"]["rate_per_s"] == 1.0

@@ -148,7 +148,7 @@ def whatif(args: argparse.Namespace) -> int:
                   f"{sp['tpot_p50_s'][1] * 1e3:.2f} ms")
     c = summary["confirm"]
     if c:
-        load_text = f"--rate-list {c['load']:g}" if open_loop else f"--stages {c['load']}"
+        load_text = f"--rates {c['load']:g}" if open_loop else f"--stages {c['load']}"
         print(f"confirm (predicted): run one real stage at {load_text} ({c['why']}): expect "
               f"{c['output_tokens_per_s']:,.0f} output tok/s, TTFT p50 {c['ttft_p50_s'] * 1e3:.1f} ms, "
               f"TPOT p50 {c['tpot_p50_s'] * 1e3:.2f} ms")

@@ -7,7 +7,7 @@ to the simulated timings of the requests *sent* in the window (``loadgen.predict
 - TTFT = t(first chunk) - t(sent); E2E = t(last chunk) - t(sent); TPOT = (E2E - TTFT) / (N - 1)
 - per-token ITL: gap_i / n_i, weighted by n_i; chunk gap p50 over the gaps themselves
 - decode rate = (N - 1) / (E2E - TTFT); tokens_per_chunk = tokens / chunks
-- achieved_rate_per_s = requests finished in the window / window_s (open loop)
+- achieved_rate_per_s = requests finished in the window (sent in it or before) / window_s (open loop)
 - SLO: ``loadgen.stats.slo.request_verdict`` per request, ``stage_slo`` per stage
 
 Quantiles are exact (numpy, linear interpolation), not the client's log histogram (within ~1 %).
@@ -94,9 +94,8 @@ def stage_row(rec: StageRecord, input_tokens: int, kv_tokens: int,
         "token_mismatch": {"input": 0, "output": 0, "estimated": 0},
     }
     if rec.rate_per_s is not None:
-        finished_in_window = sum(1 for t in rec.requests if t.done and t.chunk_t and t.chunk_t[-1] <= rec.window_start_s + w)
         row.update({"concurrency": None, "offered_rate_per_s": rec.rate_per_s,
-                    "achieved_rate_per_s": finished_in_window / w if w else None})
+                    "achieved_rate_per_s": rec.window_finished / w if w else None})
     row["server"] = {"preemptions": rec.preemptions, "waiting_max": rec.peak_waiting,
                      "running_max": rec.peak_running,
                      "kv_usage_max": rec.peak_kv_tokens / kv_tokens if kv_tokens else None}

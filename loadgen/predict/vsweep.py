@@ -79,6 +79,7 @@ class StageRecord:
     window_start_s: float = 0.0
     window_s: float = 0.0
     window_tokens: int = 0  # output tokens whose chunk arrived in the window
+    window_finished: int = 0  # requests (measured or not) that finished in the window
     requests: list[Timing] = field(default_factory=list)
     preemptions: int = 0
     peak_running: int = 0
@@ -98,6 +99,7 @@ class _Sweep:
         self.users = 0  # users wanted; a user above it stops after its request
         self.gap_s: float | None = None  # open loop: time between arrivals
         self.next_arrival_s = 0.0
+        self.last_arrival_s = -1.0  # the latest arrival sent (open loop): one is always ahead of the clock
         self.measuring: StageRecord | None = None
         self.finished = 0  # requests finished in the whole run
         self.finished_measured = 0  # measured requests of the open window finished
@@ -128,8 +130,10 @@ class _Sweep:
         timing.done = True
         del self.timing[id(req)]
         self.finished += 1
-        if self.measuring is not None and timing.stage == self.measuring.index:
-            self.finished_measured += 1
+        if self.measuring is not None:
+            self.measuring.window_finished += 0 if timing.rejected else 1
+            if timing.stage == self.measuring.index:
+                self.finished_measured += 1
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             self.send(t, user)
@@ -140,7 +144,7 @@ class _Sweep:
             return
         now = self.server.now_s
         while True:
-            t = self.next_arrival_s
+            t = self.last_arrival_s = self.next_arrival_s
             self.send(t)
             self.next_arrival_s += self.gap_s
             if t > now:
@@ -150,7 +154,7 @@ class _Sweep:
         """Run until ``end_s`` has passed and ``until()`` holds, or ``cap_s`` passed."""
         server = self.server
         while not ((server.now_s >= end_s and until()) or server.now_s >= cap_s):
-            if self.gap_s is not None and self.next_arrival_s - self.gap_s <= server.now_s:
+            if self.gap_s is not None and self.last_arrival_s <= server.now_s:
                 self._feed_arrivals()  # the last arrival sent is due: send up to one in the future
             horizon = end_s if server.now_s < end_s else cap_s
             if not server.advance(horizon):

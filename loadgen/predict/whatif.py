@@ -56,6 +56,7 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     rec = StageRecord(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
                       None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window)
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
+    rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
     for p in parts:
         rec.requests += p.requests
         rec.preemptions += p.preemptions

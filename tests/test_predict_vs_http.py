@@ -16,7 +16,7 @@ from loadgen.sim.launch import running_sim
 from loadgen.sim.raw_client import Connection
 from loadgen.sim.virtual import VirtualServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against the runner: alone
 
 BASE_MS, PER_SEQ_MS, PREFILL_US, PROMPT = 20.0, 2.0, 20.0, 200
 PARAMS = EngineParams(kv_tokens=100_000, block_size=16, max_running=64, prefill_chunk_tokens=8192,

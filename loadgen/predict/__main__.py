@@ -120,6 +120,8 @@ def whatif(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.kv_tokens:
         overrides["kv_tokens"] = args.kv_tokens
+    if args.max_running:
+        overrides["max_running"] = args.max_running
     if args.spec == "off":
         overrides["spec_accept"] = [1.0]
     elif args.spec:
@@ -171,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     wi.add_argument("--input-tokens", type=int, default=1000)
     wi.add_argument("--output-tokens", type=int, default=1000)
     wi.add_argument("--kv-tokens", type=int, help="KV cache tokens per replica (e.g. x2 for an FP8 cache)")
+    wi.add_argument("--max-running", type=int, help="the batch's most requests per replica (llama.cpp: -np slots)")
     wi.add_argument("--spec", help="speculative decoding: off, or a mean accept length in tokens per step")
     wi.add_argument("--replicas", type=int, default=1, help="replicas behind a round-robin router")
     wi.add_argument("--stages", default="1,2,4,8,16,32,64,128,256,512", help="concurrency stages")

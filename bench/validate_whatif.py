@@ -56,18 +56,24 @@ def main() -> int:
                             ("step_per_prefill_token_us", 30.0, fitted.step_per_prefill_token_us),
                             ("mean accept length", mean_true, mean_fit)):
         print(f"{key:<25} {truth:>7.3f} {got:>9.3f} {(got - truth) / truth:>+7.1%}")
-    measured = changed.summary
+    compare(f"changed workload ({CHANGED_IN} in / {OUT} out)", fitted, changed.summary, CHANGED_IN, OUT)
+    return 0
+
+
+def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: int) -> None:
+    """Predict the measured run's stages with ``cfg`` and print predicted vs measured output tok/s
+    and TTFT p50 per stage (also bench/validate_whatif_llamacpp.py's table)."""
     sc = measured["scenario"]["stages"]
     plan = StagePlan(sc["warmup_s"], sc["duration_s"], sc["turnover"], sc["max_warmup_s"], sc["max_window_s"])
-    pred = predict(fitted, WhatIf(CHANGED_IN, OUT, tuple(int(c) for c in STAGES.split(",")), plan=plan))
-    print(f"\nchanged workload ({CHANGED_IN} in / {OUT} out): predicted vs measured")
-    print("   C   out tok/s pred   meas    err   TTFT p50 pred   meas    err")
-    for p, m in zip(pred["stages"], measured["stages"], strict=False):
+    loads = tuple(s["concurrency"] for s in measured["stages"])
+    pred = predict(cfg, WhatIf(input_tokens, output_tokens, loads, plan=plan))
+    print(f"\n{title}: predicted vs measured")
+    print("   C   out tok/s pred    meas     err   TTFT p50 pred    meas     err")
+    for p, m in zip(pred["stages"], measured["stages"], strict=True):
         et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
         ef = (p["ttft_p50_s"] - m["ttft_p50_s"]) / m["ttft_p50_s"]
-        print(f"{m['concurrency']:>4} {p['output_tokens_per_s']:>15.0f} {m['output_tokens_per_s']:>6.0f} {et:>+6.1%} "
-              f"{p['ttft_p50_s'] * 1e3:>12.1f}ms {m['ttft_p50_s'] * 1e3:>5.1f}ms {ef:>+6.1%}")
-    return 0
+        print(f"{m['concurrency']:>4} {p['output_tokens_per_s']:>15.1f} {m['output_tokens_per_s']:>7.1f} {et:>+7.1%} "
+              f"{p['ttft_p50_s'] * 1e3:>12.1f}ms {m['ttft_p50_s'] * 1e3:>6.1f}ms {ef:>+7.1%}")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.validate_whatif import compare  # noqa: E402
 from loadgen.predict.__main__ import main as predict_main  # noqa: E402
-from loadgen.predict.vsweep import StagePlan  # noqa: E402
-from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from tests.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
 from tests.make_gguf import write_tiny_llama  # noqa: E402
@@ -33,20 +32,6 @@ def sweep(url: str, results: Path, input_tokens: int, stages: str = STAGES):
                      "--stages", stages, timeout_s=900)
     assert run.code in (0, 3), run.stderr[-3000:]  # 3: the KV guard stopped before a stage
     return run
-
-
-def compare(title: str, preset: Path, measured: dict, input_tokens: int, slots: int | None = None) -> None:
-    cfg = load(str(preset), {"max_running": slots} if slots else None)
-    sc = measured["scenario"]["stages"]
-    plan = StagePlan(sc["warmup_s"], sc["duration_s"], sc["turnover"], sc["max_warmup_s"], sc["max_window_s"])
-    pred = predict(cfg, WhatIf(input_tokens, OUT, tuple(int(c) for c in STAGES.split(",")), plan=plan))
-    print(f"\n{title}: predicted vs measured")
-    print("   C   out tok/s pred    meas     err   TTFT p50 pred    meas     err")
-    for p, m in zip(pred["stages"], measured["stages"], strict=False):
-        et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
-        ef = (p["ttft_p50_s"] - m["ttft_p50_s"]) / m["ttft_p50_s"]
-        print(f"{m['concurrency']:>4} {p['output_tokens_per_s']:>15.1f} {m['output_tokens_per_s']:>7.1f} {et:>+7.1%} "
-              f"{p['ttft_p50_s'] * 1e3:>12.1f}ms {m['ttft_p50_s'] * 1e3:>6.1f}ms {ef:>+7.1%}")
 
 
 def main() -> int:
@@ -65,8 +50,8 @@ def main() -> int:
         fewer = sweep(srv.url, tmp / "fewer", 128)
     preset = tmp / "llamacpp.yaml"
     predict_main(["calibrate", str(base.run_dir), str(second.run_dir), "-o", str(preset)])
-    compare("longer prompts (1024 in, 4 slots)", preset, longer.summary, 1024)
-    compare("fewer slots (128 in, 2 slots)", preset, fewer.summary, 128, slots=2)
+    compare("longer prompts (1024 in, 4 slots)", load(str(preset)), longer.summary, 1024, OUT)
+    compare("fewer slots (128 in, 2 slots)", load(str(preset), {"max_running": 2}), fewer.summary, 128, OUT)
     return 0
 
 

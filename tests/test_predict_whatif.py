@@ -9,7 +9,7 @@ import pytest
 from loadgen.predict.__main__ import main
 from loadgen.predict.vsweep import StagePlan
 from loadgen.predict.whatif import WhatIf, predict
-from loadgen.sim.config import load
+from loadgen.sim.config import PRESET_DIR, load
 from loadgen.stats.slo import Objectives
 
 PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
@@ -86,3 +86,18 @@ def test_open_loop_rates_below_capacity_are_achieved_and_above_it_not():
     assert s["knee"]["rate_per_s"] is None  # every rate sustained
     heavy = predict(LINEAR, WhatIf(100, 400, (1.0, 20.0), open_loop=True, plan=PLAN))
     assert heavy["stages"][1]["achieved_rate_per_s"] < 0.9 * 20 and heavy["knee"]["rate_per_s"] == 1.0
+
+
+def test_fewer_slots_queue_the_users_beyond_them(tmp_path, capsys):
+    """--max-running 4 (llama.cpp -np 4) with 8 users: 4 run, 4 wait, so TTFT p50 grows by about
+    one request lifetime (50 tokens x 14 ms) over the 8-slot server's."""
+    preset = tmp_path / "linear.yaml"
+    preset.write_text((PRESET_DIR / "slo-linear.yaml").read_text())
+    args = ["whatif", str(preset), "--input-tokens", "100", "--output-tokens", "50", "--stages", "8",
+            "--warmup-s", "1", "--duration-s", "3", "--no-plots", "--out"]
+    assert main([*args, str(tmp_path / "eight")]) == 0
+    assert main([*args, str(tmp_path / "four"), "--max-running", "4"]) == 0
+    eight, four = (json.loads((tmp_path / name / "summary.json").read_text())["stages"][0] for name in ("eight", "four"))
+    assert four["server"]["running_max"] == 4 and four["server"]["waiting_max"] == 4
+    assert eight["server"]["waiting_max"] == 0
+    assert four["ttft_p50_s"] > eight["ttft_p50_s"] + 0.5

@@ -12,12 +12,15 @@ The packages follow the data path, and each imports only its own layer and the l
     report           results files: summary.json, stages.csv, the console table, report.html, compare
     export           the Prometheus exporter
     run              the run's control: the plan, the KV guard, the session, results, the runtime
+    predict          what-if: the simulator's engine, calibrated to a run, predicts other sweeps
     fleet            many processes: master/worker reports, their exact merge, worker loss
     locust_face      what Locust calls: the users, the plugin (options and event hooks), the web UI
     cli, cli_help, locustfile   the faces: the ``llm-loadgen`` command, its help, the packaged locustfile
 
 ``sim`` (the built-in server simulator) stands apart: it imports nothing from the client side, so
-it cannot hide a client bug. ``shapes/`` and the clone's ``locustfile.py`` (outside this package)
+it cannot hide a client bug. ``predict`` is the one package allowed to import it (``SIM_USERS``): it
+runs the engine on a virtual clock and reads the client side's report and run vocabulary, so it sits
+above ``run`` (whose KV ceiling it states as a run does). ``shapes/`` and the clone's ``locustfile.py`` (outside this package)
 sit on top too: the packaged locustfile imports ``shapes``, which the wheel carries beside ``loadgen``.
 """
 
@@ -32,8 +35,10 @@ LAYERS = (
     ("loadgen.report",),
     ("loadgen.export",),
     ("loadgen.run",),
+    ("loadgen.predict",),
     ("loadgen.fleet",),
     ("loadgen.locust_face",),
     ("loadgen.cli", "loadgen.cli_help", "loadgen.locustfile"),
 )
 APART = ("loadgen.sim",)  # imports only itself
+SIM_USERS = ("loadgen.predict",)  # may import loadgen.sim (the what-if predictor runs its engine)

@@ -46,6 +46,10 @@ def test_every_flag_a_row_can_get_is_declared():
     late.ttft_s.add(0.5)  # the client saw its first token 400 ms after the server's clock says it left
     server = {"ttft": {"count": 1, "mean_s": 0.1, "p50_s": 0.1, "p90_s": 0.1, "p99_s": 0.1}}
     seen |= set(stage_row(StageInfo(3, 1, window_s=1.0, users=1, server=server), late, guard, CLIENT, False)["flags"])
+    from loadgen.predict.rows import stage_row as predicted_row
+    from loadgen.predict.vsweep import StageRecord
+
+    seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 100, 1000)["flags"])  # what-if rows
     assert seen == FLAG_KEYS
 
 

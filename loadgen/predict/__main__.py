@@ -1,0 +1,208 @@
+"""Command line: calibrate a preset from a run folder, then ask it what-if questions.
+
+    python -m loadgen.predict calibrate results/latest -o mine.yaml
+    python -m loadgen.predict whatif mine.yaml --input-tokens 2000 --kv-tokens 3140000 --spec off \\
+        --replicas 2 --stages 1,4,16,64,256,1024 --slo ttft_s=2,tpot_s=0.03 --out results/whatif
+
+``calibrate`` writes the preset (a ``loadgen/sim/presets`` YAML, the fit in its comments; also
+usable with ``python -m loadgen.sim --preset mine.yaml``) and ``<preset>.fit.json`` (the fit and the
+per-stage residuals of the preset's prediction of the calibration run itself). ``whatif`` prints
+the predicted stage table, knee, SLO maximum and KV ceiling, and the one real stage to run to
+confirm; with ``--out`` also summary.json and report.html, every one marked predicted. Exit 2 on a
+bad option or a run that cannot be calibrated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from loadgen.predict.calibrate import CalibrationError, fit, residuals
+from loadgen.predict.calibrate import accept_distribution as spec_for
+from loadgen.predict.vsweep import StagePlan
+from loadgen.predict.whatif import NOTE, WhatIf, predict
+from loadgen.report.files import write_results
+from loadgen.report.runs import resolve_run_dir
+from loadgen.report.table import format_stage_table
+from loadgen.sim.config import SimConfigError, load, set_value, validate
+from loadgen.stats.slo import OBJECTIVES, Objectives
+
+
+def _plan(scenario: dict) -> StagePlan:
+    """The measured run's stage rules; isolated stages when it had SLO objectives (as its plan did)."""
+    s, d = scenario.get("stages") or {}, StagePlan()
+    isolated = any((scenario.get("slo") or {}).get(k) is not None for k in OBJECTIVES)
+    return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
+                     bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
+                     float(s.get("max_window_s", d.max_window_s)), isolated)
+
+
+def calibrate(runs: list[str], out: str) -> int:
+    run_dirs = [resolve_run_dir(run) for run in runs]
+    summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in run_dirs]
+    summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
+    f = fit(summaries)
+    preset = f.preset(summary)
+    cfg = validate(_config(preset))
+    sc = summary["scenario"]
+    loads = [s["concurrency"] for s in summary["stages"] if s.get("concurrency") and not s.get("search")]
+    predicted = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], tuple(loads),
+                                    plan=_plan(sc)))
+    res = residuals(summary, predicted["stages"])
+    head = [f"Calibrated by python -m loadgen.predict from {', '.join(map(str, run_dirs))}",
+            "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",
+            f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: floor/ceil with that mean);",
+            f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
+            f"({(summary.get('guard') or {}).get('capacity_source')})"
+            + ("" if f.client_overhead_s is None else
+               f"; the client's own TTFT overhead {f.client_overhead_s * 1e3:.2f} ms (not in the engine)")
+            + f". Residuals of {run_dir} (predicted - measured) / measured:"]
+    head += [f"  C={r['concurrency']}: out tok/s {_pct(r['output_tokens_per_s']['rel'])}, TTFT p50 "
+             f"{_pct(r['ttft_p50_s']['rel'])}, TPOT p50 {_pct(r['tpot_p50_s']['rel'])}"
+             f"{' (' + ','.join(r['flags']) + ': not fitted)' if r['flags'] else ''}" for r in res]
+    text = "".join(f"# {line}\n" for line in head) + yaml.safe_dump(preset, sort_keys=False)
+    Path(out).write_text(text)
+    fit_path = Path(out).with_suffix(".fit.json")
+    fit_path.write_text(json.dumps({"run": str(run_dir), "preset": preset, "accept_length": f.accept_length,
+                                    "fitted_stages": f.used_stages, "step_residuals": f.step_residuals,
+                                    "client_overhead_s": f.client_overhead_s,
+                                    "stage_residuals": res}, indent=2))
+    print("\n".join(head))
+    print(f"llm-loadgen predict: wrote {out} and {fit_path}")
+    return 0
+
+
+def _calibration_lines(preset: str) -> list[str]:
+    """How well the preset predicted the run it was calibrated on (its ``.fit.json``), one line per
+    stage; nothing for a preset without one (a bundled preset was not fitted)."""
+    path = Path(preset).with_suffix(".fit.json")
+    if not path.is_file():
+        return []
+    fit_doc = json.loads(path.read_text())
+    lines = [f"calibration: this preset was fitted to {fit_doc['run']}; replaying that run it predicted "
+             "(predicted - measured) / measured:"]
+    lines += [f"calibration C={r['concurrency']}: out tok/s {_pct(r['output_tokens_per_s']['rel'])}, TTFT p50 "
+              f"{_pct(r['ttft_p50_s']['rel'])}, TPOT p50 {_pct(r['tpot_p50_s']['rel'])}"
+              for r in fit_doc["stage_residuals"]]
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _config(preset: dict):
+    from loadgen.sim.config import SimConfig
+
+    cfg = SimConfig()
+    for key, value in preset.items():
+        set_value(cfg, key, value)
+    return cfg
+
+
+def _objectives(text: str | None, attainment: float) -> Objectives:
+    if not text:
+        return Objectives()
+    values = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key.strip() not in OBJECTIVES:
+            raise SimConfigError("--slo", text, f"unknown objective {key.strip()!r}", "known: " + ", ".join(OBJECTIVES))
+        values[key.strip()] = float(value)
+    return Objectives(**values, attainment=attainment)
+
+
+def whatif(args: argparse.Namespace) -> int:
+    overrides: dict[str, object] = {}
+    if args.kv_tokens:
+        overrides["kv_tokens"] = args.kv_tokens
+    if args.max_running:
+        overrides["max_running"] = args.max_running
+    if args.spec == "off":
+        overrides["spec_accept"] = [1.0]
+    elif args.spec:
+        overrides["spec_accept"] = spec_for(float(args.spec))
+    cfg = load(args.preset, overrides)
+    open_loop = bool(args.rates)
+    loads = tuple(float(x) if open_loop else int(x) for x in (args.rates or args.stages).split(","))
+    plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
+    w = WhatIf(args.input_tokens, args.output_tokens, loads, open_loop, args.replicas, plan,
+               _objectives(args.slo, args.attainment), spread=args.spread)
+    summary = predict(cfg, w)
+    summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
+                                                                  if k not in ("cmd", "func", "out")}}
+    calibration = _calibration_lines(args.preset)
+    summary["notes"] += calibration
+    print(f"PREDICTED (not measured): {cfg.model}, {w.input_tokens} in / {w.output_tokens} out, "
+          f"{w.replicas} replica(s), KV {cfg.kv_tokens:,} tokens each, spec_accept {cfg.spec_accept}")
+    print(format_stage_table(summary["stages"], summary["knee"].get("rate_per_s" if open_loop else "concurrency"),
+                             summary["guard"], w.knee_threshold, summary["slo"], open_loop))
+    for row in summary["stages"]:
+        if (sp := row.get("spread")) and sp["ttft_p50_s"]:
+            load_text = f"{row['offered_rate_per_s']:g} req/s" if open_loop else f"C={row['concurrency']}"
+            print(f"spread (predicted, {args.spread + 1} runs) {load_text}: out tok/s {sp['output_tokens_per_s'][0]:,.0f}"
+                  f"-{sp['output_tokens_per_s'][1]:,.0f}, TTFT p50 {sp['ttft_p50_s'][0] * 1e3:.1f}-"
+                  f"{sp['ttft_p50_s'][1] * 1e3:.1f} ms, TPOT p50 {sp['tpot_p50_s'][0] * 1e3:.2f}-"
+                  f"{sp['tpot_p50_s'][1] * 1e3:.2f} ms")
+    c = summary["confirm"]
+    if c:
+        load_text = f"--rates {c['load']:g}" if open_loop else f"--stages {c['load']}"
+        print(f"confirm (predicted): run one real stage at {load_text} ({c['why']}): expect "
+              f"{c['output_tokens_per_s']:,.0f} output tok/s, TTFT p50 {c['ttft_p50_s'] * 1e3:.1f} ms, "
+              f"TPOT p50 {c['tpot_p50_s'] * 1e3:.2f} ms")
+    print("\n".join([NOTE, *calibration]))
+    if args.out:
+        write_results(args.out, summary, plots=not args.no_plots)
+        print(f"llm-loadgen predict: wrote {args.out}/summary.json and report.html (predicted)")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m loadgen.predict", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    cal = sub.add_parser("calibrate", help="fit a simulator preset to a finished run folder (or several "
+                         "runs of the same server, e.g. two prompt lengths)")
+    cal.add_argument("run", nargs="+", help="a run folder (or its parent: the latest run)")
+    cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s)")
+    wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
+    wi.add_argument("preset", help="a preset YAML (python -m loadgen.predict calibrate) or a bundled name")
+    wi.add_argument("--input-tokens", type=int, default=1000)
+    wi.add_argument("--output-tokens", type=int, default=1000)
+    wi.add_argument("--kv-tokens", type=int, help="KV cache tokens per replica (e.g. x2 for an FP8 cache)")
+    wi.add_argument("--max-running", type=int, help="the batch's most requests per replica (llama.cpp: -np slots)")
+    wi.add_argument("--spec", help="speculative decoding: off, or a mean accept length in tokens per step")
+    wi.add_argument("--replicas", type=int, default=1, help="replicas behind a round-robin router")
+    wi.add_argument("--stages", default="1,2,4,8,16,32,64,128,256,512", help="concurrency stages")
+    wi.add_argument("--rates", help="open-loop rates in requests/s instead of --stages (evenly spaced arrivals)")
+    wi.add_argument("--slo", help="objectives, e.g. ttft_s=2,tpot_s=0.03 (seconds)")
+    wi.add_argument("--attainment", type=float, default=0.99)
+    wi.add_argument("--warmup-s", type=float, default=30.0)
+    wi.add_argument("--duration-s", type=float, default=60.0)
+    wi.add_argument("--max-warmup-s", type=float, default=600.0)
+    wi.add_argument("--max-window-s", type=float, default=900.0)
+    wi.add_argument("--spread", type=int, default=0, metavar="K",
+                    help="K more runs with other seeds and a 0-2 ms client jitter: each stage's range (how sure)")
+    wi.add_argument("--out", help="write summary.json, stages.csv and report.html (predicted) here")
+    wi.add_argument("--no-plots", action="store_true", help="report.html without plots (no matplotlib)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.cmd == "calibrate":
+            return calibrate(args.run, args.out)
+        if args.replicas < 1:
+            raise SimConfigError("--replicas", args.replicas, "must be >= 1")
+        return whatif(args)
+    except (SimConfigError, CalibrationError, ValueError, FileNotFoundError) as exc:
+        print(f"llm-loadgen predict: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

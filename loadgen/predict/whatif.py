@@ -1,0 +1,179 @@
+"""A what-if sweep: a calibrated preset with changes -> the predicted summary (stages, knee, SLO, KV).
+
+Pure: the preset arrives as a ``SimConfig``, the result is a summary.json-shaped dict; the command
+line (``loadgen.predict.__main__``) reads and writes the files. Everything it builds says it is
+predicted: ``predicted`` at the top and on every row, the flag ``predicted``, and a note.
+
+Replicas behind a round-robin router: each replica is its own engine (the preset's), and the
+users (or the rate) are split evenly, the first ``C mod R`` replicas taking one user more; stage
+throughput is the replicas' sum, latency figures are over the union of their requests. The KV
+ceiling is the run's own (``loadgen.run.kv_guard.max_fitting_concurrency``) over R x kv_tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from loadgen.predict.rows import stage_row
+from loadgen.predict.vsweep import StagePlan, StageRecord, run_sweep
+from loadgen.report.knee import find_knee, find_rate_knee
+from loadgen.run.kv_guard import max_fitting_concurrency
+from loadgen.sim.config import SimConfig
+from loadgen.stats.slo import Objectives, slo_answer
+
+NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
+        "measured run (python -m loadgen.predict); confirm the one stage it suggests with a real run.")
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The workload and load to predict (the changes already applied to the preset)."""
+
+    input_tokens: int = 1000
+    output_tokens: int = 1000
+    loads: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    open_loop: bool = False
+    replicas: int = 1
+    plan: StagePlan = StagePlan()
+    objectives: Objectives = field(default_factory=Objectives)
+    knee_threshold: float = 0.10
+    spread: int = 0  # extra runs with other seeds and a 0-2 ms client jitter: how sure the prediction is
+
+
+def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
+    if open_loop:
+        return [load / replicas] * replicas
+    c = int(load)
+    return [c // replicas + (1 if i < c % replicas else 0) for i in range(replicas)]
+
+
+def _merge(parts: list[StageRecord]) -> StageRecord:
+    """One stage over the replicas: requests pooled, throughput summed (each over its own window)."""
+    live = [p for p in parts if p.window_s]
+    window = max((p.window_s for p in live), default=0.0)
+    first = parts[0]
+    rec = StageRecord(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
+                      None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window)
+    rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
+    rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
+    for p in parts:
+        rec.requests += p.requests
+        rec.preemptions += p.preemptions
+        rec.peak_running, rec.peak_waiting = max(rec.peak_running, p.peak_running), max(rec.peak_waiting, p.peak_waiting)
+        rec.peak_kv_tokens = max(rec.peak_kv_tokens, p.peak_kv_tokens)
+    return rec
+
+
+SPREAD_JITTER_S = 0.002  # the client turnaround of the spread runs: a few ms, as a real client's
+
+
+def predict(cfg: SimConfig, w: WhatIf) -> dict:
+    """The predicted summary (summary.json's shape, ``predicted: true`` everywhere). With
+    ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws) and a seeded
+    0-2 ms client jitter give each row ``spread``: the min and max over all K + 1 runs of output
+    tok/s, TTFT p50 and TPOT p50 (the first run's figures are the prediction)."""
+    summary = _predict_once(cfg, w, 0.0)
+    if w.spread:
+        others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
+        for i, row in enumerate(summary["stages"]):
+            rows = [row] + [o[i] for o in others]
+            row["spread"] = {key: [min(v), max(v)] if (v := [r[key] for r in rows if r.get(key) is not None]) else None
+                             for key in SPREAD_KEYS}
+    return summary
+
+
+SPREAD_KEYS = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s")
+
+
+def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
+    return dataclasses.replace(cfg, seed=cfg.seed + k)
+
+
+def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
+    params = cfg.engine_params()
+    if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
+        w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
+    lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
+    cache: dict[tuple, list[StageRecord]] = {}
+    per_lane = []
+    for lane in lanes:
+        active = [x for x in lane]
+        if tuple(active) not in cache:
+            cache[tuple(active)] = _lane(params, active, w, jitter_s)
+        per_lane.append(cache[tuple(active)])
+    records = [_merge([lane[k] for lane in per_lane]) for k in range(len(w.loads))]
+    for rec, load in zip(records, w.loads, strict=True):  # the stage's own load, not the lanes' sum of 0s
+        if w.open_loop:
+            rec.rate_per_s = float(load)
+        else:
+            rec.concurrency = int(load)
+    kv_total = cfg.kv_tokens * w.replicas
+    rows = [stage_row(r, w.input_tokens, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
+    knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
+    load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
+    for row in rows:
+        if knee is not None and row.get(load_key) == knee:
+            row["flags"].append("knee")
+    slo = None
+    if w.objectives.enabled:
+        outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
+        slo = slo_answer(outcomes, w.objectives, [], "rate_per_s" if w.open_loop else "concurrency")
+    ceiling = max_fitting_concurrency(kv_total, w.input_tokens, w.output_tokens, 0.0)
+    return {
+        "schema": 1,
+        "predicted": True,
+        "tool": {"name": "llm-loadgen predict", "version": "0.1.0"},
+        "run": {"name": f"predicted_{cfg.model}_{w.input_tokens}-{w.output_tokens}_x{w.replicas}",
+                "model": cfg.model, "endpoint": "completions", "predicted": True, "exit_code": 0},
+        "scenario": {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens,
+                     "replicas": w.replicas, "open_loop": w.open_loop,
+                     "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
+                     "rate": {"list": list(w.loads)} if w.open_loop else None,
+                     "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}},
+        "server": {"flavor": cfg.flavor, "max_model_len": cfg.max_model_len, "predicted": True},
+        "guard": {"capacity_tokens": kv_total, "capacity_source": "predicted: preset kv_tokens x replicas",
+                  "margin": 0.0, "max_concurrency": ceiling, "stopped_before": None, "clamped_to": None},
+        "knee": {"concurrency": None if w.open_loop else knee, "threshold": w.knee_threshold,
+                 **({"rate_per_s": knee} if w.open_loop else {})},
+        "slo": slo,
+        "stages": rows,
+        "confirm": confirm_stage(rows, knee, slo, ceiling, w.open_loop),
+        "notes": [NOTE],
+    }
+
+
+def _lane(params, loads: list[float], w: WhatIf, jitter_s: float) -> list[StageRecord]:
+    """One replica's sweep; a replica with no users in a stage records an empty stage."""
+    busy = [k for k, x in enumerate(loads) if x > 0]
+    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop,
+                     jitter_s)
+    if len(busy) == len(loads):
+        return recs
+    out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
+    for k, rec in zip(busy, recs, strict=True):
+        rec.index = k
+        out[k] = rec
+    return out
+
+
+def confirm_stage(rows: list[dict], knee, slo: dict | None, ceiling: int, open_loop: bool) -> dict | None:
+    """The one real stage worth running to confirm the prediction: the SLO maximum when objectives
+    are set (the answer a capacity planner acts on), else the knee, else the largest stage under the
+    KV ceiling. Its predicted throughput and TTFT p50 are what the real stage should show."""
+    key = "offered_rate_per_s" if open_loop else "concurrency"
+    target, why = None, None
+    if slo is not None and slo.get("max_concurrency") is not None:
+        target, why = slo["max_concurrency"], "the predicted SLO maximum"
+    elif knee is not None:
+        target, why = knee, "the predicted knee"
+    else:
+        fits = [r[key] for r in rows if r.get(key) and (open_loop or r[key] <= ceiling)]
+        if fits:
+            target, why = max(fits), "the largest stage predicted to fit the KV cache"
+    row = next((r for r in rows if r.get(key) == target), None)
+    if row is None:
+        return None
+    return {"load": target, "open_loop": open_loop, "why": why,
+            "output_tokens_per_s": row["output_tokens_per_s"], "ttft_p50_s": row["ttft_p50_s"],
+            "tpot_p50_s": row["tpot_p50_s"]}

@@ -1,0 +1,75 @@
+"""Calibration: the engine's parameters recovered from stage rows the engine itself produced."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.predict.calibrate import accept_distribution, accept_length, fit, residuals
+from loadgen.predict.rows import stage_row
+from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.sim.engine import EngineParams
+
+HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
+                      step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,
+                      spec_accept=(0.2, 0.3, 0.5))  # mean accept 2.3
+LOADS = [1, 4, 16, 64, 128]
+
+
+def _summary(params: EngineParams, n_in: int = 500, n_out: int = 300) -> dict:
+    recs = run_sweep(params, LOADS, n_in, n_out, StagePlan(warmup_s=5, duration_s=20))
+    rows = [stage_row(r, n_in, params.kv_tokens) for r in recs]
+    return {"scenario": {"input_tokens": n_in, "output_tokens": n_out}, "stages": rows,
+            "guard": {"capacity_tokens": params.kv_tokens}, "server": {"flavor": "sglang", "max_model_len": 32768}}
+
+
+def test_accept_length_inverts_tokens_per_chunk():
+    # an N-token output in 1 + (N - 1) / L chunks
+    n, mean = 1000, 2.75
+    assert accept_length(n / (1 + (n - 1) / mean), n) == pytest.approx(mean)
+    assert accept_length(1.0, n) == 1.0 and accept_length(None, n) == 1.0
+    probs = accept_distribution(2.3)
+    assert sum(probs) == pytest.approx(1) and sum((i + 1) * p for i, p in enumerate(probs)) == pytest.approx(2.3)
+
+
+def test_fit_recovers_hidden_engine_parameters_within_ten_percent():
+    summary = _summary(HIDDEN)
+    f = fit(summary)
+    assert f.step_base_s == pytest.approx(HIDDEN.step_base_s, rel=0.10)
+    assert f.step_per_seq_s == pytest.approx(HIDDEN.step_per_seq_s, rel=0.10)
+    assert f.step_per_prefill_token_s == pytest.approx(HIDDEN.step_per_prefill_token_s, rel=0.10)
+    assert f.accept_length == pytest.approx(2.3, rel=0.03)
+    assert f.kv_tokens == HIDDEN.kv_tokens and f.used_stages == LOADS
+    preset = f.preset(summary)
+    assert preset["spec_accept"] and preset["prefill_chunk_tokens"] >= 500 and preset["kv_tokens"] == 2_000_000
+
+
+def test_residuals_are_zero_against_itself_and_name_the_measured_value():
+    summary = _summary(HIDDEN)
+    res = residuals(summary, summary["stages"])
+    assert [r["concurrency"] for r in res] == LOADS
+    assert all(r["ttft_p50_s"]["rel"] == 0 for r in res)
+    doubled = [dict(r, output_tokens_per_s=2 * r["output_tokens_per_s"]) for r in summary["stages"]]
+    assert residuals(summary, doubled)[0]["output_tokens_per_s"]["rel"] == pytest.approx(1.0)
+
+
+def _with_overhead(summary: dict, overhead_s: float) -> dict:
+    """The client's own delay on every TTFT (what the engine never sees)."""
+    for row in summary["stages"]:
+        row["ttft_p50_s"] += overhead_s
+    return summary
+
+
+def test_one_prompt_length_counts_the_client_overhead_as_prefill():
+    f = fit(_with_overhead(_summary(HIDDEN, n_in=200), 0.002))
+    # TTFT(C=1) = a + b + p x 200 + 2 ms: the 2 ms land on p (2 ms / 200 tokens = +10 us/token)
+    assert f.client_overhead_s is None
+    assert f.step_per_prefill_token_s > HIDDEN.step_per_prefill_token_s * 1.2
+
+
+def test_two_prompt_lengths_separate_prefill_from_the_client_overhead():
+    runs = [_with_overhead(_summary(HIDDEN, n_in=200), 0.002), _with_overhead(_summary(HIDDEN, n_in=1500), 0.002)]
+    f = fit(runs)
+    assert f.client_overhead_s == pytest.approx(0.002, rel=0.25)
+    assert f.step_per_prefill_token_s == pytest.approx(HIDDEN.step_per_prefill_token_s, rel=0.10)
+    assert f.step_per_seq_s == pytest.approx(HIDDEN.step_per_seq_s, rel=0.10)
+    assert f.step_base_s == pytest.approx(HIDDEN.step_base_s, rel=0.10)

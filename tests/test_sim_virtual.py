@@ -1,0 +1,73 @@
+"""The engine on a virtual clock (loadgen.sim.virtual): the runner's admission rule, known answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.sim.engine import EngineParams, SimRequest
+from loadgen.sim.virtual import VirtualServer
+
+# TPOT(C) = 10 ms + 1 ms x C in lockstep, prefill free (the slo-linear preset's engine)
+LINEAR = EngineParams(kv_tokens=10_000_000, block_size=16, max_running=4096, prefill_chunk_tokens=1_000_000,
+                      step_base_s=0.010, step_per_seq_s=0.001, step_per_prefill_token_s=0.0)
+
+
+def test_a_request_arriving_at_a_step_end_joins_the_step_after_next():
+    """The runner computes step n+1 as soon as it delivered step n: a request sent at step n's end
+    (a closed-loop user's next one) joins step n+2, and step n+1 runs without it."""
+    done_at: dict[str, float] = {}
+
+    def on_chunk(req, n, done, t):
+        if done:
+            done_at[req.sink] = t
+            if req.sink == "short":  # its user sends the next request at once
+                server.submit(SimRequest(1, 1, sink="next"), t)
+
+    server = VirtualServer(LINEAR, on_chunk, record=True)
+    server.submit(SimRequest(1, 2, sink="short"), 0.0)
+    server.submit(SimRequest(1, 6, sink="long"), 0.0)
+    server.run_until(1.0)
+    assert done_at["short"] == pytest.approx(0.024)  # step 2 (prefill, then 1 decode) at 2 x 12 ms
+    batches = [len(s.emitted) for s in server.schedule]
+    durations = [round(s.duration_s, 6) for s in server.schedule]
+    # step 3: "long" alone (11 ms); step 4: "long" + the new request's prefill (12 ms)
+    assert batches[:4] == [2, 2, 1, 2] and durations[:4] == [0.012, 0.012, 0.011, 0.012]
+    assert done_at["next"] == pytest.approx(0.024 + 0.011 + 0.012)
+
+
+def test_an_idle_engine_starts_a_step_at_the_arrival():
+    starts = []
+    server = VirtualServer(LINEAR, lambda req, n, done, t: None, record=True)
+    server.submit(SimRequest(1, 1), 5.0)
+    server.submit(SimRequest(1, 1), 5.0)
+    server.run_until(10.0)
+    starts = [(s.start_s, len(s.emitted)) for s in server.schedule]
+    assert starts == [(5.0, 2)]
+
+
+@pytest.mark.parametrize("users", [1, 4, 32])
+def test_closed_loop_lockstep_ttft_and_tpot_are_one_step_of_the_whole_batch(users):
+    """C users sent together stay in step: every step holds all C, so TTFT = TPOT = 10 ms + C x 1 ms."""
+    (rec,) = run_sweep(LINEAR, [users], 100, 50, StagePlan(warmup_s=1, duration_s=3))
+    step = 0.010 + 0.001 * users
+    assert rec.requests and all(t.done for t in rec.requests)
+    for t in rec.requests:
+        assert t.ttft_s == pytest.approx(step) and t.tpot_s == pytest.approx(step)
+    # throughput: C tokens per step, whatever window the turnover rule chose
+    assert rec.window_tokens / rec.window_s == pytest.approx(users / step, rel=0.02)
+
+
+def test_open_loop_stage_at_a_low_rate_sees_an_empty_server():
+    """1 req/s of 10-token requests on a 11 ms step: each request runs alone, E2E = 10 steps."""
+    (rec,) = run_sweep(LINEAR, [1.0], 100, 10, StagePlan(warmup_s=2, duration_s=10), open_loop=True)
+    assert 9 <= len(rec.requests) <= 11
+    for t in rec.requests:
+        assert t.ttft_s == pytest.approx(0.011) and t.e2e_s == pytest.approx(0.110)
+
+
+def test_kv_pressure_preempts_in_virtual_time_too():
+    params = EngineParams(kv_tokens=4000, block_size=16, max_running=64, prefill_chunk_tokens=8192,
+                          step_base_s=0.01, step_per_seq_s=0.0, step_per_prefill_token_s=0.0)
+    (rec,) = run_sweep(params, [8], 300, 300, StagePlan(warmup_s=1, duration_s=5))
+    assert rec.preemptions > 0 and rec.peak_kv_tokens <= 4000

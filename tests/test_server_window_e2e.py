@@ -13,7 +13,7 @@ from loadgen.sim.launch import running_sim
 from loadgen.sim.raw_client import request
 from tests.runlocust import run_locust
 
-pytestmark = [pytest.mark.integration, pytest.mark.solo]  # the simulator's engine at a time scale: alone
+pytestmark = pytest.mark.integration  # counts, not timings (seeded accept draws): runs beside other files
 
 ACCEPT = ("--timing", "engine", "--spec-accept", "0.2,0.3,0.5", "--time-scale", "5", "--seed", "7")
 MEAN_ACCEPT = 0.2 * 1 + 0.3 * 2 + 0.5 * 3  # 2.3 tokens a verify step

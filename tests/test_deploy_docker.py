@@ -140,6 +140,9 @@ def run_stack(host: Host, tmp: Path, flavor: str, kill_worker: bool) -> Run:
         expect('max(llm_loadgen_stage{job="llm-loadgen"}) >= 1', timeout_s=180)
         expect(f'min(count_over_time(up{{job=~"llm-.*"}}[{rate_s + 5}s])) >= 5', timeout_s=60)
         expect('sum(llm_loadgen_requests_total{outcome!="ok"}) > 0', timeout_s=30)
+        # the client/server breakdown is exported once a stage's row is final (its last request done,
+        # during the next stage's ramp): stage >= 1 alone can come a scrape before it
+        expect("count(llm_loadgen_stage_breakdown_seconds) > 0", timeout_s=60)
         macros = {"__rate_interval": f"{rate_s}s", "__interval": f"{scrape_interval_s()}s"}
         queries = query_all_dashboard_exprs(prom_url, DASHBOARD, VARIABLES, macros)
         dashboard = json.loads(DASHBOARD.read_text())

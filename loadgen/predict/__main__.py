@@ -54,7 +54,8 @@ def calibrate(runs: list[str], out: str) -> int:
                                     plan=_plan(sc)))
     res = residuals(summary, predicted["stages"])
     head = [f"Calibrated by python -m loadgen.predict from {', '.join(map(str, run_dirs))}",
-            "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",
+            "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens"
+            " + step_per_context_token_ns x context tokens of the decoding requests (fitted with two prompt lengths, else 0);",
             f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: floor/ceil with that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
             f"({(summary.get('guard') or {}).get('capacity_source')})"

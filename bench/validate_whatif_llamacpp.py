@@ -18,9 +18,11 @@ Measurement set-up (docs/whatif.md 'Against llama.cpp'):
   it never hits, it only adds a per-request pause that grows with the cache.
 - Windows of 30 s after 5 s warmup (the turnover rule extends them up to 90 s).
 
-The preset the calibration writes is used with llama.cpp's batch limit: ``prefill_chunk_tokens``
-= 2048 (llama-server's default ``-b``: prompt tokens join the running decodes in one batch of at
-most n_batch tokens) and ``max_running`` = the slots (``-np``) of the configuration predicted.
+Calibration (``python -m loadgen.predict calibrate BASE SECOND --max-batch SLOTS``) fits the step
+time's straight line over the batches the predicted configuration runs (1 to its slots): on this
+CPU the step time is 6, 13, 20 ms at batch 1, 2, 4, not one line. The preset prefills in
+llama-server's 2048-token batch (the calibration does that for a llama.cpp run) and runs
+``max_running`` = the slots (``-np``) of the configuration predicted.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from tests.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
 from tests.make_gguf import write_tiny_llama  # noqa: E402
 from tests.runlocust import run_dir, run_locust  # noqa: E402
 
-OUT, CTX, N_BATCH = 64, 16384, 2048
+OUT, CTX = 64, 16384
 WARMUP_S, WINDOW_S, MAX_WINDOW_S = 5, 30, 90
 SERVER_CPU, CLIENT_CPU = 0, 1
 # name: (slots, input tokens, stages); the first two calibrate, the others are predicted
@@ -52,6 +54,7 @@ RUNS = {
     "longer": (4, 1024, "1,2,4,8"),
     "fewer": (2, 128, "1,2,4,8"),
 }
+SPREAD = 8  # predicted with 8 more seeds and a 0-2 ms client jitter: the range a cohort's phase spans
 CHANGED = {"longer": "longer prompts (1024 in, 4 slots)", "fewer": "fewer slots (128 in, 2 slots)"}
 
 
@@ -93,28 +96,31 @@ def summary(out: Path, k: int, name: str) -> tuple[Path, dict]:
 def tables(out: Path) -> None:
     passes = sorted(int(p.name[4:]) for p in out.glob("pass*") if p.is_dir())
     for k in passes:
-        preset = out / f"pass{k}" / "llamacpp.yaml"
-        predict_main(["calibrate", str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0]),
-                      "-o", str(preset)])
-        print(f"\n== pass {k}: calibrated on base (128 in) + second (512 in); preset {preset}")
+        runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
         for name, title in CHANGED.items():
             slots = RUNS[name][0]
-            cfg = load(str(preset), {"max_running": slots, "prefill_chunk_tokens": N_BATCH})
+            preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
+            # the step time's straight line fitted over the batches this configuration runs (1..slots)
+            predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
+            print(f"\n== pass {k}: calibrated on base (128 in) + second (512 in), batches up to {slots}")
+            cfg = load(str(preset), {"max_running": slots})
             others = [summary(out, j, name)[1] for j in passes if j != k]
             compare(f"pass {k}: {title}", cfg, summary(out, k, name)[1], others)
 
 
 def compare(title: str, cfg, measured: dict, others: list[dict]) -> None:
     """Predict the measured run's stages with ``cfg``; print predicted vs measured output tok/s and
-    TTFT p50 per stage, error = (predicted - measured) / measured, and the same stage's figure in
+    TTFT p50 per stage, error = (predicted - measured) / measured, the predicted range over
+    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread) and the same stage's figure in
     the other passes (repeatability)."""
     sc = measured["scenario"]
     st = sc["stages"]
     plan = StagePlan(st["warmup_s"], st["duration_s"], st["turnover"], st["max_warmup_s"], st["max_window_s"])
     loads = tuple(s["concurrency"] for s in measured["stages"])
-    pred = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], loads, plan=plan))
+    pred = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], loads, plan=plan, spread=SPREAD))
     print(f"\n{title}: predicted vs measured")
-    print("| C | out tok/s predicted | measured | error | other pass | TTFT p50 predicted | measured | error | other pass |")
+    print("| C | out tok/s predicted (range) | measured | error | other pass "
+          "| TTFT p50 predicted (range) | measured | error | other pass |")
     print("|---|---|---|---|---|---|---|---|---|")
     for p, m in zip(pred["stages"], measured["stages"], strict=True):
         et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
@@ -122,9 +128,12 @@ def compare(title: str, cfg, measured: dict, others: list[dict]) -> None:
         again = [next(s for s in o["stages"] if s["concurrency"] == m["concurrency"]) for o in others]
         tok_again = ", ".join(f"{a['output_tokens_per_s']:.1f}" for a in again) or "-"
         ttft_again = ", ".join(f"{a['ttft_p50_s'] * 1e3:.0f} ms" for a in again) or "-"
-        print(f"| {m['concurrency']} | {p['output_tokens_per_s']:.1f} | {m['output_tokens_per_s']:.1f} | {et:+.1%} "
-              f"| {tok_again} | {p['ttft_p50_s'] * 1e3:.0f} ms | {m['ttft_p50_s'] * 1e3:.0f} ms | {ef:+.1%} "
-              f"| {ttft_again} |")
+        lo_t, hi_t = p["spread"]["output_tokens_per_s"]
+        lo_f, hi_f = p["spread"]["ttft_p50_s"]
+        print(f"| {m['concurrency']} | {p['output_tokens_per_s']:.1f} ({lo_t:.0f}-{hi_t:.0f}) "
+              f"| {m['output_tokens_per_s']:.1f} | {et:+.1%} | {tok_again} "
+              f"| {p['ttft_p50_s'] * 1e3:.0f} ms ({lo_f * 1e3:.0f}-{hi_f * 1e3:.0f}) | {m['ttft_p50_s'] * 1e3:.0f} ms "
+              f"| {ef:+.1%} | {ttft_again} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,11 +41,11 @@ def _plan(scenario: dict) -> StagePlan:
                      float(s.get("max_window_s", d.max_window_s)), isolated)
 
 
-def calibrate(runs: list[str], out: str) -> int:
+def calibrate(runs: list[str], out: str, max_batch: int | None = None) -> int:
     run_dirs = [resolve_run_dir(run) for run in runs]
     summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in run_dirs]
     summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
-    f = fit(summaries)
+    f = fit(summaries, max_batch)
     preset = f.preset(summary)
     cfg = validate(_config(preset))
     sc = summary["scenario"]
@@ -169,6 +169,8 @@ def parser() -> argparse.ArgumentParser:
                          "runs of the same server, e.g. two prompt lengths)")
     cal.add_argument("run", nargs="+", help="a run folder (or its parent: the latest run)")
     cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s)")
+    cal.add_argument("--max-batch", type=int, help="fit only stages whose batch is at most this: the step time "
+                     "as a straight line over the batches you will predict (default: every stage)")
     wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
     wi.add_argument("preset", help="a preset YAML (python -m loadgen.predict calibrate) or a bundled name")
     wi.add_argument("--input-tokens", type=int, default=1000)
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.cmd == "calibrate":
-            return calibrate(args.run, args.out)
+            return calibrate(args.run, args.out, args.max_batch)
         if args.replicas < 1:
             raise SimConfigError("--replicas", args.replicas, "must be >= 1")
         return whatif(args)

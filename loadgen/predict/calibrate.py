@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SKIP_FLAGS = ("server_over_capacity",)
+MIN_STEP_BASE_MS = 0.001  # a fitted a of 0 (no fixed step cost seen) as the simulator's smallest step
 LLAMACPP_N_BATCH = 2048  # llama-server's default -b: tokens (decode + prompt) in one step at most
 
 
@@ -83,7 +84,7 @@ class Fit:
             "block_size": 1 if flavor == "sglang" else 16,
             "max_running": int(server.get("slots") or max(1024, *loads)), "max_queued": 0, "time_scale": 1,
             "seed": 0, "eos_prob": 0.0,
-            "step_base_ms": round(self.step_base_s * 1e3, 6), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
+            "step_base_ms": max(round(self.step_base_s * 1e3, 6), MIN_STEP_BASE_MS), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
             "step_per_prefill_token_us": round(self.step_per_prefill_token_s * 1e6, 6),
             "step_per_context_token_ns": round(self.step_per_context_token_s * 1e9, 6),
             "prefill_chunk_tokens": LLAMACPP_N_BATCH if server.get("flavor") == "llamacpp"
@@ -122,8 +123,11 @@ def _fit_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def fit(summaries: dict | list[dict]) -> Fit:
-    """The engine parameters of one run, or of several runs of the same server (module docstring)."""
+def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
+    """The engine parameters of one run, or of several runs of the same server (module docstring).
+    ``max_batch``: fit only the stages whose batch is at most this (the C=1 TTFTs stay in): a
+    straight line in the batch, fitted over the batches a prediction will run, where the engine's
+    step time is not linear over the whole range (llama.cpp on a CPU: 6, 13, 20 ms at 1, 2, 4)."""
     runs = [summaries] if isinstance(summaries, dict) else list(summaries)
     per_run = [(s, int(s["scenario"]["input_tokens"]), int(s["scenario"]["output_tokens"]), _fit_rows(s))
                for s in runs]
@@ -140,6 +144,8 @@ def fit(summaries: dict | list[dict]) -> Fit:
                 and not (r.get("server") or {}).get("preemptions")] or rows
         for r in good:
             batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            if max_batch is not None and batch > max_batch:
+                continue
             d = r["tpot_p50_s"] * accept
             rate = r["output_tokens_per_s"] / n_out
             x = rate * (r["concurrency"] - 1) / r["concurrency"] * n_in * d

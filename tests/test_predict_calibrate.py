@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from loadgen.predict.calibrate import LLAMACPP_N_BATCH, accept_distribution, accept_length, fit, residuals
+from loadgen.predict.calibrate import (
+    LLAMACPP_N_BATCH,
+    MIN_STEP_BASE_MS,
+    accept_distribution,
+    accept_length,
+    fit,
+    residuals,
+)
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, run_sweep
 from loadgen.sim.engine import EngineParams
@@ -103,3 +110,20 @@ def test_a_llamacpp_preset_prefills_in_llama_servers_batch():
     summary["server"] = {"flavor": "llamacpp", "slots": 4, "max_model_len": 4096}
     preset = fit(summary).preset(summary)
     assert preset["prefill_chunk_tokens"] == LLAMACPP_N_BATCH and preset["max_running"] == 4
+
+
+def test_max_batch_fits_only_the_stages_up_to_that_batch():
+    runs = [_summary(READING, n_in=n, n_out=64, loads=[1, 2, 4, 8]) for n in (128, 512)]
+    f = fit(runs, max_batch=2)
+    assert f.used_stages == [1, 2, 1, 2]
+    # the steps at batch 1 and 2, the line a prediction on 2 slots runs on
+    for batch in (1, 2):
+        assert f.step_base_s + batch * f.step_per_seq_s == pytest.approx(
+            READING.step_base_s + batch * READING.step_per_seq_s, rel=0.05)
+    assert f.step_per_context_token_s == pytest.approx(READING.step_per_context_token_s, rel=0.10)
+
+
+def test_a_fitted_step_base_of_zero_is_written_as_the_smallest_valid_step():
+    summary = _summary(HIDDEN)
+    f = dataclasses.replace(fit(summary), step_base_s=0.0)
+    assert f.preset(summary)["step_base_ms"] == MIN_STEP_BASE_MS > 0

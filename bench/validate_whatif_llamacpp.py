@@ -3,7 +3,7 @@ configurations (longer prompts; fewer slots), run them for real, print predicted
 output tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh
 servers, so the tables also show how far two measurements of the same stage lie apart.
 
-    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~25 min, 2 passes
+    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
     .venv/bin/python bench/validate_whatif_llamacpp.py --tables-from /tmp/vl      # tables again, no runs
 
 Measurement set-up (docs/whatif.md 'Against llama.cpp'):
@@ -52,10 +52,13 @@ RUNS = {
     "base": (4, 128, "1,2,4,8"),
     "second": (4, 512, "1,4"),
     "longer": (4, 1024, "1,2,4,8"),
+    "mid": (4, 256, "1,2,4,8"),
     "fewer": (2, 128, "1,2,4,8"),
 }
 SPREAD = 8  # predicted with 8 more seeds and a 0-2 ms client jitter: the range a cohort's phase spans
-CHANGED = {"longer": "longer prompts (1024 in, 4 slots)", "fewer": "fewer slots (128 in, 2 slots)"}
+CHANGED = {"longer": "longer prompts beyond the calibrated ones (1024 in, 4 slots)",
+           "mid": "longer prompts within the calibrated ones (256 in, 4 slots)",
+           "fewer": "fewer slots (128 in, 2 slots)"}
 
 
 def sweep(url: str, results: Path, input_tokens: int, stages: str) -> None:
@@ -65,7 +68,7 @@ def sweep(url: str, results: Path, input_tokens: int, stages: str) -> None:
     assert run.code in (0, 3), run.stderr[-3000:]  # 3: the KV guard stopped before a stage
 
 
-def measure(out: Path, passes: int) -> None:
+def measure(out: Path, passes: int, only: set[str]) -> None:
     binary, why = llama_server_binary()
     if binary is None:
         raise SystemExit(f"validate_whatif_llamacpp: {why}")
@@ -79,10 +82,11 @@ def measure(out: Path, passes: int) -> None:
     model = write_tiny_llama(out / "wide.gguf", vocab_size=8192, n_ctx_train=CTX, n_embd=512, n_layer=8,
                              n_head=8, n_ff=1024)
     for k in range(passes):
-        for slots in sorted({s for s, _, _ in RUNS.values()}, reverse=True):
+        todo = {name: run for name, run in RUNS.items() if name in only}
+        for slots in sorted({s for s, _, _ in todo.values()}, reverse=True):
             with LlamaServer(binary, model.path, ctx_tokens=CTX, slots=slots, launcher=launcher,
                              extra_args=("--cache-ram", "0")) as srv:
-                for name, (s, n_in, stages) in RUNS.items():
+                for name, (s, n_in, stages) in todo.items():
                     if s == slots:
                         print(f"pass {k + 1}: {name} ({n_in} in, {slots} slots, C={stages})", flush=True)
                         sweep(srv.url, out / f"pass{k + 1}" / name, n_in, stages)
@@ -98,13 +102,16 @@ def tables(out: Path) -> None:
     for k in passes:
         runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
         for name, title in CHANGED.items():
+            if not (out / f"pass{k}" / name).is_dir():
+                print(f"\n(pass {k}: no {name} run in {out}; measure it with --only {name})")
+                continue
             slots = RUNS[name][0]
             preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
             # the step time's straight line fitted over the batches this configuration runs (1..slots)
             predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
             print(f"\n== pass {k}: calibrated on base (128 in) + second (512 in), batches up to {slots}")
             cfg = load(str(preset), {"max_running": slots})
-            others = [summary(out, j, name)[1] for j in passes if j != k]
+            others = [summary(out, j, name)[1] for j in passes if j != k and (out / f"pass{j}" / name).is_dir()]
             compare(f"pass {k}: {title}", cfg, summary(out, k, name)[1], others)
 
 
@@ -142,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: a new temporary folder)")
     ap.add_argument("--passes", type=int, default=2, help="measure everything this many times (default 2)")
     ap.add_argument("--tables-from", type=Path, help="print the tables of an earlier --out folder, run nothing")
+    ap.add_argument("--only", default=",".join(RUNS), help="measure only these runs into --out (comma-separated; "
+                    f"default: all of {', '.join(RUNS)})")
     args = ap.parse_args(argv)
     if args.tables_from:
         tables(args.tables_from)
         return 0
     out = args.out or Path(tempfile.mkdtemp(prefix="validate_llamacpp_"))
     out.mkdir(parents=True, exist_ok=True)
-    measure(out, args.passes)
+    unknown = set(args.only.split(",")) - set(RUNS)
+    if unknown:
+        ap.error(f"--only: unknown run(s) {', '.join(sorted(unknown))}; known: {', '.join(RUNS)}")
+    measure(out, args.passes, set(args.only.split(",")))
     tables(out)
     return 0
 

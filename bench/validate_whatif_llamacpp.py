@@ -1,6 +1,6 @@
-"""Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict two changed
-configurations (longer prompts; fewer slots), run them for real, print predicted vs measured
-output tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh
+"""Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict changed configurations
+(longer prompts beyond and within the calibrated lengths; fewer slots), run them for real, print
+predicted vs measured output tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh
 servers, so the tables also show how far two measurements of the same stage lie apart.
 
     nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
@@ -12,7 +12,8 @@ Measurement set-up (docs/whatif.md 'Against llama.cpp'):
   ``nice -n -5`` on a machine shared with other work (the children inherit the priority).
 - The model is the tests' random llama (tests/make_gguf.py) at 512 wide, 8 layers, f32: 96 MB of
   weights, more than the 32 MB L3, so a decode step streams them from memory and costs ~6 ms at
-  batch 1 on the reference machine, several times a request's HTTP and client cost (~1 ms).
+  batch 1 on the reference machine, several times a request's HTTP and client cost (the fit's
+  client overhead: 0-4 ms).
 - ``--cache-ram 0``: llama-server's RAM prompt cache saves a slot's KV and searches the cache in
   its main loop each time a slot takes a new request; the load generator's prompts are random, so
   it never hits, it only adds a per-request pause that grows with the cache.

@@ -25,12 +25,13 @@ from pathlib import Path
 
 import yaml
 
+from loadgen.errors import ConfigError
 from loadgen.predict.calibrate import CalibrationError, fit, residuals
 from loadgen.predict.calibrate import accept_distribution as spec_for
 from loadgen.predict.vsweep import StagePlan
 from loadgen.predict.whatif import NOTE, WhatIf, predict
 from loadgen.report.atomic import atomic_write_bytes, atomic_write_text
-from loadgen.report.files import write_results
+from loadgen.report.files import load_summary, write_results
 from loadgen.report.predicted_html import render_fit_html
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
@@ -49,7 +50,7 @@ def _plan(scenario: dict) -> StagePlan:
 
 def calibrate(runs: list[str], out: str, plots: bool = True) -> int:
     run_dirs = [resolve_run_dir(run) for run in runs]
-    summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in run_dirs]
+    summaries = [load_summary(d) for d in run_dirs]  # a clear error naming the folder and the fix
     summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
     f = fit(summaries)
     preset = f.preset(summary)
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m loadgen.predict")
         if args.replicas < 1:
             raise SimConfigError("--replicas", args.replicas, "must be >= 1")
         return whatif(args)
-    except (SimConfigError, CalibrationError, ValueError, FileNotFoundError) as exc:
+    except (SimConfigError, CalibrationError, ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"llm-loadgen {args.cmd}: {exc}", file=sys.stderr)
         return 2
 

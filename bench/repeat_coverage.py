@@ -84,7 +84,7 @@ def covered(repeat: dict, output_tokens: int, m: int) -> list[dict]:
 
 def report(out: Path, rows: list[dict], about: dict) -> float:
     """Write the report into ``out``, print the coverage lines; the share over all intervals."""
-    table = write_coverage_report(out, rows, about, TARGET)
+    table = write_coverage_report(out, rows, about, TARGET, "req/s")
     print(f"\n{about['experiments']} experiments x {about['repetitions']} repetitions, rates {about['rates']} req/s, "
           f"{about['window_s']:g} s windows; truth: {about['truth']}")
     for t in table:

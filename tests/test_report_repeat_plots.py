@@ -83,6 +83,7 @@ def test_covered_figure_draws_each_interval_relative_to_the_truth_coloured_by_ou
     truth = {line.get_label(): line for line in ax.lines}["true value"]
     assert list(truth.get_ydata()) == [1.0, 1.0]
     assert [t.get_text() for t in ax.texts] == ["10", "20"]
+    assert [t.get_text() for t in covered_figure(_rows(), "req/s").axes[1].texts] == ["10 req/s", "20 req/s"]
 
 
 def test_coverage_figure_bars_are_the_shares_with_their_error_bars():

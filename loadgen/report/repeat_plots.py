@@ -72,9 +72,10 @@ def intervals_figure(repeat: dict) -> Figure:
     return fig
 
 
-def covered_figure(rows: list[dict]) -> Figure:
-    """Each interval / truth as a bar, covered green and missed red, grouped by load (module docstring).
-    ``rows``: {"metric", "load", "experiment", "truth", "low", "mid", "high", "covered"}."""
+def covered_figure(rows: list[dict], load_unit: str = "") -> Figure:
+    """Each interval / truth as a bar, covered green and missed red, grouped by load (module docstring;
+    a group is labelled ``<load> <load_unit>``). ``rows``: {"metric", "load", "experiment", "truth",
+    "low", "mid", "high", "covered"}."""
     metrics = list(dict.fromkeys(r["metric"] for r in rows))
     fig = new_figure(ncols=max(1, len(metrics)), size=(7.0 * max(1, len(metrics)), 4.2))
     for ax, metric in zip(fig.axes, metrics, strict=False):
@@ -93,14 +94,14 @@ def covered_figure(rows: list[dict]) -> Figure:
         for load in loads:  # one group per load: its first and last interval's positions
             at = [x for x, r in zip(xs, mine, strict=True) if r["load"] == load]
             ax.axvline(at[-1] + 0.5, color="lightgray", linewidth=0.8)
-            ax.text((at[0] + at[-1]) / 2, 1.0, f"{load:g}", transform=ax.get_xaxis_transform(),
+            ax.text((at[0] + at[-1]) / 2, 1.0, f"{load:g} {load_unit}".strip(), transform=ax.get_xaxis_transform(),
                     ha="center", va="bottom", fontsize=8)
         ax.set_xticks([])
         ax.set_xlabel("intervals, grouped by load (top labels), one per experiment")
         title, _ = _shown(metric) if metric in METRICS else (metric, 1.0)
         ax.set_ylabel("interval / true value")
         ax.set_title(f"{title}: 95 % intervals", fontsize=10, pad=14)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     return fig
 
 

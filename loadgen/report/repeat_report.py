@@ -60,9 +60,10 @@ def write_repeat_report(repeat_dir: Path, repeat: dict) -> dict[str, Path]:
     return written
 
 
-def write_coverage_report(out_dir: Path, rows: list[dict], about: dict, target: float) -> list[dict]:
+def write_coverage_report(out_dir: Path, rows: list[dict], about: dict, target: float,
+                          load_unit: str = "") -> list[dict]:
     """coverage.json (the rows, ``about`` and the table), intervals.png, coverage.png and
-    report.html in ``out_dir``; returns the table."""
+    report.html in ``out_dir``; returns the table. ``load_unit`` names the loads (``req/s``)."""
     from loadgen.report.plots import save_figures
     from loadgen.report.repeat_plots import coverage_figure, covered_figure
 
@@ -72,6 +73,6 @@ def write_coverage_report(out_dir: Path, rows: list[dict], about: dict, target: 
     atomic_write_text(out / COVERAGE_JSON, json.dumps({"about": about, "target": target, "coverage": table,
                                                        "intervals": rows}, indent=2) + "\n")
     images = save_figures({COVERAGE_FIGURE: coverage_figure(table, target=target),
-                           INTERVALS_FIGURE: covered_figure(rows)}, out)
+                           INTERVALS_FIGURE: covered_figure(rows, load_unit)}, out)
     atomic_write_text(out / REPORT_HTML, render_coverage_html(table, rows, about, images))
     return table

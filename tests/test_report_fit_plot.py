@@ -118,7 +118,7 @@ def test_predicted_report_says_so_first_names_its_calibration_and_shows_the_fit(
     assert html.index('id="predicted"') < html.index("Saturation knee") < html.index('alt="calibration_fit"')
     assert "PREDICTED, not measured: every row" in banner
     assert "calibrated to the run results/measured" in banner and "fit file mine.fit.json" in banner
-    assert "Asked: input_tokens=100." in banner  # options not used (None, 0, off) are not listed
+    assert "Options: input_tokens=100." in banner  # options not used (None, 0, off) are not listed
     assert "Stages (predicted: every row)" in html and "<title>PREDICTED llm-loadgen" in html
     for table in ('id="calibration"', 'id="fit-equations"', 'id="fit-stages"'):
         assert table in html

@@ -39,7 +39,7 @@ def predicted_banner(summary: dict) -> str:
              "simulator's engine run in virtual time; no request was sent to a server.",
              f"Predicted from {calibration_source(summary)}."]
     if changes:
-        lines.append("Asked: " + ", ".join(f"{k}={v}" for k, v in changes.items()) + ".")
+        lines.append("Options: " + ", ".join(f"{k}={v}" for k, v in changes.items()) + ".")
     lines.append("Confirm the one stage it suggests with a real run before acting on it.")
     return '<div class="predicted" id="predicted">' + "".join(f"<div>{esc(t)}</div>" for t in lines) + "</div>"
 

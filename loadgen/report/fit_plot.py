@@ -44,9 +44,12 @@ def _measured(fit_doc: dict, what: str) -> list[dict]:
             if r.get("what") == what and r.get("measured_s") is not None and r.get("model_s") is not None]
 
 
-def _residual_labels(ax, xs: list, ys: list, rels: list) -> None:
+def _residual_labels(ax, xs: list, ys: list, rels: list, series: int = 0) -> None:
+    """Each point's residual beside it; a second series' labels below its points, so two prompt
+    lengths measured at the same batch do not print over each other."""
     for x, y, rel in zip(xs, ys, rels, strict=True):
-        ax.annotate(f"{rel:+.1%}", (x, y), xytext=(6, 3), textcoords="offset points", fontsize=7)
+        ax.annotate(f"{rel:+.1%}", (x, y), xytext=(6, 3 if series % 2 == 0 else -10), textcoords="offset points",
+                    fontsize=7)
 
 
 def _no_data(ax, text: str) -> None:
@@ -57,14 +60,14 @@ def _decode_panel(ax, fit_doc: dict) -> None:
     a, b, _, _ = model_ms(fit_doc)
     rows = _measured(fit_doc, DECODE)
     batches = sorted({r["batch"] for r in rows})
-    for n_in in sorted({r["input_tokens"] for r in rows}):
+    for series, n_in in enumerate(sorted({r["input_tokens"] for r in rows})):
         mine = sorted((r for r in rows if r["input_tokens"] == n_in), key=lambda r: r["batch"])
         xs = [r["batch"] for r in mine]
         measured = [r["measured_s"] * 1e3 for r in mine]
         line = ax.plot(xs, measured, marker="o", linestyle="none", label=f"measured I={n_in}")[0]
         ax.plot(xs, [r["model_s"] * 1e3 for r in mine], marker="x", linestyle="-", color=line.get_color(),
                 alpha=0.7, label=f"model I={n_in}")
-        _residual_labels(ax, xs, measured, [r["rel"] for r in mine])
+        _residual_labels(ax, xs, measured, [r["rel"] for r in mine], series)
     if batches:
         grid = [batches[0] * (batches[-1] / batches[0]) ** (k / 64) for k in range(65)]  # straight, on a log x
         ax.plot(grid, [a + b * x for x in grid], linestyle="--", color="gray",

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.report.runs import resolve_run_dir
-from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
+from tests.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.test_cli import registered_flags
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -160,17 +160,9 @@ def test_the_same_run_on_two_processes_merges_exactly(installed, sim_url):
     assert out.returncode == 0, out.stderr[-3000:]
     s = summary_of(empty / "res2")
     assert s["run"]["workers"] == 2 and [r["users"] for r in s["stages"]] == [2, 4]
-    parts = [StageStats.from_wire(json.loads(p.read_text())["totals"])
-             for p in sorted((empty / "res2" / "workers").glob("*.json"))]
+    parts = worker_ledgers(empty / "res2")
     assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts)
-    total = StageStats()
-    for p in parts:
-        total.merge(p)
-    t, pre = s["totals"], s["preflight"]  # the master's start-check probe: the part no worker sent
-    assert t["requests"] == total.requests_ok + pre["requests"]
-    assert t["output_tokens"] == total.output_tokens + pre["output_tokens"]
-    assert t["input_tokens"] == total.input_tokens + pre["input_tokens"]
-    assert t["histogram_counts"] == {h: getattr(total, h).count + pre["histogram_counts"][h] for h in HISTOGRAMS}
+    assert_exact_merge(s, merged(parts))
 
 
 def test_report_build_and_compare_on_those_runs(installed):

@@ -31,6 +31,16 @@ def quantiles(metric: str, sel: str = L, qs=(0.5, 0.9, 0.99), prefix: str = "") 
     return [(quantile(q, metric, sel), f"{prefix}p{round(q * 100)}") for q in qs]
 
 
+FINISHED = f"llm_loadgen_stage_finished{L}"  # one series per finished stage, its value the index
+
+
+def latest_stage(series: str) -> str:
+    """``series`` (a selector of a per-stage family, loadgen.export.stage_gauges) kept to the latest
+    finished stage of each exporter: the stage whose ``stage_finished`` value (its index) is largest."""
+    return (f"{series} and on (job, instance, stage) "
+            f"({FINISHED} == on (job, instance) group_left max by (job, instance) ({FINISHED}))")
+
+
 class Layout:
     """Places panels left to right on Grafana's 24-column grid and numbers them."""
 
@@ -194,15 +204,18 @@ def loadgen_rows(lay: Layout) -> None:
               "own accept length and share of drafts accepted over the last finished stage's window.",
               [(f"{rate('llm_loadgen_output_chunk_tokens_total')} / {rate('llm_loadgen_output_chunks_total')}",
                 "tokens/chunk"),
-               (f"max(llm_loadgen_server_spec_accept_length{L})", "server accept length (last stage)"),
-               (f"max(llm_loadgen_server_spec_acceptance_ratio{L})", "server share of drafts accepted (last stage)")],
+               (f"max({latest_stage(f'llm_loadgen_server_spec_accept_length{L}')})",
+                "server accept length (last stage)"),
+               (f"max({latest_stage(f'llm_loadgen_server_spec_acceptance_ratio{L}')})",
+                "server share of drafts accepted (last stage)")],
               w=6)
     lay.panel("timeseries", "Cached prompt share",
               "usage.prompt_tokens_details.cached_tokens / prompt tokens of the requests that reported it "
               "(vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report; llama.cpp always).",
               [(f"{rate('llm_loadgen_cached_prompt_tokens_total')} / "
                 f"{rate('llm_loadgen_cache_reported_prompt_tokens_total')}", "cached share"),
-               (f"max(llm_loadgen_server_prefix_cache_hit_ratio{L})", "server hit rate (last stage)")],
+               (f"max({latest_stage(f'llm_loadgen_server_prefix_cache_hit_ratio{L}')})",
+                "server hit rate (last stage)")],
               "percentunit", w=6)
 
 
@@ -261,11 +274,11 @@ def clocks_row(lay: Layout) -> None:
     server_ttft = '{__name__=~"(vllm|sglang):time_to_first_token_seconds_bucket", job=~"$server_job"}'
     lay.panel("timeseries", "TTFT: client vs server",
               "The client's TTFT and the server's own (its /metrics histogram), p50: live from both sides' "
-              "histograms, and each finished stage's figures over its exact window (stage_latency_seconds). "
+              "histograms, and the latest finished stage's figures over its exact window (stage_latency_seconds). "
               "The gap is network + client (+ any proxy).",
               [(quantile(0.5, "llm_loadgen_ttft_seconds"), "client p50 (live)"),
                (f"histogram_quantile(0.5, sum by (le) (rate({server_ttft}{RI})))", "server p50 (live)"),
-               (f'max by (clock, stat) (llm_loadgen_stage_latency_seconds{stage % "ttft"})',
+               (f'max by (clock, stat) ({latest_stage("llm_loadgen_stage_latency_seconds" + stage % "ttft")})',
                 "{{clock}} {{stat}} (stage)")], "s", w=12)
     stacked = {"fieldConfig": {"defaults": {"unit": "s", "custom": {"stacking": {"mode": "normal"},
                                                                       "drawStyle": "bars", "fillOpacity": 80}},
@@ -274,7 +287,8 @@ def clocks_row(lay: Layout) -> None:
         lay.panel("timeseries", f"Where the {name} goes (latest finished stage)",
                   f"The client's mean {name} split into server queue, prefill, decode, the server's rest and "
                   "network + client; they add up to the client's mean (stage_breakdown_seconds).",
-                  [(f'max by (part) (llm_loadgen_stage_breakdown_seconds{stage % metric})', "{{part}}")],
+                  [(f'max by (part) ({latest_stage("llm_loadgen_stage_breakdown_seconds" + stage % metric)})',
+                    "{{part}}")],
                   "s", w=6, **stacked)
 
 

@@ -61,7 +61,7 @@ class Layout:
         self.y += 1
 
     def panel(self, kind: str, title: str, desc: str, targets: list, unit: str = "short",
-              w: int = 8, h: int = 8, **extra) -> None:
+              w: int = 8, h: int = 8, instant: bool = False, **extra) -> None:
         if self.x + w > 24:
             self.y += self.row_h
             self.x = self.row_h = 0
@@ -73,7 +73,7 @@ class Layout:
             "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                         "tooltip": {"mode": "multi", "sort": "none"}},
             "targets": [{"refId": refs[i], "datasource": DS, "expr": expr, "legendFormat": legend,
-                         "range": True, "instant": False}
+                         "range": not instant, "instant": instant, **({"format": "table"} if instant else {})}
                         for i, (expr, legend) in enumerate(targets)],
         }
         if kind == "stat":
@@ -292,6 +292,40 @@ def clocks_row(lay: Layout) -> None:
                   "s", w=6, **stacked)
 
 
+# The cost figures of every finished stage (loadgen.export.stage_gauges; a run with cost.gpus):
+# (metric, column title, unit)
+COST_COLUMNS = (
+    ("llm_loadgen_stage_output_tokens_per_gpu_per_second", "output tok/s per GPU", "short"),
+    ("llm_loadgen_stage_total_tokens_per_gpu_per_second", "total tok/s per GPU", "short"),
+    ("llm_loadgen_stage_usd_per_million_output_tokens", "$ per M output tok", "currencyUSD"),
+    ("llm_loadgen_stage_usd_per_million_total_tokens", "$ per M total tok", "currencyUSD"),
+)
+
+
+def stages_row(lay: Layout) -> None:
+    """A table of the finished stages, one line each, from the per-stage series: the cost figures."""
+    lay.row("Finished stages: cost and efficiency")
+    by = "max by (instance, stage, concurrency, rate)"
+    refs = "ABCDEFGHIJ"
+    lay.panel("table", "Cost and efficiency by stage",
+              "Each finished stage of a run with cost.gpus (--gpus, --gpu-hour-usd): output and total tokens/s "
+              "per GPU, and what a million tokens cost at the stage's rate (gpu_hour_usd x gpus / tokens per "
+              "hour x 1e6). One line per stage: concurrency, or the offered rate of an open-loop stage.",
+              [(f"{by} ({metric}{L})", title) for metric, title, _ in COST_COLUMNS], w=24, h=8, instant=True,
+              transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "convertFieldType", "options": {"fields": {}, "conversions": [
+                      {"targetField": name, "destinationType": "number"} for name in ("stage", "concurrency", "rate")]}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {f"Value #{refs[i]}": title for i, (_, title, _) in enumerate(COST_COLUMNS)}}},
+                  {"id": "sortBy", "options": {"sort": [{"field": "stage"}]}}],
+              fieldConfig={"defaults": {"unit": "short", "decimals": 2, "custom": {}}, "overrides": [
+                  {"matcher": {"id": "byName", "options": title}, "properties": [{"id": "unit", "value": unit}]}
+                  for _, title, unit in COST_COLUMNS if unit != "short"]},
+              options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}})
+
+
 def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:
     var = {"name": name, "label": label, "type": "query", "datasource": DS,
            "definition": query, "query": {"query": query, "refId": f"{name}-query"},
@@ -307,6 +341,7 @@ def build() -> dict:
     lay = Layout()
     loadgen_rows(lay)
     clocks_row(lay)
+    stages_row(lay)
     server_rows(lay)
     templating = [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",

@@ -199,7 +199,8 @@ def test_gauges_phase_and_absent_optionals():
     names = {n for n, _ in s}
     for absent in ("llm_loadgen_stage", "llm_loadgen_kv_capacity_tokens", "llm_loadgen_client_cpu_percent",
                    "llm_loadgen_server_spec_accept_length", "llm_loadgen_server_prefix_cache_hit_ratio",
-                   "llm_loadgen_stage_finished", "llm_loadgen_stage_breakdown_seconds"):
+                   "llm_loadgen_stage_finished", "llm_loadgen_stage_breakdown_seconds",
+                   "llm_loadgen_stage_usd_per_million_output_tokens"):
         assert absent not in names
 
 
@@ -279,9 +280,10 @@ def test_slo_counters_and_gauges_only_with_objectives():
 
 
 def stage_rows() -> tuple[dict, ...]:
-    """Three finished stages as summary.json has them: C=4 with the clocks' breakdown and the server's
-    window figures; C=8 with fewer figures; a rate stage (4 req/s) with none."""
+    """Three finished stages as summary.json has them: C=4 with the clocks' breakdown, the server's
+    window figures and a price; C=8 with fewer figures; a rate stage (4 req/s) with none."""
     from loadgen.report.breakdown import breakdown
+    from loadgen.stats.cost import CostConfig, stage_cost
 
     client = {"ttft": {"mean_s": 0.35, "p50_s": 0.3, "p90_s": None, "p99_s": 0.6}, "e2e": None, "itl": None}
     server = {"ttft": {"count": 5, "mean_s": 0.3, "p50_s": 0.28, "p90_s": None, "p99_s": 0.5},
@@ -289,8 +291,10 @@ def stage_rows() -> tuple[dict, ...]:
               "spec_accept_length": 2.8, "spec_acceptance_rate": 0.6, "prefix_cache_hit_rate": 0.75}
     first = {"index": 0, "concurrency": 4, "output_tokens_per_s": 1000.0, "input_tokens": 20_000, "window_s": 10.0,
              "server": server, "breakdown": breakdown(client, server)}
+    first.update(stage_cost(first, CostConfig(gpus=2, gpu_hour_usd=2.5)))
     second = {"index": 1, "concurrency": 8, "output_tokens_per_s": 1800.0, "input_tokens": 0, "window_s": 10.0,
               "server": {"spec_accept_length": 2.5, "spec_acceptance_rate": None}}
+    second.update(stage_cost(second, CostConfig(gpus=2)))  # no price: per-GPU figures only
     rate = {"index": 2, "concurrency": None, "offered_rate_per_s": 4.0, "output_tokens_per_s": 900.0}
     return first, second, rate
 
@@ -317,3 +321,18 @@ def test_each_finished_stage_is_exported_with_its_stage_labels():
     assert by_stage(s, "llm_loadgen_server_spec_accept_length") == {"0": 2.8, "1": 2.5}
     assert by_stage(s, "llm_loadgen_server_spec_acceptance_ratio") == {"0": 0.6}
     assert by_stage(s, "llm_loadgen_server_prefix_cache_hit_ratio") == {"0": 0.75}
+
+
+def test_cost_figures_are_exported_per_stage_with_the_formulas_values():
+    s = scrape(make_registry(Source(Collector(), stages=stage_rows())))
+    # 2 GPUs at 2.5 an hour: C=4 serves 1000 output tok/s and 2000 input tok/s (20,000 in 10 s)
+    assert by_stage(s, "llm_loadgen_stage_output_tokens_per_gpu_per_second") == {"0": 500.0, "1": 900.0}
+    assert by_stage(s, "llm_loadgen_stage_total_tokens_per_gpu_per_second") == {"0": 1500.0, "1": 900.0}
+    assert by_stage(s, "llm_loadgen_stage_usd_per_million_output_tokens") == {
+        "0": pytest.approx(2.5 * 2 / (1000 * 3600) * 1e6)}  # C=8 has no price: absent
+    assert by_stage(s, "llm_loadgen_stage_usd_per_million_total_tokens") == {
+        "0": pytest.approx(2.5 * 2 / (3000 * 3600) * 1e6)}
+    names = {n for n, _ in scrape(make_registry(Source(Collector(), stages=stage_rows()[2:])))}
+    assert not {n for n in names if "per_gpu" in n or "usd" in n}  # an unpriced run has no cost series
+
+

@@ -14,7 +14,7 @@ or the one before during a ramp and warmup; met / judged, 0-1) and
 
 Labels: ``model``, ``endpoint``, ``scenario`` (bounded; never per request), plus ``outcome``/
 ``kind`` on the request counter, ``phase`` on the phase gauge, and on the figures of finished stages
-(``loadgen.export.stage_gauges``: clocks, breakdown, the server's window figures) the stage's
+(``loadgen.export.stage_gauges``: clocks, breakdown, the server's window figures, cost) the stage's
 own ``stage``, ``concurrency`` and ``rate``: one series per finished stage, as many as the run's stages.
 
 Counters are cumulative by construction: ``Collector.totals`` only ever grows (every merge adds), so

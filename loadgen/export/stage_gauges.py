@@ -19,7 +19,11 @@ series are as many as the run's stages (a sweep has a few to a few dozen), never
   queue, prefill, decode, the server's rest and network + client (they add up to the client's mean);
 - ``llm_loadgen_server_spec_accept_length``, ``..._server_spec_acceptance_ratio``,
   ``..._server_prefix_cache_hit_ratio``: the server's own figures over the stage's window (the
-  row's ``server``, ``loadgen.server.window_spec``).
+  row's ``server``, ``loadgen.server.window_spec``);
+- the cost figures (``loadgen.stats.metrics.COST_METRICS``, formulas in ``loadgen.stats.cost``),
+  only in a run with ``cost.gpus``: ``llm_loadgen_stage_output_tokens_per_gpu_per_second``,
+  ``..._stage_total_tokens_per_gpu_per_second``, ``..._stage_usd_per_million_output_tokens`` and
+  ``..._stage_usd_per_million_total_tokens`` (the price's currency; only with ``cost.gpu_hour_usd``).
 
 A figure the stage does not have (None) is absent, not 0.
 """
@@ -31,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.core import GaugeMetricFamily
 
 from loadgen.report.breakdown import stack
+from loadgen.stats.metrics import COST_METRICS
 
 PREFIX = "llm_loadgen_"  # as exporter.PREFIX (that module imports this one)
 STAGE_LABELS = ("stage", "concurrency", "rate")
@@ -46,6 +51,9 @@ SERVER_FIGURES = (
      "The server's prefix cache hit rate over the stage's window: cached prompt tokens / prompt tokens "
      "from its counters, 0-1."),
 )
+# the cost figures: (row key, name after the prefix, HELP with the formula), from the one table
+COST_FIGURES = tuple((m.key, "stage_" + m.key.replace("_per_s", "_per_second"),
+                      f"{m.title} of the stage: {m.source.formula}.") for m in COST_METRICS)
 
 
 def stage_labels(row: dict) -> list[str]:
@@ -72,7 +80,7 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
                               "decode, the server's rest and network + client (they add up).",
                               labels=(*names, "metric", "part"))
     figures = {name: GaugeMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
-               for _, name, help_text in SERVER_FIGURES}
+               for _, name, help_text in SERVER_FIGURES + COST_FIGURES}
     for row in rows:
         mine = [*labels, *stage_labels(row)]
         finished.add_metric(mine, float(row["index"]))
@@ -88,5 +96,8 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
         server = row.get("server") or {}
         for key, name, _ in SERVER_FIGURES:
             if (value := server.get(key)) is not None:
+                figures[name].add_metric(mine, float(value))
+        for key, name, _ in COST_FIGURES:
+            if (value := row.get(key)) is not None:
                 figures[name].add_metric(mine, float(value))
     yield from (fam for fam in (finished, latency, parts, *figures.values()) if fam.samples)

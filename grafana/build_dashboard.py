@@ -267,7 +267,7 @@ def server_rows(lay: Layout) -> None:
 
 
 def clocks_row(lay: Layout) -> None:
-    """Client and server clocks side by side (loadgen.export.clock_gauges): per finished stage, and
+    """Client and server clocks side by side (loadgen.export.stage_gauges): per finished stage, and
     live from both sides' histograms."""
     lay.row("Client and server clocks (where the time goes)")
     stage = '{job=~"$loadgen_job", model=~"$model", metric="%s"}'

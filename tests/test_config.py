@@ -314,6 +314,23 @@ def test_did_you_mean_suggestions():
     assert info.value.fix == "did you mean stages.list: [1, 2, 4]?"
 
 
+@pytest.mark.parametrize(("given", "meant", "a_path"), [
+    ("/v1/chat/completions", "chat", True),  # the path the API streams from, not its name
+    ("/v1/completions", "completions", True),
+    ("http://gpu-box:8000/v1/chat/completions/", "chat", True),  # the whole URL
+    ("/completions", "completions", True),
+    ("chat-completions", "chat", False),
+    ("completion", "completions", False),
+])
+def test_an_endpoint_given_as_its_path_or_url_suggests_the_api_that_path_belongs_to(given, meant, a_path):
+    with pytest.raises(ConfigError) as info:
+        build_scenario({}, {"endpoint": given})
+    e = info.value
+    assert e.key == "endpoint" and e.value == given
+    assert e.fix.startswith(f"did you mean {meant!r}?") and "chat for /v1/chat/completions" in e.fix
+    assert ("not its path" in e.problem) is a_path
+
+
 def test_number_written_as_text_gets_plain_digits_fix():
     with pytest.raises(ConfigError) as info:
         build_scenario(yaml.safe_load("input_tokens: 1e3"))  # YAML 1.1: a string, not a float

@@ -17,6 +17,7 @@ from typing import Any
 from loadgen.config.fields import (
     Check,
     Shown,
+    api_name,
     body_mapping,
     boolean,
     choice,
@@ -32,7 +33,7 @@ from loadgen.config.schema import (
     ARRIVALS,
     COMPAT_SETTINGS,
     DATASET_ORDERS,
-    ENDPOINTS,
+    ENDPOINT_PATHS,
     GUARD_ACTIONS,
     LENGTH_DISTS,
     SECTIONS,
@@ -49,7 +50,7 @@ MAX_SWEEP_STAGES = 200
 # Every leaf of the scenario, by dotted key, with its checker. Its keys equal DEFAULTS' leaves.
 SPEC: dict[str, Check] = {
     "name": text("a short label for the scenario, e.g. fp8-kv (the run name adds endpoint, tokens, stages)", forbid="/\\"),
-    "endpoint": choice(ENDPOINTS, "completions for /v1/completions, chat for /v1/chat/completions"),
+    "endpoint": api_name(ENDPOINT_PATHS),
     "model": text("a model id from GET /v1/models, or null to use the first one", nullable=True),
     "api_key_env": env_var_name,
     "input_tokens": integer("prompt length in tokens, e.g. 1000", ge=1),

@@ -27,7 +27,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--dataset-order", "workload.dataset_order", DATASET_ORDERS, "dataset requests in file order or shuffled"),
     ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
     ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
-    ("--endpoint", "endpoint", ENDPOINTS, "API to load: /v1/completions or /v1/chat/completions"),
+    ("--endpoint", "endpoint", ENDPOINTS, "API to load: completions (/v1/completions) or chat (/v1/chat/completions)"),
     ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
     ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),

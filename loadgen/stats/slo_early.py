@@ -189,9 +189,10 @@ class EarlyVerdict:
     requests: int  # the stage's requests sent in the window when it was decided (judged + running)
 
     def text(self) -> str:
-        """``pass (attainment >= 93.1% > 90%, 95% confidence)`` for the console."""
+        """``pass (attainment >= 93.1% (target 90%); 95% confidence, 140 requests)`` for the console:
+        each question's bound on its share (lower for a pass, upper for a fail) and its target."""
         sign = ">=" if self.verdict == "pass" else "<="
-        parts = ", ".join(f"{b.key} share {sign} {b.bound:.1%} vs {b.share:.4g}" for b in self.bounds)
+        parts = ", ".join(f"{b.key} {sign} {b.bound:.1%} (target {b.share * 100:g}%)" for b in self.bounds)
         return f"{self.verdict} ({parts}; {self.confidence:.0%} confidence, {self.requests} requests)"
 
     def to_row(self, final_pass: bool) -> dict:

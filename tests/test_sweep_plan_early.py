@@ -22,7 +22,7 @@ class LiveRun(FakeRun):
 
     def live(self, k):
         n = self.finished(k)
-        return LiveCounts(n, round(n * self.share[self.concurrency[k]]), self.concurrency[k])
+        return LiveCounts(n, round(n * self.share[self.concurrency[k]]), int(self.concurrency[k]))
 
     def step(self, plan, events):
         # FakeRun.step with the live counts in the observation
@@ -76,3 +76,10 @@ def test_without_the_option_or_without_live_counts_every_window_runs_duration_s(
     events = fake.run(plan(fake, [4, 8], duration_s=30, slo=EARLY))
     assert {d for d, _ in windows(events).values()} == {30}
     assert all(ev.early is None for ev in kinds(events, WindowClosed))
+
+
+def test_open_loop_rate_stages_stop_early_by_the_same_rule():
+    fake = LiveRun({2.0: 1.0, 8.0: 0.0})
+    w = windows(fake.run(plan(fake, [2.0, 8.0], duration_s=60, users_for=lambda rate: 1, slo=EARLY)))
+    assert w[0][1].verdict == "pass" and w[0][0] < 60
+    assert w[1][1].verdict == "fail" and w[1][0] < 60

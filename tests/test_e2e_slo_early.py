@@ -44,7 +44,10 @@ def test_early_stop_closes_each_window_once_decided_and_gives_the_answer_of_a_fu
         assert verdict["agrees"] and st["slo"]["pass"] == (verdict["verdict"] == "pass")
         assert "slo_early" in st["flags"] and st["window_s"] < DURATION_S
         bound = verdict["bounds"]["attainment"]
-        assert (bound["bound"] >= 0.5) if verdict["verdict"] == "pass" else (bound["bound"] <= 0.5)
+        assert (bound >= 0.5) if verdict["verdict"] == "pass" else (bound <= 0.5)
+        assert verdict["look_requests"]["attainment"] <= verdict["requests"] <= st["requests"]
         # the turnover rule still held: C requests finished inside the shortened window
         assert st["requests"] >= st["concurrency"]
     assert "(slo.early_stop)" in run.stderr and "window closed after" in run.stderr
+    csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
+    assert {"slo.early_stop.verdict", "slo.early_stop.bounds.attainment", "slo.early_stop.agrees"} <= set(csv_head)

@@ -218,7 +218,8 @@ def test_the_row_keeps_its_final_verdict_and_says_when_the_early_one_disagrees()
     early = row["slo"]["early_stop"]
     assert row["slo"]["pass"] is False and "slo_early" in row["flags"] and "slo_fail" in row["flags"]
     assert early["verdict"] == "pass" and early["agrees"] is False and early["confidence"] == 0.95
-    assert early["bounds"]["attainment"]["bound"] >= 0.9 and early["bounds"]["attainment"]["look_requests"] == 64
+    assert early["bounds"]["attainment"] >= 0.9 and early["look_requests"] == {"attainment": 64}
+    assert early["targets"] == {"attainment": 0.9}
     lines = stage_warnings(row, 64, 32)
     assert any("early SLO verdict (pass) disagrees" in line for line in lines)
     assert said.text().startswith("pass (attainment >= 91.8% (target 90%); 95% confidence, 64 requests")

@@ -175,9 +175,6 @@ class Bound:
     bound: float
     look: int
 
-    def to_dict(self) -> dict:
-        return {"target": self.share, "bound": round(self.bound, 6), "look_requests": self.look}
-
 
 @dataclass(frozen=True)
 class EarlyVerdict:
@@ -196,10 +193,12 @@ class EarlyVerdict:
         return f"{self.verdict} ({parts}; {self.confidence:.0%} confidence, {self.requests} requests)"
 
     def to_row(self, final_pass: bool) -> dict:
-        """The row's ``slo.early_stop``: the verdict, its bounds, and whether the row's final
-        verdict on all its requests agrees."""
+        """The row's ``slo.early_stop``: the verdict, per question its bound, target share and
+        look (requests), and whether the row's final verdict on all its requests agrees."""
         return {"verdict": self.verdict, "confidence": self.confidence, "requests": self.requests,
-                "bounds": {b.key: b.to_dict() for b in self.bounds},
+                "bounds": {b.key: round(b.bound, 6) for b in self.bounds},
+                "targets": {b.key: b.share for b in self.bounds},
+                "look_requests": {b.key: b.look for b in self.bounds},
                 "agrees": final_pass == (self.verdict == "pass")}
 
 

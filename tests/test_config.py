@@ -265,6 +265,10 @@ BAD_DOCUMENTS = [
     ({"slo": {"search": True}}, "slo.search", "True"),  # nothing to search for
     ({"slo": {"tpot_s": 0.05, "resolution": 0}}, "slo.resolution", "0"),
     ({"slo": {"tpot_s": 0.05, "max_search_stages": 0}}, "slo.max_search_stages", "0"),
+    ({"slo": {"early_stop": True}}, "slo.early_stop", "True"),  # nothing to decide
+    ({"slo": {"tpot_s": 0.05, "confidence": 1}}, "slo.confidence", "1"),
+    ({"slo": {"tpot_s": 0.05, "confidence": 0.5}}, "slo.confidence", "0.5"),
+    ({"slo": {"tpot_s": 0.05, "confidence": 95}}, "slo.confidence", "95"),
     ({"slo": 0.99}, "slo", "0.99"),
 ]
 
@@ -513,6 +517,13 @@ def test_slo_block_from_file_set_and_the_short_cli_form(tmp_path):
     assert s.slo.thresholds == {"ttft_s": 2.0, "tpot_s": 0.05, "e2e_s": 30.0}
     assert (s.slo.attainment, s.slo.search, s.slo.max_search_stages, s.slo.resolution) == (0.9, True, 6, 0.1)
     assert s.slo.enabled and not build_scenario({}).slo.enabled  # the default: no objective, no accounting
+    assert build_scenario(s.to_dict()) == s
+
+
+def test_slo_early_stop_from_the_flag_and_the_confidence_from_slo():
+    s = scenario_from_options(_parse(["--slo", "tpot_s=0.05,confidence=0.9", "--slo-early-stop"]))
+    assert (s.slo.early_stop, s.slo.confidence) == (True, 0.9)
+    assert (build_scenario({}).slo.early_stop, build_scenario({}).slo.confidence) == (False, 0.95)
     assert build_scenario(s.to_dict()) == s
 
 

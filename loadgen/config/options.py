@@ -58,6 +58,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
     ("--slo", "slo", "pairs", "SLO objectives, e.g. ttft_s=2,tpot_s=0.05 (any slo.* key)"),
     ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
+    ("--slo-early-stop", "slo.early_stop", bool, "close a stage's window once its SLO verdict is decided "
+                                                  "with slo.confidence (docs/slo.md 'Early stop')"),
     ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (docs/metrics.md 'Cost and efficiency')"),
     ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),

@@ -100,6 +100,8 @@ DEFAULTS: dict[str, Any] = {
         "search": False,
         "resolution": 0.1,
         "max_search_stages": 4,
+        "early_stop": False,
+        "confidence": 0.95,
         "preset": None,
     },
     "cost": {"gpus": None, "gpu_hour_usd": None},

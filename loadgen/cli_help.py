@@ -54,6 +54,8 @@ COMMANDS = (
      "(lengths, KV tokens, spec decoding, replicas, stages, SLO), every figure marked predicted "
      "(llm-loadgen whatif --help)"),
     ("llm-loadgen grafana DIR", "write the Grafana dashboard, its provisioning and prometheus.yml to DIR"),
+    ("llm-loadgen docs [PAGE [SECTION]]", "read a reference page the package carries: a message's \"see "
+     "docs/slo.md 'Percentile limits'\" is llm-loadgen docs slo 'Percentile limits'"),
 )
 
 
@@ -155,7 +157,8 @@ def all_options() -> list[tuple[str, list[OptionDoc]]]:
 
 def format_help(width: int = 100) -> str:
     """The text of ``llm-loadgen --help``."""
-    lines = ["usage: llm-loadgen --host URL [options]", "       llm-loadgen {web,worker,scenarios,sim,report,calibrate,whatif,grafana} ...",
+    lines = ["usage: llm-loadgen --host URL [options]",
+             "       llm-loadgen {web,worker,scenarios,sim,report,calibrate,whatif,grafana,docs} ...",
              "", "A load generator for LLM inference servers: a sweep of concurrency (or request-rate) "
              "stages, the saturation knee, an SLO search and a KV-cache guard.", "", "commands:"]
     lines += [f"  {cmd}\n      {what}" for cmd, what in COMMANDS]

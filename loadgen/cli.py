@@ -7,6 +7,8 @@
     llm-loadgen scenarios                   the scenario presets
     llm-loadgen sim [options]               the simulator (loadgen.sim.__main__)
     llm-loadgen report build|compare ...    reports (loadgen.report.__main__)
+    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.predict)
+    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.predict)
     llm-loadgen grafana DIR                 the Grafana dashboard and Prometheus config
     llm-loadgen docs [PAGE [SECTION]]       the reference pages the package carries (loadgen.cli_docs)
 
@@ -32,7 +34,7 @@ from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.run.repeat import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-COMMANDS = ("web", "worker", "scenarios", "sim", "report", "grafana", "docs")
+COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs")
 
 
 def _error(message: str) -> int:
@@ -106,6 +108,10 @@ def _main(args: list[str]) -> int:
         module = "loadgen.sim.__main__" if command == "sim" else "loadgen.report.__main__"
         delegate = __import__(module, fromlist=["main"]).main
         return delegate(args[1:])
+    if command in ("calibrate", "whatif"):  # loadgen.predict's one parser, under this command's name
+        from loadgen.predict.__main__ import main as predict_main
+
+        return predict_main(args, prog="llm-loadgen")
     if command is None or "-h" in args or "--help" in args:
         print(format_help(min(100, shutil.get_terminal_size((100, 20)).columns - 1)), end="")
         return 0

@@ -44,7 +44,7 @@ FLAGS: tuple[Flag, ...] = (
          "finished (unfinished_requests)"),
     Flag("error", "a fatal error stopped the run before the stage's last requests finished "
          "(unfinished_requests)"),
-    Flag("predicted", "not measured: predicted by the calibrated simulator (python -m loadgen.predict)"),
+    Flag("predicted", "not measured: predicted by the calibrated simulator (llm-loadgen whatif)"),
 )
 
 FLAG_KEYS = frozenset(f.key for f in FLAGS)

@@ -11,6 +11,7 @@ from loadgen.predict.calibrate import (
     MIN_STEP_BASE_MS,
     accept_distribution,
     accept_length,
+    context_cost,
     fit,
     residuals,
 )
@@ -127,3 +128,10 @@ def test_a_fitted_step_base_of_zero_is_written_as_the_smallest_valid_step():
     summary = _summary(HIDDEN)
     f = dataclasses.replace(fit(summary), step_base_s=0.0)
     assert f.preset(summary)["step_base_ms"] == MIN_STEP_BASE_MS > 0
+
+
+def test_a_context_slope_within_the_noise_of_a_tpot_is_taken_as_zero():
+    # C=1 decode steps of 6.0 and 6.2 ms at 160 and 544 tokens of context: 3 %, under CONTEXT_MIN_EFFECT
+    assert context_cost([(160, 0.0060), (544, 0.0062)]) == 0.0
+    assert context_cost([(160, 0.0060), (544, 0.0066)]) == pytest.approx(0.0006 / 384)
+    assert context_cost([(160, 0.0060)]) == 0.0 and context_cost([(160, 0.0062), (544, 0.0060)]) == 0.0

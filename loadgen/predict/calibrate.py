@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 
 SKIP_FLAGS = ("server_over_capacity",)
+CONTEXT_MIN_EFFECT = 0.05  # the C=1 decode steps' relative difference below which c is taken as 0
 MIN_STEP_BASE_MS = 0.001  # a fitted a of 0 (no fixed step cost seen) as the simulator's smallest step
 LLAMACPP_N_BATCH = 2048  # llama-server's default -b: tokens (decode + prompt) in one step at most
 
@@ -67,7 +68,9 @@ class Fit:
     accept_length: float
     kv_tokens: int | None
     used_stages: list[int]  # concurrencies in the fit
-    step_residuals: list[dict]  # per equation: input_tokens, concurrency, what (decode step | TTFT at C=1), rel
+    # per equation: input_tokens, concurrency, what (decode step | TTFT at C=1), batch, prefill_tokens
+    # (x, or I for the TTFT), measured_s, model_s (the fitted right-hand side) and rel
+    step_residuals: list[dict]
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
     step_per_context_token_s: float = 0.0  # per context token of a decoding request (two prompt lengths)
 
@@ -153,33 +156,41 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
             targets.append(d)
             known.append(c * batch * (n_in + n_out / 2))
             fitted.append(int(r["concurrency"]))
-            labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step"})
+            labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
+                           "batch": batch, "prefill_tokens": x})
     for n_in, _, r in firsts:
         eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
         targets.append(r["ttft_p50_s"])
         known.append(0.0)
-        labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1"})
+        labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
+                       "prefill_tokens": n_in})
     a_mat, y, k = np.asarray(eqs), np.asarray(targets), np.asarray(known)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
     coef = _nonneg_lstsq(a_mat * scale[:, None], (y - k) * scale)
     resid = [float((np.asarray(e) @ coef + kk - t) / t) for e, t, kk in zip(eqs, targets, known, strict=True)]
     kv = (runs[0].get("guard") or {}).get("capacity_tokens")
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
-               [dict(label, rel=r) for label, r in zip(labels, resid, strict=True)],
+               [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
+                for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
                float(coef[3]) if overhead else None, c)
 
 
 def context_cost(points: list[tuple[float, float]]) -> float:
     """c from the C=1 decode steps of runs with different prompt lengths: (mean context I + N / 2,
     decode step d) points, d = a + b + c x context, c = the least-squares slope (>= 0). No other
-    request's prompt shares those steps, so their difference is the context's cost alone; with fewer
-    than two contexts, 0."""
+    request's prompt shares those steps, so their difference is the context's cost alone. 0 with
+    fewer than two contexts, or when the steps differ by less than ``CONTEXT_MIN_EFFECT`` of the
+    shortest context's (a TPOT p50 moves that much between two runs of the same stage, e.g. with
+    speculative decoding's random accept lengths: such a slope is noise, and it would come out of b)."""
     ctx = np.asarray([p[0] for p in points], dtype=float)
     if len(set(ctx)) < 2:
         return 0.0
     d = np.asarray([p[1] for p in points], dtype=float)
-    slope = np.polyfit(ctx, d, 1)[0]
-    return float(max(slope, 0.0))
+    slope = float(np.polyfit(ctx, d, 1)[0])
+    d_short = d[np.argmin(ctx)]
+    if slope * (ctx.max() - ctx.min()) < CONTEXT_MIN_EFFECT * d_short:
+        return 0.0
+    return slope
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:

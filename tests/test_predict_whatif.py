@@ -12,7 +12,7 @@ from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import PRESET_DIR, load
 from loadgen.stats.slo import Objectives
 
-PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
+PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20, tick_s=0)  # lockstep known answers
 LINEAR = load("slo-linear")  # TPOT(C) = 10 ms + 1 ms x C in lockstep, prefill free
 
 

@@ -99,3 +99,16 @@ def test_slo_linear_preset_has_tpot_in_closed_form(users):
     per_user_tokens_per_s = rec.window_tokens / rec.window_s / users
     assert 1 / per_user_tokens_per_s == pytest.approx(0.010 + 0.001 * users, rel=0.01)
     assert rec.preemptions == 0 and rec.peak_waiting <= users
+
+
+def test_stage_rules_are_checked_on_the_shapes_one_second_tick():
+    """As SweepShape: the ramp ends at the next tick (1 s), and a rule that holds between ticks is
+    seen at the next one. One user, 300 tokens on an 11 ms step: each request lives 3.3 s. Warmup
+    1 s from tick 1, turnover (1 finished, at 3.3 s): the window opens at tick 4. Its first measured
+    request is the one sent at 6.6 s (the one sent at 3.3 s is not); it finishes at 9.9 s and the
+    window closes at tick 10, after the user sent its next one (measured too)."""
+    (rec,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True))
+    assert rec.window_start_s == 4.0 and rec.window_s == 6.0
+    assert [t.sent_s for t in rec.requests] == [pytest.approx(6.6), pytest.approx(9.9)]
+    (cont,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True, tick_s=0))
+    assert cont.window_start_s == pytest.approx(3.3) and cont.window_s == pytest.approx(6.6)  # at the rule's instants

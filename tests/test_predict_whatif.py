@@ -72,7 +72,9 @@ def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
     for row in s["stages"]:
         for key in ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"):
             lo, hi = row["spread"][key]
-            assert lo <= row[key] <= hi
+            runs = row["spread_runs"][key]
+            assert len(runs) == 4 and runs == sorted(runs) and [lo, hi] == [runs[0], runs[-1]]
+            assert row[key] == runs[1]  # the median over the runs: the lower middle of 4
     lo, hi = s["stages"][1]["spread"]["tpot_p50_s"]
     assert hi > lo
 

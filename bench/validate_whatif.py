@@ -12,8 +12,10 @@ and form a cohort whose prefills collide; it disperses over tens of request life
 accept lengths), so a window opened a few seconds after the stage started catches a phase of that
 transient, a draw. The prediction is therefore a distribution: ``SPREAD`` + 1 virtual runs (other
 engine seeds, a 0-2 ms client jitter); the table gives their median, their range and where the
-measured value falls among them (``rank k/n``: k runs predicted less). ``truth`` is the median
-with the hidden parameters themselves: what is left between it and the measurement is not the fit's.
+measured value falls among them (``rank k/n``: k runs predicted less). ``truth`` is that median
+with the hidden parameters themselves (what is left between it and the measurement is not the
+fit's); ``fit+acc`` with the fitted engine but the hidden accept-length distribution (stage rows
+show only its mean, and its spread sets how fast a cohort disperses).
 
 The simulator runs in real time (time_scale 1) so the client's own overhead stays small next to
 the engine's steps.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,7 +67,8 @@ def main() -> int:
     preset = tmp / "fitted.yaml"
     predict_main(["calibrate", str(base.run_dir), str(second.run_dir), "-o", str(preset)])
     fitted = load(str(preset))
-    truth = _truth()
+    hidden = _truth()
+    also = {"truth": hidden, "fit+acc": replace(fitted, spec_accept=hidden.spec_accept)}
     print("\nparameter                 true     fitted   error")
     mean_true = sum((i + 1) * p for i, p in enumerate([0.2, 0.3, 0.5]))
     mean_fit = sum((i + 1) * p for i, p in enumerate(fitted.spec_accept))
@@ -75,7 +79,7 @@ def main() -> int:
     for title, run in ((f"changed workload ({CHANGED_IN} in / {OUT} out), {WARMUP_S} s warmup, {WINDOW_S} s windows",
                         changed),
                        (f"the same in steady state, {STEADY_WARMUP_S} s warmup, {STEADY_WINDOW_S} s windows", steady)):
-        compare(title, fitted, run.summary, CHANGED_IN, OUT, spread=SPREAD, truth=truth)
+        compare(title, fitted, run.summary, CHANGED_IN, OUT, spread=SPREAD, also=also)
     return 0
 
 
@@ -91,19 +95,20 @@ def _plan(measured: dict) -> StagePlan:
 
 
 def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: int, spread: int = 0,
-            truth=None) -> None:
+            also: dict | None = None) -> None:
     """Predict the measured run's stages with ``cfg`` and print predicted vs measured output tok/s
     and TTFT p50 per stage (also bench/validate_whatif_llamacpp.py's table). With ``spread`` = K the
     prediction is the median of K + 1 virtual runs, with the runs' range and the measured value's
-    rank among them; ``truth`` (a SimConfig) adds the median predicted with those parameters."""
+    rank among them; ``also`` ({name: SimConfig}) adds a column per entry: the TTFT p50 predicted
+    (the same way) with that configuration."""
     loads = tuple(s["concurrency"] for s in measured["stages"])
     w = WhatIf(input_tokens, output_tokens, loads, plan=_plan(measured), spread=spread)
     pred = predict(cfg, w)["stages"]
-    true_rows = predict(truth, w)["stages"] if truth is not None else None
+    other_rows = {name: predict(c, w)["stages"] for name, c in (also or {}).items()}
     print(f"\n{title}: predicted vs measured")
     head = "   C   out tok/s pred    meas     err   TTFT p50 pred    meas     err"
     if spread:
-        head += f"   ({spread + 1} runs) range          rank   truth"
+        head += f"   ({spread + 1} runs) range          rank" + "".join(f"  {n:>8}" for n in other_rows)
     print(head)
     for i, (p, m) in enumerate(zip(pred, measured["stages"], strict=True)):
         et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
@@ -114,8 +119,7 @@ def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: i
             runs = p["spread_runs"]["ttft_p50_s"]
             below = sum(1 for v in runs if v < m["ttft_p50_s"])
             line += f"   {runs[0] * 1e3:>6.1f}-{runs[-1] * 1e3:<6.1f}ms  {below:>2}/{len(runs)}"
-            if true_rows:
-                line += f"   {true_rows[i]['ttft_p50_s'] * 1e3:.1f}ms"
+            line += "".join(f"  {rows[i]['ttft_p50_s'] * 1e3:>6.1f}ms" for rows in other_rows.values())
         print(line)
     if spread:
         print("  rank k/n: k of the n predicted runs gave a TTFT p50 below the measured one (0 or n: outside the range)")

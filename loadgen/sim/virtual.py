@@ -82,27 +82,27 @@ class VirtualServer:
         arrivals = self._arrivals
         if not arrivals or arrivals[0][0] > self._horizon_s:
             return None
-        self.now_s = max(self.now_s, arrivals[0][0])  # the runner wakes at the arrival
-        self._admit(lambda t: t <= self.now_s)
-        return self.now_s
+        now = self.now_s = max(self.now_s, arrivals[0][0])  # the runner wakes at the arrival
+        while arrivals and arrivals[0][0] <= now:  # with every request arriving at that instant
+            self._queue(heapq.heappop(arrivals)[2])
+        return now
 
     def admit_arrivals(self, start: float) -> None:
         self._step_start_s = start
-        self._admit(lambda t: t < start)
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] < start:
+            self._queue(heapq.heappop(arrivals)[2])
 
     def sleep_until(self, end: float) -> float:
         self.now_s = end
         return end
 
-    def _admit(self, due: Callable[[float], bool]) -> None:
-        arrivals, now = self._arrivals, self.now_s
-        while arrivals and due(arrivals[0][0]):
-            _, _, req = heapq.heappop(arrivals)
-            try:
-                self.engine.submit(req)
-            except QueueFull:
-                self.rejected += 1
-                self.on_chunk(req, 0, True, now)
+    def _queue(self, req: SimRequest) -> None:
+        try:
+            self.engine.submit(req)
+        except QueueFull:
+            self.rejected += 1
+            self.on_chunk(req, 0, True, self.now_s)
 
     def _deliver(self, events: list[tuple[SimRequest, int, bool]], end: float) -> None:
         if self.record:

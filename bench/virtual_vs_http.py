@@ -70,7 +70,7 @@ def main() -> int:
           f"E2E p50 {statistics.median(c - a for a, _, c in reqs):5.2f} s")
     cfg = load(None, ENGINE)
     plan = StagePlan(warmup_s=warm, duration_s=args.seconds - warm, turnover=False, max_warmup_s=warm,
-                     max_window_s=args.seconds - warm)
+                     max_window_s=args.seconds - warm, tick_s=0)  # raw users: no shape, no ramp tick
     (rec,) = run_sweep(cfg.engine_params(), [args.users], args.input_tokens, OUTPUT, plan)
     row = stage_row(rec, args.input_tokens, cfg.kv_tokens)
     print(f"virtual {row['requests']:>4} requests  TTFT p50 {row['ttft_p50_s'] * 1e3:7.1f} ms  "

@@ -39,6 +39,10 @@ def test_accept_length_inverts_tokens_per_chunk():
     assert accept_length(1.0, n) == 1.0 and accept_length(None, n) == 1.0
     probs = accept_distribution(2.3)
     assert sum(probs) == pytest.approx(1) and sum((i + 1) * p for i, p in enumerate(probs)) == pytest.approx(2.3)
+    # two drafts, each accepted with a = 0.745 (1 + a + a^2 = 2.3) until the first rejection
+    a = (6.2 ** 0.5 - 1) / 2
+    assert probs == pytest.approx([1 - a, a * (1 - a), a * a], abs=1e-5)
+    assert accept_distribution(1.0) == [1.0] and len(accept_distribution(3.0)) == 4
 
 
 def test_fit_recovers_hidden_engine_parameters_within_ten_percent():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.sim.config import load
 from loadgen.sim.engine import EngineParams, SimRequest
 from loadgen.sim.virtual import VirtualServer
 
@@ -71,3 +72,43 @@ def test_kv_pressure_preempts_in_virtual_time_too():
                           step_base_s=0.01, step_per_seq_s=0.0, step_per_prefill_token_s=0.0)
     (rec,) = run_sweep(params, [8], 300, 300, StagePlan(warmup_s=1, duration_s=5))
     assert rec.preemptions > 0 and rec.peak_kv_tokens <= 4000
+
+
+def _closed_loop(params: EngineParams, users: int, prompt: int, output: int, warmup_s: float, window_s: float):
+    """One closed-loop stage of ``users`` on a fresh engine, fixed warmup and window (no turnover)."""
+    plan = StagePlan(warmup_s=warmup_s, duration_s=window_s, turnover=False, max_warmup_s=warmup_s,
+                     max_window_s=window_s)
+    (rec,) = run_sweep(params, [users], prompt, output, plan)
+    return rec
+
+
+def test_qwen_preset_rises_then_flattens_and_matches_the_seeds_c32():
+    """The preset's comment: C=32 ~2,150 output tok/s (1000 in / 1000 out), the knee at C=128."""
+    params = load("qwen35-397b-8gpu").engine_params()
+    rate = {c: (r := _closed_loop(params, c, 1000, 1000, 300, 300)).window_tokens / r.window_s
+            for c in (1, 8, 32, 128, 512)}
+    assert rate[32] == pytest.approx(2156, rel=0.10)
+    assert rate[1] < rate[8] < rate[32] < rate[128] < rate[512]  # rising
+    assert rate[512] / rate[128] < 1.5 < rate[32] / rate[8]  # 4x more users: big gain at low C, little at high C
+
+
+@pytest.mark.parametrize("users", [1, 8, 35, 36, 64])
+def test_slo_linear_preset_has_tpot_in_closed_form(users):
+    """slo-linear: TPOT(C) = 10 ms + 1 ms x C (the SLO search's known answer), no queue, no preemption."""
+    rec = _closed_loop(load("slo-linear").engine_params(), users, 50, 100, 5, 30)
+    per_user_tokens_per_s = rec.window_tokens / rec.window_s / users
+    assert 1 / per_user_tokens_per_s == pytest.approx(0.010 + 0.001 * users, rel=0.01)
+    assert rec.preemptions == 0 and rec.peak_waiting <= users
+
+
+def test_stage_rules_are_checked_on_the_shapes_one_second_tick():
+    """As SweepShape: the ramp ends at the next tick (1 s), and a rule that holds between ticks is
+    seen at the next one. One user, 300 tokens on an 11 ms step: each request lives 3.3 s. Warmup
+    1 s from tick 1, turnover (1 finished, at 3.3 s): the window opens at tick 4. Its first measured
+    request is the one sent at 6.6 s (the one sent at 3.3 s is not); it finishes at 9.9 s and the
+    window closes at tick 10, after the user sent its next one (measured too)."""
+    (rec,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True))
+    assert rec.window_start_s == 4.0 and rec.window_s == 6.0
+    assert [t.sent_s for t in rec.requests] == [pytest.approx(6.6), pytest.approx(9.9)]
+    (cont,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True, tick_s=0))
+    assert cont.window_start_s == pytest.approx(3.3) and cont.window_s == pytest.approx(6.6)  # at the rule's instants

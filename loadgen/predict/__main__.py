@@ -63,7 +63,7 @@ def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | No
     head = [f"Calibrated by llm-loadgen calibrate from {', '.join(map(str, run_dirs))}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens"
             " + step_per_context_token_ns x context tokens of the decoding requests (fitted with two prompt lengths, else 0);",
-            f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: floor/ceil with that mean);",
+            f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: drafts accepted until the first rejection, that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
             f"({(summary.get('guard') or {}).get('capacity_source')})"
             + ("" if f.client_overhead_s is None else

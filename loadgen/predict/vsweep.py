@@ -3,9 +3,15 @@
 Pure: no I/O, no wall clock (the simulated clock of ``loadgen.sim.virtual``). The stages follow the
 run plan's rules (``loadgen.run.plan``) in simulated seconds:
 
-- closed loop: stage C runs C users (users carry over from the stage before; a user whose request
+- closed loop: stage C runs C users (users carry over from the stage before; the new ones start
+  together, as Locust spawns a stage's users at once when ``ramp_s`` is 0; a user whose request
   finishes sends the next one at once, as Locust's ``wait_time = constant(0)``); open loop: requests
   arrive at a fixed rate, evenly spaced (the prediction of a mean, not of Poisson bursts);
+- ticks (``tick_s``, 1 s as ``shapes.sweep.SweepShape``): the rules below are checked once a tick
+  (at the first engine step that ends at or after it), the ramp ends at the tick after the stage
+  started, and the next stage starts at the tick the window closed. A window then opens about
+  ``warmup_s`` + 1 s after a stage's users started, where a real run's does (``tick_s`` 0: at the
+  instant a rule holds, a second earlier, when the users that started together are still closer);
 - warmup: ``warmup_s``, and (turnover) until as many requests finished since the stage began as the
   stage holds (C, or in flight), at most ``max_warmup_s``;
 - window: ``duration_s``, and (turnover) until as many of its measured requests finished, at most
@@ -37,6 +43,7 @@ class StagePlan:
     max_warmup_s: float = 600.0
     max_window_s: float = 900.0
     isolated: bool = False  # SLO objectives set: stage k+1 starts once stage k's measured requests ended
+    tick_s: float = 1.0  # the sweep shape's tick (SweepShape: 1 s): rules are checked on it; 0: at every step
 
 
 @dataclass
@@ -103,6 +110,7 @@ class _Sweep:
         self.measuring: StageRecord | None = None
         self.finished = 0  # requests finished in the whole run
         self.finished_measured = 0  # measured requests of the open window finished
+        self.phase_at = 0.0  # when the last phase ended (a tick): the next stage starts then
 
     def send(self, t: float, user: int | None = None) -> None:
         req = SimRequest(self.input_tokens, self.output_tokens)
@@ -150,17 +158,32 @@ class _Sweep:
             if t > now:
                 return
 
-    def advance_to(self, end_s: float, until, cap_s: float) -> None:
-        """Run until ``end_s`` has passed and ``until()`` holds, or ``cap_s`` passed."""
+    def advance_to(self, end_s: float, until, cap_s: float, tick_s: float = 0.0) -> float:
+        """Run until ``end_s`` has passed and ``until()`` holds, or ``cap_s`` passed; returns the time
+        the rule held. With ``tick_s`` the rule is checked once per tick (at the first step end at or
+        after it, as the sweep shape observes the run once a second) and the time returned is the tick's."""
         server = self.server
-        while not ((server.now_s >= end_s and until()) or server.now_s >= cap_s):
-            if self.gap_s is not None and self.last_arrival_s <= server.now_s:
+        checked = -1  # the last tick checked
+        while True:
+            now = server.now_s
+            if tick_s:
+                k = int(now / tick_s + 1e-9)
+                at = k * tick_s
+                if k > checked:
+                    checked = k
+                    if (at >= end_s and until()) or at >= cap_s:
+                        return at
+            elif (now >= end_s and until()) or now >= cap_s:
+                return now
+            if self.gap_s is not None and self.last_arrival_s <= now:
                 self._feed_arrivals()  # the last arrival sent is due: send up to one in the future
-            horizon = end_s if server.now_s < end_s else cap_s
+            horizon = end_s if now < end_s else cap_s
+            if tick_s:
+                horizon = min(horizon, (checked + 1) * tick_s)  # an idle engine sleeps to the next tick at most
             if not server.advance(horizon):
-                if server.now_s >= end_s:
-                    return  # idle with nothing due before the cap: nothing more can finish
-                server.now_s = end_s
+                if now >= end_s and not tick_s:
+                    return now  # idle with nothing due before the cap: nothing more can finish
+                server.now_s = max(now, horizon)
             st, engine = self.measuring, server.engine
             if st is not None:
                 st.peak_running = max(st.peak_running, engine.num_running)
@@ -181,14 +204,17 @@ def run_sweep(params: EngineParams, loads: list[float], input_tokens: int, outpu
     sw.users, sw.gap_s = 0, None
     if records:
         last = records[-1]
-        sw.advance_to(server.now_s, lambda: all(t.done for t in last.requests), server.now_s + plan.max_window_s)
+        sw.advance_to(server.now_s, lambda: all(t.done for t in last.requests), server.now_s + plan.max_window_s,
+                      plan.tick_s)
     return records
 
 
 def _play_stage(sw: _Sweep, index: int, load: float, plan: StagePlan, open_loop: bool) -> StageRecord:
-    """Ramp (users or the rate change at once), warmup, window: the stage's record."""
-    server = sw.server
-    start = server.now_s
+    """Ramp (users or the rate change at once), warmup, window: the stage's record. The stage starts
+    at the tick the last one's window closed (``sw.phase_at``); with ticks the ramp ends at the next
+    tick (the shape sees the users running), and every rule after is checked on the tick."""
+    server, tick = sw.server, plan.tick_s
+    start = sw.phase_at
     finished_at_start = sw.finished
     if open_loop:
         rec = StageRecord(index, None, float(load))
@@ -202,21 +228,23 @@ def _play_stage(sw: _Sweep, index: int, load: float, plan: StagePlan, open_loop:
         rec = StageRecord(index, int(load), None)
         old, sw.users = sw.users, int(load)
         for user in range(old, sw.users):
-            sw.send(start, user)
+            sw.send(server.now_s, user)
 
         def hold() -> int:
             return sw.users
     on = plan.turnover
-    sw.advance_to(start + plan.warmup_s, lambda: not on or sw.finished - finished_at_start >= hold(),
-                  start + plan.max_warmup_s)
-    rec.window_start_s = t0 = server.now_s
+    warm_from = start + tick  # the ramp: C users run at the next tick (at once without ticks)
+    t0 = sw.advance_to(warm_from + plan.warmup_s, lambda: not on or sw.finished - finished_at_start >= hold(),
+                       warm_from + max(plan.max_warmup_s, plan.warmup_s), tick)
+    rec.window_start_s = t0
     preempted_before = server.engine.stats.preemptions_total
     sw.measuring, sw.finished_measured = rec, 0
-    sw.advance_to(t0 + plan.duration_s, lambda: not on or sw.finished_measured >= hold(), t0 + plan.max_window_s)
-    rec.window_s = server.now_s - t0
+    sw.phase_at = sw.advance_to(t0 + plan.duration_s, lambda: not on or sw.finished_measured >= hold(),
+                                t0 + max(plan.max_window_s, plan.duration_s), tick)
+    rec.window_s = sw.phase_at - t0
     rec.preemptions = server.engine.stats.preemptions_total - preempted_before
     sw.measuring = None
     if plan.isolated:
-        now = server.now_s
-        sw.advance_to(now, lambda: all(t.done for t in rec.requests), now + plan.max_window_s)
+        now = sw.phase_at
+        sw.phase_at = sw.advance_to(now, lambda: all(t.done for t in rec.requests), now + plan.max_window_s, tick)
     return rec

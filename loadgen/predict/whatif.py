@@ -13,6 +13,7 @@ ceiling is the run's own (``loadgen.run.kv_guard.max_fitting_concurrency``) over
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 
 from loadgen.predict.rows import stage_row
@@ -69,17 +70,30 @@ SPREAD_JITTER_S = 0.002  # the client turnaround of the spread runs: a few ms, a
 
 
 def predict(cfg: SimConfig, w: WhatIf) -> dict:
-    """The predicted summary (summary.json's shape, ``predicted: true`` everywhere). With
-    ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws) and a seeded
-    0-2 ms client jitter give each row ``spread``: the min and max over all K + 1 runs of output
-    tok/s, TTFT p50 and TPOT p50 (the first run's figures are the prediction)."""
+    """The predicted summary (summary.json's shape, ``predicted: true`` everywhere).
+
+    With ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws) and a
+    seeded 0-2 ms client jitter play the same sweep: where users that start together form a cohort,
+    which phase of it a window catches is a draw, and so are figures such as TTFT p50 that take a
+    few discrete levels (a prompt's prefill alone, or behind one or two others'). Then, per row and
+    for output tok/s, TTFT p50 and TPOT p50: the figure is the median over the K + 1 runs (the lower
+    middle one: a value some run gave), ``spread`` its [min, max] and ``spread_runs`` every run's
+    value, sorted; the other figures, the knee and the SLO answer are the first run's."""
     summary = _predict_once(cfg, w, 0.0)
     if w.spread:
         others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
         for i, row in enumerate(summary["stages"]):
             rows = [row] + [o[i] for o in others]
-            row["spread"] = {key: [min(v), max(v)] if (v := [r[key] for r in rows if r.get(key) is not None]) else None
-                             for key in SPREAD_KEYS}
+            values = {key: sorted(r[key] for r in rows if r.get(key) is not None) for key in SPREAD_KEYS}
+            row["spread"] = {key: [v[0], v[-1]] if v else None for key, v in values.items()}
+            row["spread_runs"] = values
+            for key, v in values.items():
+                if v:
+                    row[key] = statistics.median_low(v)
+        if (c := summary["confirm"]) is not None:
+            key = "offered_rate_per_s" if w.open_loop else "concurrency"
+            row = next(r for r in summary["stages"] if r.get(key) == c["load"])
+            c.update({k: row[k] for k in SPREAD_KEYS})
     return summary
 
 

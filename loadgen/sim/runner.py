@@ -13,7 +13,6 @@ Overruns (``llmsim_step_overruns_total``) mean the simulator fell behind its own
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from time import perf_counter
 
 import gevent
@@ -21,10 +20,10 @@ from gevent.event import Event
 
 from loadgen.sim.engine import Engine, SimRequest
 from loadgen.sim.fixed import FixedSchedule
+from loadgen.sim.steploop import Deliver, StepLoop
 
 log = logging.getLogger("loadgen.sim")
 
-Deliver = Callable[[list[tuple[SimRequest, int, bool]], float], None]
 FIXED_LATE_S = 0.005
 FIXED_COALESCE_S = 0.0002  # serve chunks due within this much wall time in the same pass
 
@@ -34,7 +33,6 @@ class Runner:
         self.model = model
         self.time_scale = time_scale
         self.deliver = deliver
-        self.steps_total = 0
         self.overruns_total = 0
         self._wake = Event()
         self._t0 = perf_counter()
@@ -76,36 +74,50 @@ class Runner:
 
 
 class EngineRunner(Runner):
+    """The wall-time ``Clock`` of ``loadgen.sim.steploop.StepLoop``: requests are queued as they
+    arrive (``submit``), an idle engine sleeps until one wakes it, a step sleeps out its scaled
+    duration (an overrun when it is already late: the schedule restarts from now)."""
+
     model: Engine
+
+    def __init__(self, model: Engine, time_scale: float, deliver: Deliver):
+        super().__init__(model, time_scale, deliver)
+        self.loop = StepLoop(model, deliver, time_scale)
+
+    @property
+    def steps_total(self) -> int:
+        return self.loop.steps_total
 
     def _submit(self, req: SimRequest) -> None:
         self.model.submit(req)
 
+    def now(self) -> float:
+        return perf_counter()
+
+    def wait_for_arrival(self) -> float:
+        self._wake.clear()
+        self._wake.wait()
+        return perf_counter()
+
+    def admit_arrivals(self, start: float) -> None:
+        pass  # submit() queued each request as it arrived
+
+    def sleep_until(self, end: float) -> float:
+        now = perf_counter()
+        if end > now:
+            gevent.sleep(end - now)
+            return end
+        self.overruns_total += 1
+        return now
+
     def _loop(self) -> None:
-        model, scale = self.model, self.time_scale
-        step_start = perf_counter()
         while True:
-            if model.idle:
-                self._wake.clear()
-                self._wake.wait()
-                step_start = perf_counter()
-            duration_s, events = model.step()
-            for req in model.admitted:  # its queue time ends as this step starts (the metrics' clock)
-                req.t_scheduled = step_start
-            step_end = step_start + duration_s / scale
-            now = perf_counter()
-            if step_end > now:
-                gevent.sleep(step_end - now)
-                step_start = step_end
-            else:
-                self.overruns_total += 1
-                step_start = now
-            self.steps_total += 1
-            self.deliver(events, perf_counter())
+            self.loop.step(self)
 
 
 class FixedRunner(Runner):
     model: FixedSchedule
+    steps_total = 0  # timer passes
 
     def _submit(self, req: SimRequest) -> None:
         self.model.submit(req, self.now_s())

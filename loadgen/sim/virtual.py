@@ -1,21 +1,19 @@
 """The engine on a simulated clock: a whole sweep in CPU seconds, no sockets, no sleeping.
 
-``VirtualServer`` drives the same ``Engine.step()`` the HTTP simulator's ``EngineRunner`` drives,
-and admits requests by the same rule, so for the same arrivals both produce the same schedule:
+``VirtualServer`` is the simulated-time ``Clock`` of ``loadgen.sim.steploop.StepLoop``, the loop
+the HTTP simulator's ``EngineRunner`` runs in wall time, so for the same arrivals both produce the
+same schedule (the loop's rules: a request that arrives while step n+1 runs joins step n+2; an idle
+engine starts a step at the arrival). What differs is how time passes and how arrivals come in:
 
-- the runner computes step n+1 right after it delivered step n's chunks (at step n's end), then
-  sleeps through it; a request that arrives while it sleeps joins step n+2. Here: a request that
-  arrives at ``t`` is submitted before the first step that *starts* strictly after ``t``
-  (``t < start``), or, when the engine is idle, it starts a step at ``t`` itself (the runner's
-  wake-up), together with every request arriving at that same instant;
-- step k lasts the engine's ``duration_s`` and its chunks reach their clients at its end.
-
-So a closed-loop user whose request finishes at the end of step n sends its next one at that
-instant and it joins step n+2, as over HTTP (where the client needs a few microseconds more).
+- time: ``sleep_until`` sets the clock to the step's end (it is never late);
+- arrivals: ``submit(req, t)`` puts a request in a heap by its arrival time; those due strictly
+  before a step starts are queued in the engine just before it is computed, and an idle engine
+  jumps to the next arrival and queues every request arriving at that same instant.
 
 Clients are callbacks: ``on_chunk(req, n, done, t)`` is called for every chunk at the step's end
 and may ``submit`` new requests (``loadgen.predict`` builds closed-loop users and open-loop arrivals
-on it). Times are the engine's simulated seconds.
+on it). A request the engine refuses (``max_queued``) gets ``on_chunk(req, 0, True, t)`` at the
+start of the step it would have joined. Times are the engine's simulated seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loadgen.sim.engine import Engine, EngineParams, QueueFull, SimRequest
+from loadgen.sim.steploop import StepLoop
 
 OnChunk = Callable[[SimRequest, int, bool, float], None]
 
@@ -50,9 +49,15 @@ class VirtualServer:
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.params)
+        self.loop = StepLoop(self.engine, self._deliver)
         self._arrivals: list[tuple[float, int, SimRequest]] = []  # heap of (t, order, request)
         self._order = itertools.count()
-        self.steps_total = 0
+        self._horizon_s = float("inf")
+        self._step_start_s = 0.0
+
+    @property
+    def steps_total(self) -> int:
+        return self.loop.steps_total
 
     def submit(self, req: SimRequest, t: float) -> None:
         """``req`` arrives at simulated time ``t`` (not before now)."""
@@ -66,33 +71,42 @@ class VirtualServer:
     def advance(self, horizon_s: float = float("inf")) -> bool:
         """Run one step (an idle engine first waits for the next arrival, as the runner does);
         False when nothing is left to do, or the next arrival comes after ``horizon_s``."""
-        engine, arrivals = self.engine, self._arrivals
-        if engine.idle:
-            if not arrivals or arrivals[0][0] > horizon_s:
-                return False
-            self.now_s = max(self.now_s, arrivals[0][0])  # the runner wakes at the arrival
-            self._admit(inclusive=True)
-        else:
-            self._admit(inclusive=False)
-        self._step()
-        return True
+        self._horizon_s = horizon_s
+        return self.loop.step(self)
 
-    def _admit(self, inclusive: bool) -> None:
-        arrivals, now = self._arrivals, self.now_s
-        while arrivals and (arrivals[0][0] <= now if inclusive else arrivals[0][0] < now):
-            _, _, req = heapq.heappop(arrivals)
-            try:
-                self.engine.submit(req)
-            except QueueFull:
-                self.rejected += 1
-                self.on_chunk(req, 0, True, now)
+    # -- the Clock of loadgen.sim.steploop ---------------------------------------------------------
+    def now(self) -> float:
+        return self.now_s
 
-    def _step(self) -> None:
-        start = self.now_s
-        duration, events = self.engine.step()
-        self.now_s = end = start + duration
-        self.steps_total += 1
+    def wait_for_arrival(self) -> float | None:
+        arrivals = self._arrivals
+        if not arrivals or arrivals[0][0] > self._horizon_s:
+            return None
+        now = self.now_s = max(self.now_s, arrivals[0][0])  # the runner wakes at the arrival
+        while arrivals and arrivals[0][0] <= now:  # with every request arriving at that instant
+            self._queue(heapq.heappop(arrivals)[2])
+        return now
+
+    def admit_arrivals(self, start: float) -> None:
+        self._step_start_s = start
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] < start:
+            self._queue(heapq.heappop(arrivals)[2])
+
+    def sleep_until(self, end: float) -> float:
+        self.now_s = end
+        return end
+
+    def _queue(self, req: SimRequest) -> None:
+        try:
+            self.engine.submit(req)
+        except QueueFull:
+            self.rejected += 1
+            self.on_chunk(req, 0, True, self.now_s)
+
+    def _deliver(self, events: list[tuple[SimRequest, int, bool]], end: float) -> None:
         if self.record:
-            self.schedule.append(StepRecord(start, duration, tuple((id(r), n, d) for r, n, d in events)))
+            start = self._step_start_s
+            self.schedule.append(StepRecord(start, end - start, tuple((id(r), n, d) for r, n, d in events)))
         for req, n, done in events:
             self.on_chunk(req, n, done, end)

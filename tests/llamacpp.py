@@ -6,7 +6,8 @@ another binary. ``require_llama_server()`` skips the calling test, saying how to
 there is none.
 
 ``LlamaServer`` starts ``llama-server -m MODEL --alias NAME --host 127.0.0.1 --port P -c CTX -np
-SLOTS -t 1 --metrics`` on a free port, waits until ``/health`` answers 200 and always kills it on
+SLOTS -t THREADS --metrics`` (THREADS 1 unless told) on a free port, prefixed by ``launcher`` (e.g.
+``("taskset", "-c", "0")`` to pin it to a core), waits until ``/health`` answers 200 and always kills it on
 exit, also when the body of the ``with`` raises. ``-c`` is split across the slots: each request
 gets CTX / SLOTS tokens of context; requests beyond SLOTS wait in the server's queue.
 """
@@ -72,12 +73,13 @@ class LlamaServer:
     """One ``llama-server`` process; use as a context manager (``with LlamaServer(...) as srv``)."""
 
     def __init__(self, binary: str, model: Path, alias: str = "tiny-llama", ctx_tokens: int = 1024,
-                 slots: int = 1, ready_timeout_s: float = 60.0, extra_args: tuple[str, ...] = ()):
+                 slots: int = 1, ready_timeout_s: float = 60.0, extra_args: tuple[str, ...] = (),
+                 threads: int = 1, launcher: tuple[str, ...] = ()):
         self.alias = alias
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [binary, "-m", str(model), "--alias", alias, "--host", "127.0.0.1",
-                    "--port", str(self.port), "-c", str(ctx_tokens), "-np", str(slots), "-t", "1",
+        self.cmd = [*launcher, binary, "-m", str(model), "--alias", alias, "--host", "127.0.0.1",
+                    "--port", str(self.port), "-c", str(ctx_tokens), "-np", str(slots), "-t", str(threads),
                     "--metrics", *extra_args]
         self.ready_timeout_s = ready_timeout_s
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()

@@ -100,17 +100,19 @@ def bpe_vocab(vocab_size: int, words: tuple[str, ...] = WORDS
 
 
 def write_tiny_llama(path: Path, vocab_size: int = 8192, n_ctx_train: int = 4096, seed: int = 0,
-                     n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128) -> TinyModel:
-    """Write the model to ``path`` (deterministic for equal arguments) and describe it."""
+                     n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128,
+                     f16: bool = False) -> TinyModel:
+    """Write the model to ``path`` (deterministic for equal arguments) and describe it. ``f16``:
+    the matrices in half precision (the norms stay f32), as most GGUF checkpoints ship them."""
     tokens, types, merges, fitted = bpe_vocab(vocab_size)
     rng = np.random.default_rng(seed)
 
     def weight(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        return (rng.standard_normal(shape) * 0.02).astype(np.float16 if f16 else np.float32)
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("llm-loadgen tiny random llama")
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     w.add_vocab_size(vocab_size)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)

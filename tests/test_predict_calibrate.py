@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from loadgen.predict.calibrate import accept_distribution, accept_length, fit, residuals
+from loadgen.predict.calibrate import (
+    LLAMACPP_N_BATCH,
+    MIN_STEP_BASE_MS,
+    accept_distribution,
+    accept_length,
+    context_cost,
+    fit,
+    residuals,
+)
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, run_sweep
 from loadgen.sim.engine import EngineParams
@@ -15,8 +25,8 @@ HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefi
 LOADS = [1, 4, 16, 64, 128]
 
 
-def _summary(params: EngineParams, n_in: int = 500, n_out: int = 300) -> dict:
-    recs = run_sweep(params, LOADS, n_in, n_out, StagePlan(warmup_s=5, duration_s=20))
+def _summary(params: EngineParams, n_in: int = 500, n_out: int = 300, loads: list[int] = LOADS) -> dict:
+    recs = run_sweep(params, loads, n_in, n_out, StagePlan(warmup_s=5, duration_s=20))
     rows = [stage_row(r, n_in, params.kv_tokens) for r in recs]
     return {"scenario": {"input_tokens": n_in, "output_tokens": n_out}, "stages": rows,
             "guard": {"capacity_tokens": params.kv_tokens}, "server": {"flavor": "sglang", "max_model_len": 32768}}
@@ -77,3 +87,57 @@ def test_two_prompt_lengths_separate_prefill_from_the_client_overhead():
     assert f.step_per_prefill_token_s == pytest.approx(HIDDEN.step_per_prefill_token_s, rel=0.10)
     assert f.step_per_seq_s == pytest.approx(HIDDEN.step_per_seq_s, rel=0.10)
     assert f.step_base_s == pytest.approx(HIDDEN.step_base_s, rel=0.10)
+
+
+READING = dataclasses.replace(HIDDEN, spec_accept=(1.0,), step_base_s=0.001, step_per_seq_s=0.005,
+                              step_per_prefill_token_s=0.0007, step_per_context_token_s=1.3e-6)
+# an engine like llama.cpp on one CPU core: little fixed cost, ~5 ms per sequence, 0.7 ms per prompt
+# token and 1.3 us per context token a decoder reads (at 1,100 tokens of context +1.4 ms a step)
+
+
+def test_two_prompt_lengths_recover_the_cost_per_context_token():
+    # stages 1-4 one apart: with 1, 2, 4 the 512-token C = 2 and 4 stages catch their cohorts' phases
+    # (decode-step residuals -11 %, +12 %) and b comes out 12 % low; c comes from C = 1 alone either way
+    runs = [_with_overhead(_summary(READING, n_in=n, n_out=64, loads=[1, 2, 3, 4]), 0.002) for n in (128, 512)]
+    f = fit(runs)
+    assert f.step_per_context_token_s == pytest.approx(READING.step_per_context_token_s, rel=0.10)
+    assert f.step_per_prefill_token_s == pytest.approx(READING.step_per_prefill_token_s, rel=0.10)
+    assert f.step_per_seq_s == pytest.approx(READING.step_per_seq_s, rel=0.10)
+    # a is ~1 ms beside b's 5: with the 2 ms client overhead the fit splits ~1 ms differently; their sum holds
+    assert f.step_base_s + f.step_per_seq_s == pytest.approx(READING.step_base_s + READING.step_per_seq_s, rel=0.05)
+    assert f.preset(runs[0])["step_per_context_token_ns"] == pytest.approx(1300, rel=0.10)
+
+
+def test_one_prompt_length_leaves_the_context_cost_at_zero():
+    assert fit(_summary(READING, n_in=512, n_out=64, loads=[1, 2, 4])).step_per_context_token_s == 0.0
+
+
+def test_a_llamacpp_preset_prefills_in_llama_servers_batch():
+    summary = _summary(HIDDEN)
+    summary["server"] = {"flavor": "llamacpp", "slots": 4, "max_model_len": 4096}
+    preset = fit(summary).preset(summary)
+    assert preset["prefill_chunk_tokens"] == LLAMACPP_N_BATCH and preset["max_running"] == 4
+
+
+def test_max_batch_fits_only_the_stages_up_to_that_batch():
+    runs = [_summary(READING, n_in=n, n_out=64, loads=[1, 2, 4, 8]) for n in (128, 512)]
+    f = fit(runs, max_batch=2)
+    assert f.used_stages == [1, 2, 1, 2]
+    # the steps at batch 1 and 2, the line a prediction on 2 slots runs on
+    for batch in (1, 2):
+        assert f.step_base_s + batch * f.step_per_seq_s == pytest.approx(
+            READING.step_base_s + batch * READING.step_per_seq_s, rel=0.05)
+    assert f.step_per_context_token_s == pytest.approx(READING.step_per_context_token_s, rel=0.10)
+
+
+def test_a_fitted_step_base_of_zero_is_written_as_the_smallest_valid_step():
+    summary = _summary(HIDDEN)
+    f = dataclasses.replace(fit(summary), step_base_s=0.0)
+    assert f.preset(summary)["step_base_ms"] == MIN_STEP_BASE_MS > 0
+
+
+def test_a_context_slope_within_the_noise_of_a_tpot_is_taken_as_zero():
+    # C=1 decode steps of 6.0 and 6.2 ms at 160 and 544 tokens of context: 3 %, under CONTEXT_MIN_EFFECT
+    assert context_cost([(160, 0.0060), (544, 0.0062)]) == 0.0
+    assert context_cost([(160, 0.0060), (544, 0.0066)]) == pytest.approx(0.0006 / 384)
+    assert context_cost([(160, 0.0060)]) == 0.0 and context_cost([(160, 0.0062), (544, 0.0060)]) == 0.0

@@ -71,6 +71,18 @@ def test_chunked_prefill_budget_and_step_duration_formula():
     assert duration == pytest.approx(0.011) and events[0][1] == 1
 
 
+def test_decode_steps_cost_their_context_tokens():
+    p = EngineParams(kv_tokens=10_000, step_base_s=0.01, step_per_seq_s=0.001, step_per_prefill_token_s=0.0001,
+                     step_per_context_token_s=1e-6)
+    engine = Engine(p)
+    engine.submit(SimRequest(100, 4))
+    engine.submit(SimRequest(300, 4))
+    # step 1 prefills both (no decoder reads a context); then both decode with 1, 2, 3 tokens generated
+    assert engine.step()[0] == pytest.approx(0.01 + 0.002 + 0.04)
+    for generated in (1, 2, 3):
+        assert engine.step()[0] == pytest.approx(0.01 + 0.002 + 1e-6 * (100 + 300 + 2 * generated))
+
+
 def test_max_running_caps_the_batch():
     engine = Engine(EngineParams(kv_tokens=100_000, max_running=2))
     reqs = [SimRequest(10, 100) for _ in range(5)]

@@ -48,11 +48,11 @@ def _plan(scenario: dict) -> StagePlan:
                      float(s.get("max_window_s", d.max_window_s)), isolated)
 
 
-def calibrate(runs: list[str], out: str, plots: bool = True) -> int:
+def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | None = None) -> int:
     run_dirs = [resolve_run_dir(run) for run in runs]
     summaries = [load_summary(d) for d in run_dirs]  # a clear error naming the folder and the fix
     summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
-    f = fit(summaries)
+    f = fit(summaries, max_batch)
     preset = f.preset(summary)
     cfg = validate(_config(preset))
     sc = summary["scenario"]
@@ -61,7 +61,8 @@ def calibrate(runs: list[str], out: str, plots: bool = True) -> int:
                                     plan=_plan(sc)))
     res = residuals(summary, predicted["stages"])
     head = [f"Calibrated by llm-loadgen calibrate from {', '.join(map(str, run_dirs))}",
-            "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",
+            "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens"
+            " + step_per_context_token_ns x context tokens of the decoding requests (fitted with two prompt lengths, else 0);",
             f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: drafts accepted until the first rejection, that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
             f"({(summary.get('guard') or {}).get('capacity_source')})"
@@ -202,6 +203,8 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
     cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s); "
                      "beside it <preset>.fit.json, .fit.png and .fit.html")
     cal.add_argument("--no-plots", action="store_true", help="no .fit.png / .fit.html (no matplotlib)")
+    cal.add_argument("--max-batch", type=int, help="fit only stages whose batch is at most this: the step time "
+                     "as a straight line over the batches you will predict (default: every stage)")
     wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
     wi.add_argument("preset", help="a preset YAML (llm-loadgen calibrate) or a bundled name")
     wi.add_argument("--input-tokens", type=int, default=1000)
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m loadgen.predict")
     args = parser(prog).parse_args(argv)
     try:
         if args.cmd == "calibrate":
-            return calibrate(args.run, args.out, plots=not args.no_plots)
+            return calibrate(args.run, args.out, plots=not args.no_plots, max_batch=args.max_batch)
         if args.replicas < 1:
             raise SimConfigError("--replicas", args.replicas, "must be >= 1")
         return whatif(args)

@@ -4,20 +4,24 @@ Pure (the summary is passed in; ``loadgen.predict.__main__`` reads and writes th
 is the engine's own (``loadgen.sim.engine``): one step = a + b x batch + p x prefill tokens in the
 step, each decode step emitting L tokens per running request on average. Linear in the batch
 because a decode step's cost is the weights' read (a) plus per-sequence attention and sampling (b);
-a context-length term is left out: a sweep of fixed lengths cannot tell it from b.
+with runs of two prompt lengths, a context term c x (context tokens of the decoding requests) joins
+(below); one sweep of fixed lengths cannot tell it from b.
 
 From each closed-loop stage at concurrency C with N output and I input tokens per request:
 
 - L = (N - 1) / (N / tokens_per_chunk - 1)  (a request's first token comes from its prefill step
   alone, so an N-token output takes 1 + (N - 1) / L chunks); 1 without speculative decoding
 - decode step time d = TPOT p50 x L
-- prefill tokens per step x = request rate x I x d, request rate = output tok/s / N
+- prefill tokens per step x = request rate x (C - 1) / C x I x d, request rate = output tok/s / N
+  (the prompts a request's decode steps share: the other C - 1 users'; none at C = 1)
 - batch = C (every user's request is in the engine; the server's running_max when it said less)
+- context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on
+  average I + N / 2 tokens)
 
-and least squares on relative errors of
+c first (``context_cost``), then least squares on relative errors of
 
-    d_k = a + b x batch_k + p x x_k       (each fitted stage)
-    TTFT(C=1) = a + b + p x I             (the lowest stage at C=1: an idle engine, one step)
+    d_k - c x K_k = a + b x batch_k + p x x_k   (each fitted stage)
+    TTFT(C=1) = a + b + p x I                   (the lowest stage at C=1: an idle engine, one step)
 
 With fixed lengths x_k is nearly proportional to C (x ~ C x I x L / N), so the decode equations
 fix a and b + p I L / N; the C=1 TTFT separates p. That TTFT also holds the client's own overhead
@@ -25,12 +29,19 @@ fix a and b + p I L / N; the C=1 TTFT separates p. That TTFT also holds the clie
 prefill, so calibrate on a prompt long enough that its prefill dwarfs a few milliseconds. Given
 several runs of the same server (``fit([run_a, run_b])``) with two prompt lengths at C=1, a fourth
 unknown, the overhead d0, joins the TTFT equations (TTFT = a + b + p I + d0) and is reported, not
-predicted; the runs' different I also break the collinearity of b and p. Stages flagged
+predicted; the runs' different I also break the collinearity of b and p. With two prompt lengths
+at C=1 the context term c (``step_per_context_token_ns``: step time per context token of a decoding
+request, the KV cache it reads) is the slope of the C=1 decode step over the mean context I + N / 2:
+no other prompt shares those steps, so their difference is the context's alone (fitted jointly with
+the C > 1 stages, c took up their errors of the prefill share x); with one length it stays 0. A
+memory-bound engine needs it: on llama.cpp on one CPU core a decode step at 1,100 tokens of
+context costs ~25 % more than at 200. Stages flagged
 server_over_capacity or with preemptions are left out of the fit (their figures are not the
 engine's steady state) but get residuals like the rest; client_bound stages stay in (their medians
 hold; their tails are the client's). KV capacity: the run's ``guard.capacity_tokens``;
-max_running: the server's slots (llama.cpp) else at least the largest C; prefill chunk: at least I
-(the data cannot see chunking when a prompt fits in one chunk).
+max_running: the server's slots (llama.cpp) else at least the largest C; prefill chunk: llama.cpp's
+default batch of 2048 tokens (``-b``: prompt tokens join the running decodes in one batch of at most
+n_batch tokens), else at least I (the data cannot see chunking when a prompt fits in one chunk).
 """
 
 from __future__ import annotations
@@ -40,6 +51,9 @@ from dataclasses import dataclass
 import numpy as np
 
 SKIP_FLAGS = ("server_over_capacity",)
+CONTEXT_MIN_EFFECT = 0.05  # the C=1 decode steps' relative difference below which c is taken as 0
+MIN_STEP_BASE_MS = 0.001  # a fitted a of 0 (no fixed step cost seen) as the simulator's smallest step
+LLAMACPP_N_BATCH = 2048  # llama-server's default -b: tokens (decode + prompt) in one step at most
 
 
 class CalibrationError(ValueError):
@@ -58,6 +72,7 @@ class Fit:
     # (x, or I for the TTFT), measured_s, model_s (the fitted right-hand side) and rel
     step_residuals: list[dict]
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
+    step_per_context_token_s: float = 0.0  # per context token of a decoding request (two prompt lengths)
 
     def preset(self, summary: dict) -> dict:
         """The fit as simulator preset keys (``loadgen.sim.config.SimConfig`` names and units)."""
@@ -72,9 +87,11 @@ class Fit:
             "block_size": 1 if flavor == "sglang" else 16,
             "max_running": int(server.get("slots") or max(1024, *loads)), "max_queued": 0, "time_scale": 1,
             "seed": 0, "eos_prob": 0.0,
-            "step_base_ms": round(self.step_base_s * 1e3, 6), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
+            "step_base_ms": max(round(self.step_base_s * 1e3, 6), MIN_STEP_BASE_MS), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
             "step_per_prefill_token_us": round(self.step_per_prefill_token_s * 1e6, 6),
-            "prefill_chunk_tokens": int(max(8192, sc["input_tokens"])),
+            "step_per_context_token_ns": round(self.step_per_context_token_s * 1e9, 6),
+            "prefill_chunk_tokens": LLAMACPP_N_BATCH if server.get("flavor") == "llamacpp"
+            else int(max(8192, sc["input_tokens"])),
             "spec_accept": accept_distribution(self.accept_length), "admit_output_reserve": 0.0,
         }
 
@@ -114,48 +131,75 @@ def _fit_rows(summary: dict) -> list[dict]:
     return rows
 
 
-def fit(summaries: dict | list[dict]) -> Fit:
-    """The engine parameters of one run, or of several runs of the same server (module docstring)."""
+def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
+    """The engine parameters of one run, or of several runs of the same server (module docstring).
+    ``max_batch``: fit only the stages whose batch is at most this (the C=1 TTFTs stay in): a
+    straight line in the batch, fitted over the batches a prediction will run, where the engine's
+    step time is not linear over the whole range (llama.cpp on a CPU: 6, 13, 20 ms at 1, 2, 4)."""
     runs = [summaries] if isinstance(summaries, dict) else list(summaries)
     per_run = [(s, int(s["scenario"]["input_tokens"]), int(s["scenario"]["output_tokens"]), _fit_rows(s))
                for s in runs]
     lengths = [accept_length(r.get("tokens_per_chunk"), n_out) for _, _, n_out, rows in per_run for r in rows]
     weights = [r["requests"] for *_, rows in per_run for r in rows]
     accept = float(np.average(lengths, weights=weights))
-    firsts = [(n_in, min(rows, key=lambda r: r["concurrency"])) for _, n_in, _, rows in per_run]
-    firsts = [(n_in, r) for n_in, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
-    overhead = len({n_in for n_in, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
-    eqs, targets, fitted, labels = [], [], [], []
+    firsts = [(n_in, n_out, min(rows, key=lambda r: r["concurrency"])) for _, n_in, n_out, rows in per_run]
+    firsts = [(n_in, n_out, r) for n_in, n_out, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
+    overhead = len({n_in for n_in, _, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
+    c = context_cost([(n_in + n_out / 2, r["tpot_p50_s"] * accept) for n_in, n_out, r in firsts])
+    eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's share, c x K
     for _, n_in, n_out, rows in per_run:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
         for r in good:
             batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            if max_batch is not None and batch > max_batch:
+                continue
             d = r["tpot_p50_s"] * accept
-            x = r["output_tokens_per_s"] / n_out * n_in * d
+            rate = r["output_tokens_per_s"] / n_out
+            x = rate * (r["concurrency"] - 1) / r["concurrency"] * n_in * d
             eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
+            known.append(c * batch * (n_in + n_out / 2))
             fitted.append(int(r["concurrency"]))
             labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
                            "batch": batch, "prefill_tokens": x})
-    for n_in, r in firsts:
+    for n_in, _, r in firsts:
         eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
         targets.append(r["ttft_p50_s"])
+        known.append(0.0)
         labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
                        "prefill_tokens": n_in})
-    a_mat, y = np.asarray(eqs), np.asarray(targets)
+    a_mat, y, k = np.asarray(eqs), np.asarray(targets), np.asarray(known)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
-    coef = _nonneg_lstsq(a_mat * scale[:, None], y * scale)
-    resid = [float((np.asarray(e) @ coef - t) / t) for e, t in zip(eqs, targets, strict=True)]
+    coef = _nonneg_lstsq(a_mat * scale[:, None], (y - k) * scale)
+    resid = [float((np.asarray(e) @ coef + kk - t) / t) for e, t, kk in zip(eqs, targets, known, strict=True)]
     kv = (runs[0].get("guard") or {}).get("capacity_tokens")
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
-               [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef), rel=r)
-                for label, e, t, r in zip(labels, eqs, targets, resid, strict=True)],
-               float(coef[3]) if overhead else None)
+               [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
+                for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
+               float(coef[3]) if overhead else None, c)
+
+
+def context_cost(points: list[tuple[float, float]]) -> float:
+    """c from the C=1 decode steps of runs with different prompt lengths: (mean context I + N / 2,
+    decode step d) points, d = a + b + c x context, c = the least-squares slope (>= 0). No other
+    request's prompt shares those steps, so their difference is the context's cost alone. 0 with
+    fewer than two contexts, or when the steps differ by less than ``CONTEXT_MIN_EFFECT`` of the
+    shortest context's (a TPOT p50 moves that much between two runs of the same stage, e.g. with
+    speculative decoding's random accept lengths: such a slope is noise, and it would come out of b)."""
+    ctx = np.asarray([p[0] for p in points], dtype=float)
+    if len(set(ctx)) < 2:
+        return 0.0
+    d = np.asarray([p[1] for p in points], dtype=float)
+    slope = float(np.polyfit(ctx, d, 1)[0])
+    d_short = d[np.argmin(ctx)]
+    if slope * (ctx.max() - ctx.min()) < CONTEXT_MIN_EFFECT * d_short:
+        return 0.0
+    return slope
 
 
 def _nonneg_lstsq(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with every coefficient >= 0: drop the most negative one and refit (3 unknowns)."""
+    """Least squares with every coefficient >= 0: drop the most negative one and refit (4 unknowns)."""
     active = list(range(a.shape[1]))
     while True:
         coef = np.zeros(a.shape[1])

@@ -53,6 +53,7 @@ class SimConfig:
     step_base_ms: float = 10.0
     step_per_seq_ms: float = 0.1
     step_per_prefill_token_us: float = 20.0
+    step_per_context_token_ns: float = 0.0
     prefill_chunk_tokens: int = 8192
     spec_accept: list[float] = field(default_factory=lambda: [1.0])
     admit_output_reserve: float = 0.0
@@ -86,6 +87,7 @@ class SimConfig:
             max_queued=self.max_queued, prefill_chunk_tokens=self.prefill_chunk_tokens,
             step_base_s=self.step_base_ms / 1e3, step_per_seq_s=self.step_per_seq_ms / 1e3,
             step_per_prefill_token_s=self.step_per_prefill_token_us / 1e6,
+            step_per_context_token_s=self.step_per_context_token_ns / 1e9,
             spec_accept=tuple(self.spec_accept), admit_output_reserve=self.admit_output_reserve,
             seed=self.seed, prefix_cache_blocks=self.prefix_cache_tokens // self.prefix_block_tokens,
             prefix_block_tokens=self.prefix_block_tokens)
@@ -114,6 +116,9 @@ HELP = {
     "step_base_ms": "engine: fixed time of one engine step, ms",
     "step_per_seq_ms": "engine: added step time per request in the batch, ms",
     "step_per_prefill_token_us": "engine: added step time per prompt token prefilled in the step, us",
+    "step_per_context_token_ns": "engine: added step time per context token (prompt + generated so far) "
+                                 "of each request decoding in the step, ns: the KV cache it reads; 0 = "
+                                 "step time independent of context length",
     "prefill_chunk_tokens": "engine: prompt tokens prefilled per step at most (chunked prefill), tokens",
     "spec_accept": "engine: speculative decoding, comma-separated P(1, 2, ... tokens accepted per step) "
                    "summing to 1; 1.0 = no speculation",
@@ -147,7 +152,8 @@ _MIN = {  # key -> (lowest allowed, inclusive?)
     "max_running": (1, True), "max_queued": (0, True), "time_scale": (0, False),
     "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
     "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
-    "step_per_prefill_token_us": (0, True), "prefill_chunk_tokens": (1, True),
+    "step_per_prefill_token_us": (0, True), "step_per_context_token_ns": (0, True),
+    "prefill_chunk_tokens": (1, True),
     "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True),
     "cache_report": (0, True), "reasoning_tokens": (0, True), "reasoning_usage": (0, True),
     "vocab_size": (0, True), "advertise_max_model_len": (0, True), "stall_max_s": (0, False), "idle_timeout_s": (0, False),

@@ -12,9 +12,11 @@ and then delivers the events. TTFT and ITL are not configured, they emerge from 
   prefill completes emits its first token at the end of that step.
 - Prefix caching (``prefix_cache_blocks`` > 0, see ``loadgen.sim.prefix``): at admission the
   prompt's leading blocks found in the cache count as already prefilled.
-- Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill``,
-  where ``batch`` = requests that decoded or prefilled in the step and ``prefill`` = prompt
-  tokens computed in the step.
+- Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill
+  + step_per_context_token_s * context``, where ``batch`` = requests that decoded or prefilled in
+  the step, ``prefill`` = prompt tokens computed in the step and ``context`` = the context of the
+  requests that decoded (prompt + tokens generated so far, summed): the KV cache a decode step
+  reads. Its coefficient defaults to 0 (a step's cost independent of context length).
 
 KV cache, in tokens (rounded up to ``block_size`` per request): a request holds
 ``prompt + generated`` tokens. Admission needs ``prompt + generated + 1`` tokens free, plus
@@ -68,6 +70,7 @@ class EngineParams:
     step_base_s: float = 0.010
     step_per_seq_s: float = 0.0001
     step_per_prefill_token_s: float = 0.00002
+    step_per_context_token_s: float = 0.0
     spec_accept: tuple[float, ...] = (1.0,)
     admit_output_reserve: float = 0.0
     seed: int = 0
@@ -108,6 +111,7 @@ class Engine:
             cum.append(acc)
         self._spec_cum = cum
         self._spec = len(cum) > 1
+        self._context = 0  # context tokens of the requests decoding in the step being computed
         p = self.params
         self.prefix_cache = (PrefixCache(p.prefix_block_tokens, p.prefix_cache_blocks)
                              if p.prefix_cache_blocks else None)
@@ -184,13 +188,15 @@ class Engine:
             return 0.0, []
         events: list[tuple[SimRequest, int, bool]] = []
         self.admitted.clear()
+        self._context = 0
         preempted = self._decode(events)
         batch = len(events)
         prefilled, prefill_seqs = self._prefill(events, admit=not preempted)
         batch += prefill_seqs
         p = self.params
         self.stats.steps_total += 1
-        return p.step_base_s + p.step_per_seq_s * batch + p.step_per_prefill_token_s * prefilled, events
+        return (p.step_base_s + p.step_per_seq_s * batch + p.step_per_prefill_token_s * prefilled
+                + p.step_per_context_token_s * self._context), events
 
     def _draw_accept(self) -> int:
         if not self._spec:
@@ -217,6 +223,7 @@ class Engine:
                     break
             if req.state != RUNNING:
                 break
+            self._context += req.prompt_tokens + req.generated
             if self._spec:
                 self.stats.spec_drafts_total += 1
                 self.stats.spec_accepted_tokens_total += k - 1

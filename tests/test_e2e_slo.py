@@ -7,6 +7,8 @@ resolution (10 % of the lower end) of 35. Requests are tiny (16 + 40 tokens) so 
 few seconds. TPOT is the same for every request of a stage here, so the answer does not depend on
 the attainment target; the search test asks 90 % so that a few requests stamped late by a busy
 shared machine (client delays only ever add to TPOT) cannot fail C=34, 1 ms inside the objective.
+The verdicts far from the objective (no stage passes, every stage passes) are in
+tests/test_e2e_slo_verdicts.py, beside other files.
 """
 
 from __future__ import annotations
@@ -62,24 +64,3 @@ def test_search_lands_within_its_resolution_of_the_analytic_maximum(tmp_path):
     assert f"SLO: max concurrency C={lo}" in run.stderr and "KV ceiling: C=" in run.stderr
     csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
     assert {"search", "slo.pass", "slo.attainment_by.tpot_s", "goodput_output_tokens_per_s"} <= set(csv_head)
-
-
-def test_no_stage_passes_max_concurrency_is_null_and_said_plainly(tmp_path):
-    """TPOT(4) = 14 ms > 11 ms: nothing passes; the search has nothing to bisect."""
-    run = run_slo(tmp_path, "none", "--stages", "4,8", "--slo", "tpot_s=0.011", "--slo-search")
-    answer = run.summary["slo"]
-    assert answer["max_concurrency"] is None and answer["bracket"] == [None, 4]
-    assert answer["search"]["stages"] == []
-    assert [st["slo"]["attainment"] for st in run.summary["stages"]] == [0.0, 0.0]
-    assert [st["goodput_requests_per_s"] for st in run.summary["stages"]] == [0.0, 0.0]
-    assert "SLO: no stage met tpot_s <= 0.011" in run.stderr and "max concurrency: none" in run.stderr
-
-
-def test_every_stage_passes_the_bracket_is_open_above(tmp_path):
-    run = run_slo(tmp_path, "all", "--stages", "4,8", "--slo", "tpot_s=0.045,ttft_s=1", "--slo-search")
-    answer = run.summary["slo"]
-    assert answer["max_concurrency"] == 8 and answer["bracket"] == [8, None]
-    assert answer["search"]["stages"] == []
-    for st in run.summary["stages"]:
-        assert st["slo"]["attainment"] == 1.0 and st["slo"]["attainment_by"] == {"ttft_s": 1.0, "tpot_s": 1.0}
-    assert "every stage passed" in run.stderr and "limit is above C=8" in run.stderr

@@ -6,8 +6,8 @@ stage's TPOT p90 is that too: the limit ``tpot_p90_s = 0.045`` holds for C <= 35
 C = 36, with no per-request objective at all (the stage's attainment is then the share of
 requests that succeeded). The sweep 16, 32, 40 brackets it as [32, 40] (TPOT(40) = 50 ms, 5 ms
 over the limit); the search (36, then 34 or 38) must land within its resolution (10 % of the lower
-end) of 35. A sweep up to 64 would add C = 64 and 48 (9 s and 8 s stages) to the same bisection
-that tests/test_e2e_slo.py runs from [32, 64].
+end) of 35. A sweep up to 64 would add C = 64 and 48 (9 s and 8 s stages) to a bisection like the
+one tests/test_e2e_slo.py runs from [32, 48].
 
 What is asserted and why: each stage's verdict is its measured p90 (a LogHistogram quantile,
 within 1.16 % of the sample) against the limit, equal passing; the measured p90 grows with C by

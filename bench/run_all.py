@@ -20,7 +20,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
   workers   bench/many_workers.py    8 x 128 and 16 x 640 workers x users on one master: users and
                                      merge exact, the master's CPU per worker report (4-6 minutes)
   repeat    bench/repeat_coverage.py share of --repeat's 95 % intervals holding the simulator's true
-                                     value (4 experiments x 5 repetitions, ~8 minutes)
+                                     value (4 experiments x 5 repetitions, ~8 minutes; report.html,
+                                     intervals.png, coverage.png in results/repeat_coverage/)
 
 This machine is shared and noisy: wall times are never targets; compare rates per CPU-second and
 ratios, and rerun a section (``--only ingest``) before believing a surprise.

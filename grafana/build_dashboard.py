@@ -31,6 +31,16 @@ def quantiles(metric: str, sel: str = L, qs=(0.5, 0.9, 0.99), prefix: str = "") 
     return [(quantile(q, metric, sel), f"{prefix}p{round(q * 100)}") for q in qs]
 
 
+FINISHED = f"llm_loadgen_stage_finished{L}"  # one series per finished stage, its value the index
+
+
+def latest_stage(series: str) -> str:
+    """``series`` (a selector of a per-stage family, loadgen.export.stage_gauges) kept to the latest
+    finished stage of each exporter: the stage whose ``stage_finished`` value (its index) is largest."""
+    return (f"{series} and on (job, instance, stage) "
+            f"({FINISHED} == on (job, instance) group_left max by (job, instance) ({FINISHED}))")
+
+
 class Layout:
     """Places panels left to right on Grafana's 24-column grid and numbers them."""
 
@@ -51,7 +61,7 @@ class Layout:
         self.y += 1
 
     def panel(self, kind: str, title: str, desc: str, targets: list, unit: str = "short",
-              w: int = 8, h: int = 8, **extra) -> None:
+              w: int = 8, h: int = 8, instant: bool = False, **extra) -> None:
         if self.x + w > 24:
             self.y += self.row_h
             self.x = self.row_h = 0
@@ -63,7 +73,7 @@ class Layout:
             "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
                         "tooltip": {"mode": "multi", "sort": "none"}},
             "targets": [{"refId": refs[i], "datasource": DS, "expr": expr, "legendFormat": legend,
-                         "range": True, "instant": False}
+                         "range": not instant, "instant": instant, **({"format": "table"} if instant else {})}
                         for i, (expr, legend) in enumerate(targets)],
         }
         if kind == "stat":
@@ -194,15 +204,18 @@ def loadgen_rows(lay: Layout) -> None:
               "own accept length and share of drafts accepted over the last finished stage's window.",
               [(f"{rate('llm_loadgen_output_chunk_tokens_total')} / {rate('llm_loadgen_output_chunks_total')}",
                 "tokens/chunk"),
-               (f"max(llm_loadgen_server_spec_accept_length{L})", "server accept length (last stage)"),
-               (f"max(llm_loadgen_server_spec_acceptance_ratio{L})", "server share of drafts accepted (last stage)")],
+               (f"max({latest_stage(f'llm_loadgen_server_spec_accept_length{L}')})",
+                "server accept length (last stage)"),
+               (f"max({latest_stage(f'llm_loadgen_server_spec_acceptance_ratio{L}')})",
+                "server share of drafts accepted (last stage)")],
               w=6)
     lay.panel("timeseries", "Cached prompt share",
               "usage.prompt_tokens_details.cached_tokens / prompt tokens of the requests that reported it "
               "(vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report; llama.cpp always).",
               [(f"{rate('llm_loadgen_cached_prompt_tokens_total')} / "
                 f"{rate('llm_loadgen_cache_reported_prompt_tokens_total')}", "cached share"),
-               (f"max(llm_loadgen_server_prefix_cache_hit_ratio{L})", "server hit rate (last stage)")],
+               (f"max({latest_stage(f'llm_loadgen_server_prefix_cache_hit_ratio{L}')})",
+                "server hit rate (last stage)")],
               "percentunit", w=6)
 
 
@@ -254,18 +267,18 @@ def server_rows(lay: Layout) -> None:
 
 
 def clocks_row(lay: Layout) -> None:
-    """Client and server clocks side by side (loadgen.export.clock_gauges): per finished stage, and
+    """Client and server clocks side by side (loadgen.export.stage_gauges): per finished stage, and
     live from both sides' histograms."""
     lay.row("Client and server clocks (where the time goes)")
     stage = '{job=~"$loadgen_job", model=~"$model", metric="%s"}'
     server_ttft = '{__name__=~"(vllm|sglang):time_to_first_token_seconds_bucket", job=~"$server_job"}'
     lay.panel("timeseries", "TTFT: client vs server",
               "The client's TTFT and the server's own (its /metrics histogram), p50: live from both sides' "
-              "histograms, and each finished stage's figures over its exact window (stage_latency_seconds). "
+              "histograms, and the latest finished stage's figures over its exact window (stage_latency_seconds). "
               "The gap is network + client (+ any proxy).",
               [(quantile(0.5, "llm_loadgen_ttft_seconds"), "client p50 (live)"),
                (f"histogram_quantile(0.5, sum by (le) (rate({server_ttft}{RI})))", "server p50 (live)"),
-               (f'max by (clock, stat) (llm_loadgen_stage_latency_seconds{stage % "ttft"})',
+               (f'max by (clock, stat) ({latest_stage("llm_loadgen_stage_latency_seconds" + stage % "ttft")})',
                 "{{clock}} {{stat}} (stage)")], "s", w=12)
     stacked = {"fieldConfig": {"defaults": {"unit": "s", "custom": {"stacking": {"mode": "normal"},
                                                                       "drawStyle": "bars", "fillOpacity": 80}},
@@ -274,8 +287,43 @@ def clocks_row(lay: Layout) -> None:
         lay.panel("timeseries", f"Where the {name} goes (latest finished stage)",
                   f"The client's mean {name} split into server queue, prefill, decode, the server's rest and "
                   "network + client; they add up to the client's mean (stage_breakdown_seconds).",
-                  [(f'max by (part) (llm_loadgen_stage_breakdown_seconds{stage % metric})', "{{part}}")],
+                  [(f'max by (part) ({latest_stage("llm_loadgen_stage_breakdown_seconds" + stage % metric)})',
+                    "{{part}}")],
                   "s", w=6, **stacked)
+
+
+# The cost figures of every finished stage (loadgen.export.stage_gauges; a run with cost.gpus):
+# (metric, column title, unit)
+COST_COLUMNS = (
+    ("llm_loadgen_stage_output_tokens_per_gpu_per_second", "output tok/s per GPU", "short"),
+    ("llm_loadgen_stage_total_tokens_per_gpu_per_second", "total tok/s per GPU", "short"),
+    ("llm_loadgen_stage_usd_per_million_output_tokens", "$ per M output tok", "currencyUSD"),
+    ("llm_loadgen_stage_usd_per_million_total_tokens", "$ per M total tok", "currencyUSD"),
+)
+
+
+def stages_row(lay: Layout) -> None:
+    """A table of the finished stages, one line each, from the per-stage series: the cost figures."""
+    lay.row("Finished stages: cost and efficiency")
+    by = "max by (instance, stage, concurrency, rate)"
+    refs = "ABCDEFGHIJ"
+    lay.panel("table", "Cost and efficiency by stage",
+              "Each finished stage of a run with cost.gpus (--gpus, --gpu-hour-usd): output and total tokens/s "
+              "per GPU, and what a million tokens cost at the stage's rate (gpu_hour_usd x gpus / tokens per "
+              "hour x 1e6). One line per stage: concurrency, or the offered rate of an open-loop stage.",
+              [(f"{by} ({metric}{L})", title) for metric, title, _ in COST_COLUMNS], w=24, h=8, instant=True,
+              transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "convertFieldType", "options": {"fields": {}, "conversions": [
+                      {"targetField": name, "destinationType": "number"} for name in ("stage", "concurrency", "rate")]}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {f"Value #{refs[i]}": title for i, (_, title, _) in enumerate(COST_COLUMNS)}}},
+                  {"id": "sortBy", "options": {"sort": [{"field": "stage"}]}}],
+              fieldConfig={"defaults": {"unit": "short", "decimals": 2, "custom": {}}, "overrides": [
+                  {"matcher": {"id": "byName", "options": title}, "properties": [{"id": "unit", "value": unit}]}
+                  for _, title, unit in COST_COLUMNS if unit != "short"]},
+              options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}})
 
 
 def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:
@@ -293,6 +341,7 @@ def build() -> dict:
     lay = Layout()
     loadgen_rows(lay)
     clocks_row(lay)
+    stages_row(lay)
     server_rows(lay)
     templating = [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",

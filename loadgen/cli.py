@@ -7,7 +7,10 @@
     llm-loadgen scenarios                   the scenario presets
     llm-loadgen sim [options]               the simulator (loadgen.sim.__main__)
     llm-loadgen report build|compare ...    reports (loadgen.report.__main__)
+    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.predict)
+    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.predict)
     llm-loadgen grafana DIR                 the Grafana dashboard and Prometheus config
+    llm-loadgen docs [PAGE [SECTION]]       the reference pages the package carries (loadgen.cli_docs)
 
 Locust runs in this process: its ``main()`` with an argv of the packaged locustfile
 (``loadgen/locustfile.py``) and the user's options. In-process rather than a child ``locust``
@@ -24,13 +27,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from loadgen.cli_docs import docs_command
 from loadgen.cli_help import format_help
 from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.run.repeat import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-COMMANDS = ("web", "worker", "scenarios", "sim", "report", "grafana")
+COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs")
 
 
 def _error(message: str) -> int:
@@ -104,6 +108,10 @@ def _main(args: list[str]) -> int:
         module = "loadgen.sim.__main__" if command == "sim" else "loadgen.report.__main__"
         delegate = __import__(module, fromlist=["main"]).main
         return delegate(args[1:])
+    if command in ("calibrate", "whatif"):  # loadgen.predict's one parser, under this command's name
+        from loadgen.predict.__main__ import main as predict_main
+
+        return predict_main(args, prog="llm-loadgen")
     if command is None or "-h" in args or "--help" in args:
         print(format_help(min(100, shutil.get_terminal_size((100, 20)).columns - 1)), end="")
         return 0
@@ -116,6 +124,8 @@ def _main(args: list[str]) -> int:
         return list_scenarios() if len(args) == 1 else _error("scenarios: takes no arguments")
     if command == "grafana":
         return write_grafana(args[1:])
+    if command == "docs":
+        return docs_command(args[1:])
     if command in ("web", "worker") and any(a.split("=", 1)[0] == "--repeat" for a in args):
         return _error(f"{command}: --repeat runs headless sweeps one after another; run llm-loadgen --repeat N "
                       "with the same options instead")

@@ -48,7 +48,14 @@ COMMANDS = (
     ("llm-loadgen sim [options]", "the built-in server simulator (llm-loadgen sim --help)"),
     ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs; with two "
      "repeat folders (--repeat N) and --fail-on RULES, a regression gate (exit 6)"),
+    ("llm-loadgen calibrate RUN_DIR... -o PRESET", "fit the simulator's engine to finished runs of your server: "
+     "a preset, its fit (PRESET.fit.json) and fit plot (.fit.png, .fit.html); see docs/whatif.md"),
+    ("llm-loadgen whatif PRESET [changes] [--out DIR]", "predict a sweep from a calibrated preset with changes "
+     "(lengths, KV tokens, spec decoding, replicas, stages, SLO), every figure marked predicted "
+     "(llm-loadgen whatif --help)"),
     ("llm-loadgen grafana DIR", "write the Grafana dashboard, its provisioning and prometheus.yml to DIR"),
+    ("llm-loadgen docs [PAGE [SECTION]]", "read a reference page the package carries: a message's \"see "
+     "docs/slo.md 'Percentile limits'\" is llm-loadgen docs slo 'Percentile limits'"),
 )
 
 
@@ -150,7 +157,8 @@ def all_options() -> list[tuple[str, list[OptionDoc]]]:
 
 def format_help(width: int = 100) -> str:
     """The text of ``llm-loadgen --help``."""
-    lines = ["usage: llm-loadgen --host URL [options]", "       llm-loadgen {web,worker,scenarios,sim,report,grafana} ...",
+    lines = ["usage: llm-loadgen --host URL [options]",
+             "       llm-loadgen {web,worker,scenarios,sim,report,calibrate,whatif,grafana,docs} ...",
              "", "A load generator for LLM inference servers: a sweep of concurrency (or request-rate) "
              "stages, the saturation knee, an SLO search and a KV-cache guard.", "", "commands:"]
     lines += [f"  {cmd}\n      {what}" for cmd, what in COMMANDS]

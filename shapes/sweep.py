@@ -1,7 +1,7 @@
 """``SweepShape``: the Locust LoadTestShape that runs the concurrency sweep.
 
 It runs on the master (or the local runner) only. Every tick (1 s) it observes users, finished and
-in-flight requests, asks the pure ``SweepPlan`` what to do, hands the plan's events to the
+in-flight requests (and, for ``slo.early_stop``, the measuring stage's SLO counts merged so far), asks the pure ``SweepPlan`` what to do, hands the plan's events to the
 ``Session`` (phases, guard decisions, windows, final rows) and re-broadcasts the phase to workers.
 When a window closes the session reads the server watch once and may answer "stop"
 (``plan.stop``); the plan is then ticked again at once, so the next stage starts in the same tick.
@@ -17,6 +17,7 @@ from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
 from loadgen.run.plan import Observation, SweepPlan, Tick
 from loadgen.run.results import slo_outcomes
+from loadgen.stats.slo_early import live_counts
 from loadgen.stats.stage_load import CONCURRENCY, RATE
 
 log = logging.getLogger("llm_loadgen")
@@ -54,6 +55,7 @@ class SweepShape(LoadTestShape):
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
             slo_outcomes=lambda: slo_outcomes(session.rows, RATE if rt.scenario.open_loop else CONCURRENCY),
+            slo_live=lambda k: live_counts(rt.collector.stages.get(k), fleet.inflight(k), rt.scenario.slo),
         ))
         for ev in tick.events:
             if reason := session.on_event(ev, now):

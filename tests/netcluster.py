@@ -13,7 +13,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
+from loadgen.stats.stage_stats import StageStats
+from tests.merge_check import assert_exact_merge, from_workers, merged  # noqa: F401 (test_multihost imports them from here)
 from tests.netns import Host, Lab, require_netns
 from tests.runlocust import ROOT
 
@@ -152,40 +153,6 @@ def lab_net(results: Path, subnet: int, workers: int):
     finally:
         lab.close()
     assert lab.leftovers() == [], f"namespaces left behind: {lab.leftovers()}"
-
-
-def merged(parts) -> StageStats:
-    total = StageStats()
-    for p in parts:
-        total.merge(p)
-    return total
-
-
-MERGED = ("requests", "input_tokens", "output_tokens", "received_output_tokens")
-
-
-def from_workers(summary: dict) -> dict:
-    """The master's totals less its own start-check probe requests (``preflight``, counted in the
-    totals but sent by no worker): what the workers' reports added up to."""
-    t, pre = summary["totals"], summary.get("preflight") or {}
-    out = {k: t[k] - pre.get(k, 0) for k in MERGED}
-    out["errors"] = {k: n - pre.get("errors", {}).get(k, 0) for k, n in t["errors"].items()}
-    out["errors"] = {k: n for k, n in out["errors"].items() if n}
-    out["histogram_counts"] = {h: n - pre.get("histogram_counts", {}).get(h, 0) for h, n in t["histogram_counts"].items()}
-    return out
-
-
-def ledger_totals(total: StageStats) -> dict:
-    """The same figures from the sum of the worker ledgers."""
-    return {"requests": total.requests_ok, "input_tokens": total.input_tokens, "output_tokens": total.output_tokens,
-            "received_output_tokens": total.window_output_tokens, "errors": dict(total.errors),
-            "histogram_counts": {h: getattr(total, h).count for h in HISTOGRAMS}}
-
-
-def assert_exact_merge(summary: dict, total: StageStats) -> None:
-    """The master's totals (less its own probes) are the sum of the workers' ledgers, count for count."""
-    master, ledgers = from_workers(summary), ledger_totals(total)
-    assert master == ledgers, f"master totals (less preflight) {master} != sum of the worker ledgers {ledgers}"
 
 
 def assert_server_agrees(summary: dict, server: dict) -> None:

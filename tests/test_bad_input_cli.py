@@ -43,6 +43,8 @@ CASES = [
     ("guard-action-choice", ["--guard-action", "stop"], None, "--guard-action", "'stop'",
      "abort, clamp, warn"),
     ("endpoint-choice", ["--endpoint", "embeddings"], None, "--endpoint", "'embeddings'", "completions, chat"),
+    ("endpoint-path", ["--endpoint", "/v1/chat/completions"], None, "endpoint (from --endpoint)",
+     "'/v1/chat/completions'", "did you mean 'chat'?"),
     ("set-unknown-key", ["--set", "stages.facter=3"], None, "stages.facter (from --set)", "3",
      "did you mean --set stages.factor=3?"),
     ("set-no-equals", ["--set", "nokey"], None, "--set", "'nokey'", "KEY=VALUE"),

@@ -265,6 +265,10 @@ BAD_DOCUMENTS = [
     ({"slo": {"search": True}}, "slo.search", "True"),  # nothing to search for
     ({"slo": {"tpot_s": 0.05, "resolution": 0}}, "slo.resolution", "0"),
     ({"slo": {"tpot_s": 0.05, "max_search_stages": 0}}, "slo.max_search_stages", "0"),
+    ({"slo": {"early_stop": True}}, "slo.early_stop", "True"),  # nothing to decide
+    ({"slo": {"tpot_s": 0.05, "confidence": 1}}, "slo.confidence", "1"),
+    ({"slo": {"tpot_s": 0.05, "confidence": 0.5}}, "slo.confidence", "0.5"),
+    ({"slo": {"tpot_s": 0.05, "confidence": 95}}, "slo.confidence", "95"),
     ({"slo": 0.99}, "slo", "0.99"),
 ]
 
@@ -312,6 +316,23 @@ def test_did_you_mean_suggestions():
     with pytest.raises(ConfigError) as info:
         build_scenario({"stages": [1, 2, 4]})
     assert info.value.fix == "did you mean stages.list: [1, 2, 4]?"
+
+
+@pytest.mark.parametrize(("given", "meant", "a_path"), [
+    ("/v1/chat/completions", "chat", True),  # the path the API streams from, not its name
+    ("/v1/completions", "completions", True),
+    ("http://gpu-box:8000/v1/chat/completions/", "chat", True),  # the whole URL
+    ("/completions", "completions", True),
+    ("chat-completions", "chat", False),
+    ("completion", "completions", False),
+])
+def test_an_endpoint_given_as_its_path_or_url_suggests_the_api_that_path_belongs_to(given, meant, a_path):
+    with pytest.raises(ConfigError) as info:
+        build_scenario({}, {"endpoint": given})
+    e = info.value
+    assert e.key == "endpoint" and e.value == given
+    assert e.fix.startswith(f"did you mean {meant!r}?") and "chat for /v1/chat/completions" in e.fix
+    assert ("not its path" in e.problem) is a_path
 
 
 def test_number_written_as_text_gets_plain_digits_fix():
@@ -496,6 +517,13 @@ def test_slo_block_from_file_set_and_the_short_cli_form(tmp_path):
     assert s.slo.thresholds == {"ttft_s": 2.0, "tpot_s": 0.05, "e2e_s": 30.0}
     assert (s.slo.attainment, s.slo.search, s.slo.max_search_stages, s.slo.resolution) == (0.9, True, 6, 0.1)
     assert s.slo.enabled and not build_scenario({}).slo.enabled  # the default: no objective, no accounting
+    assert build_scenario(s.to_dict()) == s
+
+
+def test_slo_early_stop_from_the_flag_and_the_confidence_from_slo():
+    s = scenario_from_options(_parse(["--slo", "tpot_s=0.05,confidence=0.9", "--slo-early-stop"]))
+    assert (s.slo.early_stop, s.slo.confidence) == (True, 0.9)
+    assert (build_scenario({}).slo.early_stop, build_scenario({}).slo.confidence) == (False, 0.95)
     assert build_scenario(s.to_dict()) == s
 
 

@@ -18,6 +18,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.export.exporter import ExporterSnapshot, make_registry
+from loadgen.export.stage_gauges import COST_FIGURES, SERVER_FIGURES
 from loadgen.stats.stage_stats import Collector
 from tests.promtools import DEFAULT_MACROS, dashboard_exprs, substitute, variable_queries
 
@@ -79,14 +80,20 @@ def test_every_variable_used_is_defined(dashboard):
         assert "$" not in substitute(expr, VARIABLES)
 
 
+# a finished stage with every per-stage figure (loadgen.export.stage_gauges): clocks, server, cost
+FINISHED_STAGE = {"index": 0, "concurrency": 1, "server": {"spec_accept_length": 2.0, "spec_acceptance_rate": 0.5,
+                                                           "prefix_cache_hit_rate": 0.5},
+                  "breakdown": {"ttft": {"client_mean_s": 0.3, "server_mean_s": 0.2, "client_p50_s": 0.3,
+                                         "network_client_mean_s": 0.1}},
+                  "output_tokens_per_gpu_per_s": 500.0, "total_tokens_per_gpu_per_s": 900.0,
+                  "usd_per_million_output_tokens": 1.4, "usd_per_million_total_tokens": 0.8}
+
+
 def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
     snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
                             kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
                             client_loop_lag_s=0.001, offered_rate_per_s=1.0, slo_attainment_target=0.99,
-                            slo_stage_attainment=1.0, server_spec_accept_length=2.0,
-                            server_spec_acceptance_rate=0.5, server_prefix_cache_hit_rate=0.5,
-                            breakdown=(0, {"ttft": {"client_mean_s": 0.3, "server_mean_s": 0.2, "client_p50_s": 0.3,
-                                                    "network_client_mean_s": 0.1}}))
+                            slo_stage_attainment=1.0, stages=(FINISHED_STAGE,))
     text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     used = {m for e in dashboard_exprs(dashboard) for m in re.findall(r"\bllm_loadgen_\w+", e)}
@@ -145,3 +152,20 @@ def test_slo_panels_sit_beside_throughput(dashboard):
                  "llm_loadgen_slo_attainment_ratio", "llm_loadgen_slo_attainment_target_ratio"):
         assert name in exprs, name
     assert slo["fieldConfig"]["defaults"]["unit"] == "percentunit"
+
+
+def test_per_stage_series_are_read_for_one_stage_or_by_stage(dashboard):
+    """The figures of finished stages carry the stage's labels (loadgen.export.stage_gauges): a panel
+    either keeps the latest finished stage (joined on stage_finished) or shows them by stage; a bare
+    max() over them would mix stages."""
+    per_stage = {f"llm_loadgen_{name}" for _, name, _ in SERVER_FIGURES + COST_FIGURES}
+    per_stage |= {"llm_loadgen_stage_latency_seconds", "llm_loadgen_stage_breakdown_seconds"}
+    reading = [e for e in dashboard_exprs(dashboard) if any(name in e for name in per_stage)]
+    assert len(reading) >= len(per_stage)
+    for expr in reading:
+        latest = "and on (job, instance, stage) (llm_loadgen_stage_finished" in expr
+        by_stage = re.search(r"by \([^)]*\bstage\b", expr) is not None
+        assert latest or by_stage, expr
+    latest = {e for e in reading if "llm_loadgen_stage_finished" in e}
+    assert {n for n in per_stage if any(n in e for e in latest)} >= {
+        "llm_loadgen_stage_breakdown_seconds", "llm_loadgen_server_spec_accept_length"}

@@ -81,8 +81,9 @@ def live_prometheus(tmp_path_factory):
                                                  "--tokens-per-chunk", "2", *FAULTS))
         spec = stack.enter_context(running_sim(*SPEC_SIM))
         ports = [free_port(), free_port(), free_port()]
-        # one closed-loop run, one open-loop run (the rate panels need one), one multi-turn chat run
-        loads = (("--stages", "1,2,3,4,6"), ("--rates", "2,4,6,8,10"),
+        # one closed-loop run, priced (the cost table needs cost.gpus), one open-loop run (the rate
+        # panels need one), one multi-turn chat run
+        loads = (("--stages", "1,2,3,4,6", "--gpus", "2", "--gpu-hour-usd", "2.5"), ("--rates", "2,4,6,8,10"),
                  ("--stages", "2,4,6,8,10", "--endpoint", "chat", "--turns", "3"))
         for sim, port, name, load in zip((vllm, sglang, spec), ports, ("vllm", "sglang", "spec"), loads, strict=True):
             start_locust(stack, sim.url, port, tmp / name, load)
@@ -97,6 +98,8 @@ def live_prometheus(tmp_path_factory):
         prom.wait_for('min(max_over_time(llm_loadgen_stage{job="llm-loadgen"}[2m])) >= 1', timeout_s=40)
         # the spec run finished a stage: the server's window figures are exported
         prom.wait_for('max(llm_loadgen_server_spec_accept_length{job="llm-loadgen-spec"}) > 1', timeout_s=40)
+        # and the priced run finished one: its cost figures are exported
+        prom.wait_for('count(llm_loadgen_stage_usd_per_million_output_tokens{job="llm-loadgen"}) > 0', timeout_s=40)
         yield prom, None
 
 

@@ -240,10 +240,14 @@ MODE_ONLY = ("schedule_lateness", "offered_rate", "dropped_by_client", "schedule
 # those server features have data only against a server that does (the spec run of
 # tests/test_dashboard_prometheus.py proves them)
 SERVER_FEATURE_ONLY = ("server_spec_", "server_prefix_cache", "cached_prompt_tokens", "cache_reported_prompt_tokens")
+# and the stack prices nothing (no --gpus): the cost table has data only in a priced run (proven by
+# test_dashboard_prometheus's priced run)
+PRICED_ONLY = ("_per_gpu_per_second", "_usd_per_million_")
 
 
 def _closed_loop(queries: dict) -> dict:
-    return {e: r for e, r in queries.items() if not any(k in e for k in MODE_ONLY + SERVER_FEATURE_ONLY)}
+    return {e: r for e, r in queries.items()
+            if not any(k in e for k in MODE_ONLY + SERVER_FEATURE_ONLY + PRICED_ONLY)}
 
 
 def test_prometheus_scrapes_the_master_and_every_dashboard_query_has_data(whole_run, killed_run):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from loadgen.sim.launch import running_sim
-from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
+from tests.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.runlocust import ROOT, locust_cmd, run_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -90,11 +90,6 @@ class Cluster:
         return self.master.returncode, self.stderr()
 
 
-def ledgers(results: Path) -> list[StageStats]:
-    return [StageStats.from_wire(json.loads(p.read_text())["totals"])
-            for p in sorted((results / "workers").glob("*.json"))]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, beside):
     """One distributed and one local run of the same scenario against the same simulator, side by
@@ -125,20 +120,12 @@ def test_users_per_stage_equal_the_target_across_workers(runs):
 
 def test_master_totals_equal_the_sum_of_every_worker(runs):
     dist, _, results = runs
-    parts = ledgers(results)
+    parts = worker_ledgers(results)
     assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts)  # both workers did work
-    total = StageStats()
-    for p in parts:
-        total.merge(p)
-    t = dist["totals"]
     # the master's own start-check probe is the only part no worker sent: summary.json's preflight
     pre = dist["preflight"]
     assert pre["probes"] == ["ok"] and pre["requests"] == 1
-    assert t["requests"] == total.requests_ok + pre["requests"]
-    assert t["output_tokens"] == total.output_tokens + pre["output_tokens"]
-    assert t["input_tokens"] == total.input_tokens + pre["input_tokens"]
-    assert t["received_output_tokens"] == total.window_output_tokens + pre["received_output_tokens"]
-    assert t["histogram_counts"] == {h: getattr(total, h).count + pre["histogram_counts"][h] for h in HISTOGRAMS}
+    assert_exact_merge(dist, merged(parts))
 
 
 def test_distributed_stages_match_a_local_run(runs):
@@ -153,9 +140,7 @@ def test_distributed_stages_match_a_local_run(runs):
 def test_distributed_slo_attainment_and_goodput_are_merged_counts_and_match_a_local_run(runs):
     """The fixed sim (TTFT 100 ms, 10 ms per token) meets both objectives: every request counts."""
     dist, local, results = runs
-    total = StageStats()
-    for p in ledgers(results):
-        total.merge(p)
+    total = merged(worker_ledgers(results))
     slo = dist["totals"]["slo"]  # the master's counts are exactly the sum of the workers' shipments
     assert (slo["judged_requests"], slo["met_requests"], slo["met_output_tokens"]) == (
         total.slo.judged, total.slo.met, total.slo.met_output_tokens)

@@ -182,12 +182,8 @@ def test_gauges_phase_and_absent_optionals():
     c = Collector()
     src = Source(c, inflight=7, users=8, stage_index=2, target_concurrency=8, phase="measure",
                  kv_projected_tokens=12000.0, kv_capacity_tokens=50000.0, guard_breaches=1,
-                 client_cpu_percent=35.5, client_loop_lag_s=0.002, server_spec_accept_length=2.8,
-                 server_spec_acceptance_rate=0.6, server_prefix_cache_hit_rate=0.75)
+                 client_cpu_percent=35.5, client_loop_lag_s=0.002)
     s = scrape(make_registry(src))
-    assert value(s, "llm_loadgen_server_spec_accept_length") == 2.8
-    assert value(s, "llm_loadgen_server_spec_acceptance_ratio") == 0.6
-    assert value(s, "llm_loadgen_server_prefix_cache_hit_ratio") == 0.75
     assert value(s, "llm_loadgen_inflight_requests") == 7
     assert value(s, "llm_loadgen_stage") == 2
     assert value(s, "llm_loadgen_target_concurrency") == 8
@@ -202,14 +198,17 @@ def test_gauges_phase_and_absent_optionals():
     s = scrape(make_registry(Source(c)))  # nothing known yet: absent, not a misleading 0
     names = {n for n, _ in s}
     for absent in ("llm_loadgen_stage", "llm_loadgen_kv_capacity_tokens", "llm_loadgen_client_cpu_percent",
-                   "llm_loadgen_server_spec_accept_length", "llm_loadgen_server_prefix_cache_hit_ratio"):
+                   "llm_loadgen_server_spec_accept_length", "llm_loadgen_server_prefix_cache_hit_ratio",
+                   "llm_loadgen_stage_finished", "llm_loadgen_stage_breakdown_seconds",
+                   "llm_loadgen_stage_usd_per_million_output_tokens"):
         assert absent not in names
 
 
 def test_names_units_and_labels_follow_prometheus_conventions():
     c = Collector()
     run_request(c, 0.0, 0.1, [0.01], [1, 1])
-    text = generate_latest(make_registry(Source(c, stage_index=0, client_cpu_percent=1.0))).decode()
+    text = generate_latest(make_registry(Source(c, stage_index=1, client_cpu_percent=1.0,
+                                                stages=stage_rows()))).decode()
     fams = list(text_string_to_metric_families(text))
     assert fams
     for fam in fams:
@@ -220,7 +219,8 @@ def test_names_units_and_labels_follow_prometheus_conventions():
         if fam.type == "histogram":
             assert fam.name.endswith("_seconds")
         for s in fam.samples:
-            assert set(s.labels) <= {"model", "endpoint", "scenario", "outcome", "kind", "phase", "le"}
+            assert set(s.labels) <= {"model", "endpoint", "scenario", "outcome", "kind", "phase", "le",
+                                     "stage", "concurrency", "rate", "clock", "metric", "stat", "part"}
             assert {k: s.labels[k] for k in LABELS} == LABELS
     helps = {f.name: f.documentation for f in fams}
     assert "per-token" in helps["llm_loadgen_itl_seconds"].lower()
@@ -279,17 +279,60 @@ def test_slo_counters_and_gauges_only_with_objectives():
     assert not {n for n in names if "_slo_" in n}
 
 
-def test_the_latest_stage_breakdown_is_exported_per_clock_and_part():
+def stage_rows() -> tuple[dict, ...]:
+    """Three finished stages as summary.json has them: C=4 with the clocks' breakdown, the server's
+    window figures and a price; C=8 with fewer figures; a rate stage (4 req/s) with none."""
     from loadgen.report.breakdown import breakdown
+    from loadgen.stats.cost import CostConfig, stage_cost
 
     client = {"ttft": {"mean_s": 0.35, "p50_s": 0.3, "p90_s": None, "p99_s": 0.6}, "e2e": None, "itl": None}
     server = {"ttft": {"count": 5, "mean_s": 0.3, "p50_s": 0.28, "p90_s": None, "p99_s": 0.5},
-              "queue": {"count": 5, "mean_s": 0.2}, "prefill": {"count": 5, "mean_s": 0.08}}
-    c = Collector()
-    s = scrape(make_registry(Source(c, breakdown=(3, breakdown(client, server)))))
-    lat = {(dict(k)["clock"], dict(k)["stat"]): v for (n, k), v in s.items() if n == "llm_loadgen_stage_latency_seconds"}
+              "queue": {"count": 5, "mean_s": 0.2}, "prefill": {"count": 5, "mean_s": 0.08},
+              "spec_accept_length": 2.8, "spec_acceptance_rate": 0.6, "prefix_cache_hit_rate": 0.75}
+    first = {"index": 0, "concurrency": 4, "output_tokens_per_s": 1000.0, "input_tokens": 20_000, "window_s": 10.0,
+             "server": server, "breakdown": breakdown(client, server)}
+    first.update(stage_cost(first, CostConfig(gpus=2, gpu_hour_usd=2.5)))
+    second = {"index": 1, "concurrency": 8, "output_tokens_per_s": 1800.0, "input_tokens": 0, "window_s": 10.0,
+              "server": {"spec_accept_length": 2.5, "spec_acceptance_rate": None}}
+    second.update(stage_cost(second, CostConfig(gpus=2)))  # no price: per-GPU figures only
+    rate = {"index": 2, "concurrency": None, "offered_rate_per_s": 4.0, "output_tokens_per_s": 900.0}
+    return first, second, rate
+
+
+def by_stage(samples, name, **labels) -> dict[str, float]:
+    """{stage label: value} of one family's samples that carry ``labels``."""
+    return {dict(k)["stage"]: v for (n, k), v in samples.items()
+            if n == name and all(dict(k).get(lk) == lv for lk, lv in labels.items())}
+
+
+def test_each_finished_stage_is_exported_with_its_stage_labels():
+    s = scrape(make_registry(Source(Collector(), stages=stage_rows())))
+    finished = {dict(k)["stage"]: (dict(k)["concurrency"], dict(k)["rate"], v)
+                for (n, k), v in s.items() if n == "llm_loadgen_stage_finished"}
+    assert finished == {"0": ("4", "", 0.0), "1": ("8", "", 1.0), "2": ("", "4", 2.0)}  # value: the index
+    lat = {(dict(k)["clock"], dict(k)["stat"]): v for (n, k), v in s.items()
+           if n == "llm_loadgen_stage_latency_seconds" and dict(k)["stage"] == "0"}
     assert lat[("client", "p50")] == 0.3 and lat[("server", "p50")] == 0.28 and lat[("server", "mean")] == 0.3
     assert ("server", "p90") not in lat  # the server had no figure: absent, not 0
-    parts = {dict(k)["part"]: v for (n, k), v in s.items() if n == "llm_loadgen_stage_breakdown_seconds"}
+    parts = {dict(k)["part"]: v for (n, k), v in s.items()
+             if n == "llm_loadgen_stage_breakdown_seconds" and dict(k)["concurrency"] == "4"}
     assert parts == pytest.approx({"queue": 0.2, "prefill": 0.08, "server_rest": 0.02, "network_client": 0.05})
-    assert not {n for n, _ in scrape(make_registry(Source(c)))} & {"llm_loadgen_stage_latency_seconds"}
+    assert set(by_stage(s, "llm_loadgen_stage_breakdown_seconds")) == {"0"}  # only C=4 had the clocks
+    assert by_stage(s, "llm_loadgen_server_spec_accept_length") == {"0": 2.8, "1": 2.5}
+    assert by_stage(s, "llm_loadgen_server_spec_acceptance_ratio") == {"0": 0.6}
+    assert by_stage(s, "llm_loadgen_server_prefix_cache_hit_ratio") == {"0": 0.75}
+
+
+def test_cost_figures_are_exported_per_stage_with_the_formulas_values():
+    s = scrape(make_registry(Source(Collector(), stages=stage_rows())))
+    # 2 GPUs at 2.5 an hour: C=4 serves 1000 output tok/s and 2000 input tok/s (20,000 in 10 s)
+    assert by_stage(s, "llm_loadgen_stage_output_tokens_per_gpu_per_second") == {"0": 500.0, "1": 900.0}
+    assert by_stage(s, "llm_loadgen_stage_total_tokens_per_gpu_per_second") == {"0": 1500.0, "1": 900.0}
+    assert by_stage(s, "llm_loadgen_stage_usd_per_million_output_tokens") == {
+        "0": pytest.approx(2.5 * 2 / (1000 * 3600) * 1e6)}  # C=8 has no price: absent
+    assert by_stage(s, "llm_loadgen_stage_usd_per_million_total_tokens") == {
+        "0": pytest.approx(2.5 * 2 / (3000 * 3600) * 1e6)}
+    names = {n for n, _ in scrape(make_registry(Source(Collector(), stages=stage_rows()[2:])))}
+    assert not {n for n in names if "per_gpu" in n or "usd" in n}  # an unpriced run has no cost series
+
+

@@ -36,8 +36,10 @@ def test_every_flag_a_row_can_get_is_declared():
     seen |= set(stage_row(StageInfo(1, 6, window_s=1.0, users=6), None, guard, CLIENT, False, 1,
                           cut_flag("interrupted"))["flags"])
     from loadgen.stats.slo import Objectives
+    from loadgen.stats.slo_early import EarlyVerdict
 
-    searched = StageInfo(2, 7, window_s=1.0, users=7, search=True)  # no request met the objective
+    # no request met the objective, and the window closed early on that
+    searched = StageInfo(2, 7, window_s=1.0, users=7, search=True, early=EarlyVerdict("fail", 0.95, (), 7))
     seen |= set(stage_row(searched, None, guard, CLIENT, False, objectives=Objectives(ttft_s=1.0))["flags"])
     seen |= {cut_flag("error"), cut_flag("guard_abort"), "knee"}
     from loadgen.stats.stage_stats import StageStats

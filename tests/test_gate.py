@@ -170,3 +170,10 @@ def test_repeat_summary_of_rate_sweeps_matches_stages_by_offered_rate():
     lines = answer_lines(rep)
     assert "SLO maximum" in lines[1] and "2.5 req/s (2–3 req/s, 50 %: the range of 2)" in lines[1]
     assert "none (not found in any of 2" in lines[2]
+
+
+def test_the_kv_bounded_maximum_of_a_rate_sweep_is_a_concurrency():
+    summary = {"knee": {"concurrency": None, "rate_per_s": 4.0}, "slo": None, "guard": {"max_concurrency": 512},
+               "stages": [{"index": 0, "concurrency": None, "offered_rate_per_s": 4.0, "achieved_rate_per_s": 4.0}]}
+    lines = answer_lines(repeat_summary([summary, summary], [{"folder": "a"}, {"folder": "b"}]))
+    assert "4 req/s" in lines[0] and "KV-bounded maximum  C=512 (512–512" in lines[-1]

@@ -26,6 +26,9 @@ PACKAGE = ROOT / "loadgen"
 # Function-level imports of loadgen modules allowed in loadgen/report, and why.
 LAZY_REPORT_IMPORTS = {
     ("loadgen.report.files", "loadgen.report.plots"): "matplotlib costs ~1 s of CPU between stages",
+    ("loadgen.report.files", "loadgen.report.fit_plot"): "the same: a what-if's fit plot, matplotlib",
+    ("loadgen.report.repeat_report", "loadgen.report.plots"): "loadgen.cli imports run.repeat for every run",
+    ("loadgen.report.repeat_report", "loadgen.report.repeat_plots"): "the same, matplotlib",
 }
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from loadgen.server.answers import parse_metrics
-from loadgen.server.window import Edge, counter_delta, generation, window_figures
+from loadgen.server.window import counter_delta, generation, window_figures
+from tests.fake_edges import edge
 
 GEN = "vllm:generation_tokens_total"
-
-
-def edge(t: float, text: str) -> Edge:
-    return Edge(t, parse_metrics(text))
 
 
 def test_a_counter_over_the_window_is_summed_over_label_sets():

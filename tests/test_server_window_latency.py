@@ -6,25 +6,12 @@ import math
 
 import pytest
 
-from loadgen.server.answers import parse_metrics
-from loadgen.server.window import Edge, window_figures
+from loadgen.server.window import window_figures
 from loadgen.server.window_latency import histogram_delta, histogram_quantile, latency, quantile_and_bucket
 from loadgen.server.window_spec import prefix_cache, spec_decode
+from tests.fake_edges import edge, hist_text
 
 TTFT = "vllm:time_to_first_token_seconds"
-
-
-def hist_text(name: str, buckets: dict[str, float], total: float, labels: str = "") -> str:
-    """Prometheus text of one histogram series: cumulative ``buckets`` {le: count}, ``_sum``."""
-    sep = "," if labels else ""
-    lines = [f"# TYPE {name} histogram"]
-    lines += [f'{name}_bucket{{{labels}{sep}le="{le}"}} {c}' for le, c in buckets.items()]
-    lines += [f"{name}_sum{{{labels}}} {total}", f"{name}_count{{{labels}}} {list(buckets.values())[-1]}"]
-    return "\n".join(lines) + "\n"
-
-
-def edge(t: float, *texts: str) -> Edge:
-    return Edge(t, parse_metrics("".join(texts)))
 
 
 def test_histogram_quantile_interpolates_linearly_within_the_bucket_like_prometheus():

@@ -7,16 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server.answers import parse_metrics
-from loadgen.server.edges import Edge
 from loadgen.server.window import window_figures
 from loadgen.server.window_spec import prefix_cache, spec_decode
+from tests.fake_edges import edge
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def edge(t: float, text: str) -> Edge:
-    return Edge(t, parse_metrics(text))
 
 
 def spec_text(p: str, accepted: float, drafts: float, draft_tokens: float) -> str:

@@ -110,9 +110,8 @@ def phase(session, stage, kind, concurrency):
     session.on_event(PhaseStarted(stage, kind, concurrency), 0.0)
 
 
-def run_stage_0_and_open_stage_1(rt, now):
-    """Stage 0 (C=1): 4 ok x 10 tokens + 1 timeout (2 tokens) in a 10 s window, final.
-    Stage 1 (C=2): window open at t=25, 2 ok x 5 tokens so far. One unmeasured request (8 tokens)."""
+def measure_stage_0(rt):
+    """Stage 0 (C=1): 4 ok x 10 tokens + 1 timeout (2 tokens) in a 10 s window, closed at t=20."""
     s = rt.environment.llm_run
     phase(s, 0, Phase.RAMP, 1)
     phase(s, 0, Phase.MEASURE, 1)
@@ -122,6 +121,13 @@ def run_stage_0_and_open_stage_1(rt, now):
     fail_request(rt, 0, 15.0, chunks=2)
     phase(s, 0, Phase.CLOSING, 1)
     s.on_event(WindowClosed(0, 20.0, 1), 20.0)
+
+
+def run_stage_0_and_open_stage_1(rt, now):
+    """Stage 0 as ``measure_stage_0``, final. Stage 1 (C=2): window open at t=25, 2 ok x 5 tokens so
+    far. One unmeasured request (8 tokens)."""
+    s = rt.environment.llm_run
+    measure_stage_0(rt)
     phase(s, 1, Phase.RAMP, 2)
     run_request(rt, None, 21.0, TTFT_0, 8, window_stage=None)
     s.on_event(StageFinal(0), 21.0)
@@ -213,14 +219,7 @@ def test_slo_figures_search_stage_and_answer_in_the_tabs(ui, tmp_path):
     rt.scenario = load_scenario(ROOT / "config" / "smoke.yaml", {
         "results_dir": str(tmp_path), "slo.ttft_s": 0.4, "slo.attainment": 0.8, "slo.search": True})
     s = rt.environment.llm_run
-    phase(s, 0, Phase.RAMP, 1)
-    phase(s, 0, Phase.MEASURE, 1)
-    s.on_event(WindowOpened(0, 10.0), 10.0)
-    for i in range(4):
-        run_request(rt, 0, 10.0 + i, TTFT_0, 10, window_stage=0)
-    fail_request(rt, 0, 15.0, chunks=2)
-    phase(s, 0, Phase.CLOSING, 1)
-    s.on_event(WindowClosed(0, 20.0, 1), 20.0)
+    measure_stage_0(rt)
     s.on_event(StageFinal(0), 21.0)
     s.on_event(PhaseStarted(1, Phase.RAMP, 2, search=True), 22.0)
     s.on_event(PhaseStarted(1, Phase.MEASURE, 2, search=True), 24.0)

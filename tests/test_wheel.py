@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from loadgen.report.runs import resolve_run_dir
-from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
+from tests.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.test_cli import registered_flags
+from tests.test_cli_docs import code_pointers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -91,6 +92,22 @@ def test_the_wheel_carries_the_locustfile_presets_dashboard_and_docs(installed):
     assert info["took"]["build"] < 120 and info["took"]["install"] < 60, info["took"]
     entry = zipfile.ZipFile(info["wheel"]).read(next(n for n in names if n.endswith("entry_points.txt")))
     assert "llm-loadgen = loadgen.cli:main" in entry.decode()
+
+
+def test_every_page_a_message_points_at_is_read_from_the_wheel_by_llm_loadgen_docs(installed):
+    """A user of the wheel has no docs/ folder: ``llm-loadgen docs PAGE 'Section'`` reads the page the
+    package carries (tests/test_cli_docs.py checks every pointer's section in the clone)."""
+    bin_dir, empty, info = installed
+    names = set(zipfile.ZipFile(info["wheel"]).namelist())
+    pointed = {page for page, _ in code_pointers()}
+    assert pointed and not [p for p in pointed if f"loadgen/{p}" not in names], pointed
+    out = run([bin_dir / "llm-loadgen", "docs", "docs/slo.md", "Percentile limits"], empty)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "## Percentile limits" and not [ln for ln in lines[1:] if ln.startswith("## ")], lines
+    where = run([bin_dir / "llm-loadgen", "docs", "slo", "--path"], empty)
+    path = Path(where.stdout.strip())
+    assert where.returncode == 0 and path.is_file() and str(bin_dir.parent) in str(path), where
 
 
 def test_loadgen_comes_from_the_wheel_not_the_clone(installed):
@@ -160,17 +177,9 @@ def test_the_same_run_on_two_processes_merges_exactly(installed, sim_url):
     assert out.returncode == 0, out.stderr[-3000:]
     s = summary_of(empty / "res2")
     assert s["run"]["workers"] == 2 and [r["users"] for r in s["stages"]] == [2, 4]
-    parts = [StageStats.from_wire(json.loads(p.read_text())["totals"])
-             for p in sorted((empty / "res2" / "workers").glob("*.json"))]
+    parts = worker_ledgers(empty / "res2")
     assert len(parts) == 2 and all(p.requests_ok > 0 for p in parts)
-    total = StageStats()
-    for p in parts:
-        total.merge(p)
-    t, pre = s["totals"], s["preflight"]  # the master's start-check probe: the part no worker sent
-    assert t["requests"] == total.requests_ok + pre["requests"]
-    assert t["output_tokens"] == total.output_tokens + pre["output_tokens"]
-    assert t["input_tokens"] == total.input_tokens + pre["input_tokens"]
-    assert t["histogram_counts"] == {h: getattr(total, h).count + pre["histogram_counts"][h] for h in HISTOGRAMS}
+    assert_exact_merge(s, merged(parts))
 
 
 def test_report_build_and_compare_on_those_runs(installed):

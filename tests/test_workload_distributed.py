@@ -8,8 +8,9 @@ from contextlib import ExitStack
 import pytest
 
 from loadgen.sim.launch import running_sim
+from tests.merge_check import worker_ledgers
 from tests.runlocust import run_dir
-from tests.test_distributed import Cluster, ledgers
+from tests.test_distributed import Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -25,7 +26,7 @@ def test_each_worker_sends_its_own_share_of_the_dataset(tmp_path):
         code, err = Cluster(stack, sim.url, tmp_path / "r", 2, *run).wait()
     assert code == 0, err[-3000:]
     per_worker = sorted((s.input_tokens / s.requests_ok, s.output_tokens / s.requests_ok)
-                        for s in ledgers(tmp_path / "r") if s.requests_ok)
+                        for s in worker_ledgers(tmp_path / "r") if s.requests_ok)
     assert per_worker == [(40, 8), (80, 16)]  # line 1 on one worker only, line 2 on the other
     (stage,) = json.loads((run_dir(tmp_path / "r") / "summary.json").read_text())["stages"]
     assert stage["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}

@@ -17,6 +17,7 @@ from typing import Any
 from loadgen.config.fields import (
     Check,
     Shown,
+    api_name,
     body_mapping,
     boolean,
     choice,
@@ -32,7 +33,7 @@ from loadgen.config.schema import (
     ARRIVALS,
     COMPAT_SETTINGS,
     DATASET_ORDERS,
-    ENDPOINTS,
+    ENDPOINT_PATHS,
     GUARD_ACTIONS,
     LENGTH_DISTS,
     SECTIONS,
@@ -49,7 +50,7 @@ MAX_SWEEP_STAGES = 200
 # Every leaf of the scenario, by dotted key, with its checker. Its keys equal DEFAULTS' leaves.
 SPEC: dict[str, Check] = {
     "name": text("a short label for the scenario, e.g. fp8-kv (the run name adds endpoint, tokens, stages)", forbid="/\\"),
-    "endpoint": choice(ENDPOINTS, "completions for /v1/completions, chat for /v1/chat/completions"),
+    "endpoint": api_name(ENDPOINT_PATHS),
     "model": text("a model id from GET /v1/models, or null to use the first one", nullable=True),
     "api_key_env": env_var_name,
     "input_tokens": integer("prompt length in tokens, e.g. 1000", ge=1),
@@ -131,6 +132,9 @@ SPEC: dict[str, Check] = {
     "slo.search": boolean(),
     "slo.resolution": number("a share of the last passing concurrency, e.g. 0.1", gt=0, le=1),
     "slo.max_search_stages": integer("search stages at most, e.g. 4", ge=1, le=20),
+    "slo.early_stop": boolean(),
+    "slo.confidence": number("the early stop's confidence, e.g. 0.95 (a wrong early verdict at most "
+                             "1 - confidence of the time)", gt=0.5, lt=1),
     "slo.preset": preset_name,  # percentile limits by name; the limits themselves: _limit_value
     "cost.gpus": integer("GPUs serving the endpoint, e.g. 8, or null", ge=1, nullable=True),
     "cost.gpu_hour_usd": number("the price of one GPU for an hour, e.g. 2.5, or null", gt=0, nullable=True),
@@ -294,10 +298,12 @@ def _check_relations(v: dict[str, Any]) -> None:
     if v["cost.gpu_hour_usd"] is not None and v["cost.gpus"] is None:
         raise ConfigError("cost.gpu_hour_usd", v["cost.gpu_hour_usd"], "needs cost.gpus (the price is per GPU)",
                           "set the GPUs serving the endpoint too, e.g. --gpus 8")
-    if v["slo.search"] and not any(v[f"slo.{k}"] is not None for k in OBJECTIVES) and not v["slo.limits"]:
-        raise ConfigError("slo.search", True, "needs at least one objective",
-                          "set slo.ttft_s, slo.tpot_s, slo.e2e_s, slo.itl_max_s, a percentile limit "
-                          "(slo.ttft_p99_s) or slo.preset, e.g. --slo tpot_s=0.05")
+    no_objective = not any(v[f"slo.{k}"] is not None for k in OBJECTIVES) and not v["slo.limits"]
+    for key in ("slo.search", "slo.early_stop"):
+        if v[key] and no_objective:
+            raise ConfigError(key, True, "needs at least one objective",
+                              "set slo.ttft_s, slo.tpot_s, slo.e2e_s, slo.itl_max_s, a percentile limit "
+                              "(slo.ttft_p99_s) or slo.preset, e.g. --slo tpot_s=0.05")
     if v["request.thinking"] is not None and v["endpoint"] != "chat":
         raise ConfigError("request.thinking", v["request.thinking"], "applies to chat only (it is sent as "
                           "chat_template_kwargs.enable_thinking)", "set endpoint: chat, or drop request.thinking")

@@ -163,6 +163,31 @@ def choice(options: Sequence[str], fix: str) -> Check:
     return check
 
 
+def _words(text: str) -> set[str]:
+    return {w.rstrip("s") for w in re.findall(r"[a-z]{2,}", text.lower())}
+
+
+def api_name(paths: Mapping[str, str]) -> Check:
+    """One of ``paths``' names (e.g. chat). Given a path or URL instead (/v1/chat/completions), the
+    fix names the API that path belongs to: the one whose path's words it holds, the most of them."""
+    names = tuple(paths)
+    fix = ", ".join(f"{n} for {p}" for n, p in paths.items())
+    plain = choice(names, fix)
+
+    def check(key: str, value: Any) -> str:
+        if not isinstance(value, str) or value in names:
+            return plain(key, value)
+        given = _words(value)
+        fits = [n for n in names if _words(paths[n]) <= given]
+        if not fits:
+            return plain(key, value)
+        meant = max(fits, key=lambda n: len(_words(paths[n])))
+        problem = f"must be one of {', '.join(names)}" + (": the API's name, not its path" if "/" in value else "")
+        raise ConfigError(key, value, problem, f"did you mean {meant!r}? {fix}")
+
+    return check
+
+
 def env_var_name(key: str, value: Any) -> str | None:
     """The NAME of an environment variable, or null. A value that is not a valid name may be the
     secret itself, so the message never repeats it."""

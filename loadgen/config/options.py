@@ -27,7 +27,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--dataset-order", "workload.dataset_order", DATASET_ORDERS, "dataset requests in file order or shuffled"),
     ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
     ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
-    ("--endpoint", "endpoint", ENDPOINTS, "API to load: /v1/completions or /v1/chat/completions"),
+    ("--endpoint", "endpoint", ENDPOINTS, "API to load: completions (/v1/completions) or chat (/v1/chat/completions)"),
     ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
     ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),
@@ -58,6 +58,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--require-guard", "guard.require", bool, "fail if the KV capacity is unknown"),
     ("--slo", "slo", "pairs", "SLO objectives, e.g. ttft_s=2,tpot_s=0.05 (any slo.* key)"),
     ("--slo-search", "slo.search", bool, "after the sweep, bisect for the largest concurrency meeting the SLO"),
+    ("--slo-early-stop", "slo.early_stop", bool, "close a stage's window once its SLO verdict is decided "
+                                                  "with slo.confidence (docs/slo.md 'Early stop')"),
     ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (docs/metrics.md 'Cost and efficiency')"),
     ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),

@@ -14,7 +14,10 @@ from typing import Any
 from loadgen.stats.cost import CostConfig
 from loadgen.stats.slo import Objectives
 
-ENDPOINTS = ("completions", "chat")
+# The scenario's ``endpoint`` names the API; its streaming path (loadgen.wire.endpoints.PATHS) is
+# declared here so that a path given where a name belongs can be recognised in the config layer.
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+ENDPOINTS = tuple(ENDPOINT_PATHS)
 ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.workload.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")  # loadgen.workload.lengths.KINDS (a test keeps them equal)
@@ -97,6 +100,8 @@ DEFAULTS: dict[str, Any] = {
         "search": False,
         "resolution": 0.1,
         "max_search_stages": 4,
+        "early_stop": False,
+        "confidence": 0.95,
         "preset": None,
     },
     "cost": {"gpus": None, "gpu_hour_usd": None},

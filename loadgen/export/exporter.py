@@ -12,8 +12,10 @@ SLO (only in a run with objectives): counters ``slo_met_requests_total`` and
 or the one before during a ramp and warmup; met / judged, 0-1) and
 ``slo_attainment_target_ratio`` (``slo.attainment``).
 
-Labels: ``model``, ``endpoint``, ``scenario`` only (bounded; never per request), plus ``outcome``/
-``kind`` on the request counter and ``phase`` on the phase gauge.
+Labels: ``model``, ``endpoint``, ``scenario`` (bounded; never per request), plus ``outcome``/
+``kind`` on the request counter, ``phase`` on the phase gauge, and on the figures of finished stages
+(``loadgen.export.stage_gauges``: clocks, breakdown, the server's window figures, cost) the stage's
+own ``stage``, ``concurrency`` and ``rate``: one series per finished stage, as many as the run's stages.
 
 Counters are cumulative by construction: ``Collector.totals`` only ever grows (every merge adds), so
 a later scrape never reports less than an earlier one.
@@ -41,7 +43,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_KINDS, ConfigError
-from loadgen.export.clock_gauges import clock_families
+from loadgen.export.stage_gauges import stage_families
 from loadgen.phases import Phase
 from loadgen.stats import metrics
 
@@ -82,11 +84,8 @@ class ExporterSnapshot:
     client_loop_lag_s: float | None = None
     slo_attainment_target: float | None = None  # None: no SLO objective, no SLO series
     slo_stage_attainment: float | None = None  # the current stage's, so far
-    breakdown: tuple[int | None, dict | None] = (None, None)  # latest stage with one (loadgen.export.clock_gauges)
-    # the server's own figures over the last finished stage's window (loadgen.server.window_spec)
-    server_spec_accept_length: float | None = None
-    server_spec_acceptance_rate: float | None = None
-    server_prefix_cache_hit_rate: float | None = None
+    # the finished stages' rows (summary.json's stages), oldest first (loadgen.export.stage_gauges)
+    stages: tuple[dict, ...] = ()
     model: str = ""
     endpoint: str = ""
     scenario: str = ""
@@ -108,7 +107,7 @@ class LoadgenCollector:
         yield from _counters(snap, labels)
         yield from _histograms(snap.totals, labels)
         yield from _gauges(snap, labels)
-        yield from clock_families(*snap.breakdown, LABELS, labels)
+        yield from stage_families(snap.stages, LABELS, labels)
 
 
 def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
@@ -170,13 +169,6 @@ def _gauges(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:
          "count against it), 0-1.", snap.slo_stage_attainment),
         ("slo_attainment_target_ratio", "The attainment a stage needs to pass the SLO (slo.attainment).",
          snap.slo_attainment_target),
-        ("server_spec_accept_length", "The server's speculative decoding accept length over the last finished "
-         "stage's window: 1 + accepted draft tokens / drafts from its counters (SGLang: its gauge at the "
-         "window's close).", snap.server_spec_accept_length),
-        ("server_spec_acceptance_ratio", "The server's accepted draft tokens / draft tokens over the last "
-         "finished stage's window, 0-1.", snap.server_spec_acceptance_rate),
-        ("server_prefix_cache_hit_ratio", "The server's prefix cache hit rate over the last finished stage's "
-         "window: cached prompt tokens / prompt tokens from its counters, 0-1.", snap.server_prefix_cache_hit_rate),
     )
     for name, help_text, value in gauges:
         if value is None:

@@ -1,15 +1,19 @@
 """Command line: calibrate a preset from a run folder, then ask it what-if questions.
 
-    python -m loadgen.predict calibrate results/latest -o mine.yaml
-    python -m loadgen.predict whatif mine.yaml --input-tokens 2000 --kv-tokens 3140000 --spec off \\
+    llm-loadgen calibrate results/latest -o mine.yaml
+    llm-loadgen whatif mine.yaml --input-tokens 2000 --kv-tokens 3140000 --spec off \\
         --replicas 2 --stages 1,4,16,64,256,1024 --slo ttft_s=2,tpot_s=0.03 --out results/whatif
 
-``calibrate`` writes the preset (a ``loadgen/sim/presets`` YAML, the fit in its comments; also
-usable with ``python -m loadgen.sim --preset mine.yaml``) and ``<preset>.fit.json`` (the fit and the
-per-stage residuals of the preset's prediction of the calibration run itself). ``whatif`` prints
+(``python -m loadgen.predict calibrate|whatif ...`` is the same command: ``loadgen.cli`` hands
+these two subcommands to ``main`` here.) ``calibrate`` writes the preset (a ``loadgen/sim/presets``
+YAML, the fit in its comments; also usable with ``llm-loadgen sim --preset mine.yaml``),
+``<preset>.fit.json`` (the fit, each equation's measured and model value, and the per-stage
+residuals of the preset's prediction of the calibration run itself) and ``<preset>.fit.png`` /
+``<preset>.fit.html`` (the fit plot, ``loadgen.report.fit_plot``, and its page). ``whatif`` prints
 the predicted stage table, knee, SLO maximum and KV ceiling, and the one real stage to run to
-confirm; with ``--out`` also summary.json and report.html, every one marked predicted. Exit 2 on a
-bad option or a run that cannot be calibrated.
+confirm; with ``--out`` also summary.json (with the calibration's fit.json as ``calibration``) and
+report.html with the fit plot, every one marked predicted. Exit 2 on a bad option or a run that
+cannot be calibrated.
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from pathlib import Path
 
 import yaml
 
+from loadgen.errors import ConfigError
 from loadgen.predict.calibrate import CalibrationError, fit, residuals
 from loadgen.predict.calibrate import accept_distribution as spec_for
 from loadgen.predict.vsweep import StagePlan
 from loadgen.predict.whatif import NOTE, WhatIf, predict
-from loadgen.report.files import write_results
+from loadgen.report.atomic import atomic_write_bytes, atomic_write_text
+from loadgen.report.files import load_summary, write_results
+from loadgen.report.predicted_html import render_fit_html
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
 from loadgen.sim.config import SimConfigError, load, set_value, validate
@@ -41,9 +48,9 @@ def _plan(scenario: dict) -> StagePlan:
                      float(s.get("max_window_s", d.max_window_s)), isolated)
 
 
-def calibrate(runs: list[str], out: str) -> int:
+def calibrate(runs: list[str], out: str, plots: bool = True) -> int:
     run_dirs = [resolve_run_dir(run) for run in runs]
-    summaries = [json.loads((Path(d) / "summary.json").read_text()) for d in run_dirs]
+    summaries = [load_summary(d) for d in run_dirs]  # a clear error naming the folder and the fix
     summary, run_dir = summaries[0], run_dirs[0]  # the preset's server and the residuals' run
     f = fit(summaries)
     preset = f.preset(summary)
@@ -53,7 +60,7 @@ def calibrate(runs: list[str], out: str) -> int:
     predicted = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], tuple(loads),
                                     plan=_plan(sc)))
     res = residuals(summary, predicted["stages"])
-    head = [f"Calibrated by python -m loadgen.predict from {', '.join(map(str, run_dirs))}",
+    head = [f"Calibrated by llm-loadgen calibrate from {', '.join(map(str, run_dirs))}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens;",
             f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: floor/ceil with that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "
@@ -67,22 +74,42 @@ def calibrate(runs: list[str], out: str) -> int:
     text = "".join(f"# {line}\n" for line in head) + yaml.safe_dump(preset, sort_keys=False)
     Path(out).write_text(text)
     fit_path = Path(out).with_suffix(".fit.json")
-    fit_path.write_text(json.dumps({"run": str(run_dir), "preset": preset, "accept_length": f.accept_length,
-                                    "fitted_stages": f.used_stages, "step_residuals": f.step_residuals,
-                                    "client_overhead_s": f.client_overhead_s,
-                                    "stage_residuals": res}, indent=2))
+    fit_doc = {"run": str(run_dir), "preset": preset, "accept_length": f.accept_length,
+               "fitted_stages": f.used_stages, "step_residuals": f.step_residuals,
+               "client_overhead_s": f.client_overhead_s, "stage_residuals": res}
+    fit_path.write_text(json.dumps(fit_doc, indent=2))
+    written = [out, str(fit_path), *(_fit_report(fit_doc, Path(out)) if plots else [])]
     print("\n".join(head))
-    print(f"llm-loadgen predict: wrote {out} and {fit_path}")
+    print(f"llm-loadgen calibrate: wrote {', '.join(map(str, written))}")
     return 0
 
 
-def _calibration_lines(preset: str) -> list[str]:
-    """How well the preset predicted the run it was calibrated on (its ``.fit.json``), one line per
-    stage; nothing for a preset without one (a bundled preset was not fitted)."""
+def _fit_report(fit_doc: dict, preset: Path) -> list[Path]:
+    """``<preset>.fit.png`` (the fit plot) and ``<preset>.fit.html`` (its page) beside the preset."""
+    from loadgen.report.fit_plot import fit_figure  # matplotlib: only when drawing
+    from loadgen.report.plots import figure_png
+
+    png = figure_png(fit_figure(fit_doc))
+    png_path, html_path = preset.with_suffix(".fit.png"), preset.with_suffix(".fit.html")
+    atomic_write_bytes(png_path, png)
+    atomic_write_text(html_path, render_fit_html(fit_doc, png, str(preset)))
+    return [png_path, html_path]
+
+
+def fit_doc_of(preset: str) -> dict | None:
+    """The calibration of ``preset`` (its ``.fit.json``, with ``file``: where it was read), or None for
+    a preset without one (a bundled preset was not fitted)."""
     path = Path(preset).with_suffix(".fit.json")
     if not path.is_file():
+        return None
+    return {**json.loads(path.read_text()), "file": str(path)}
+
+
+def _calibration_lines(fit_doc: dict | None) -> list[str]:
+    """How well the preset predicted the run it was calibrated on (its ``.fit.json``), one line per
+    stage; nothing for a preset without one (a bundled preset was not fitted)."""
+    if fit_doc is None:
         return []
-    fit_doc = json.loads(path.read_text())
     lines = [f"calibration: this preset was fitted to {fit_doc['run']}; replaying that run it predicted "
              "(predicted - measured) / measured:"]
     lines += [f"calibration C={r['concurrency']}: out tok/s {_pct(r['output_tokens_per_s']['rel'])}, TTFT p50 "
@@ -135,7 +162,10 @@ def whatif(args: argparse.Namespace) -> int:
     summary = predict(cfg, w)
     summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
                                                                   if k not in ("cmd", "func", "out")}}
-    calibration = _calibration_lines(args.preset)
+    fit_doc = fit_doc_of(args.preset)
+    if fit_doc is not None:
+        summary["calibration"] = fit_doc  # report.html draws its fit plot (loadgen.report.fit_plot)
+    calibration = _calibration_lines(fit_doc)
     summary["notes"] += calibration
     print(f"PREDICTED (not measured): {cfg.model}, {w.input_tokens} in / {w.output_tokens} out, "
           f"{w.replicas} replica(s), KV {cfg.kv_tokens:,} tokens each, spec_accept {cfg.spec_accept}")
@@ -157,19 +187,23 @@ def whatif(args: argparse.Namespace) -> int:
     print("\n".join([NOTE, *calibration]))
     if args.out:
         write_results(args.out, summary, plots=not args.no_plots)
-        print(f"llm-loadgen predict: wrote {args.out}/summary.json and report.html (predicted)")
+        print(f"llm-loadgen whatif: wrote {args.out}/summary.json and report.html (predicted"
+              f"{'' if fit_doc is None or args.no_plots else ', with the calibration fit plot'})")
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m loadgen.predict", description=__doc__.split("\n\n")[0])
+def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
+    """The one parser of ``calibrate`` and ``whatif``; ``llm-loadgen`` passes its own name as ``prog``."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     cal = sub.add_parser("calibrate", help="fit a simulator preset to a finished run folder (or several "
                          "runs of the same server, e.g. two prompt lengths)")
     cal.add_argument("run", nargs="+", help="a run folder (or its parent: the latest run)")
-    cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s)")
+    cal.add_argument("-o", "--out", default="calibrated.yaml", help="preset file to write (default: %(default)s); "
+                     "beside it <preset>.fit.json, .fit.png and .fit.html")
+    cal.add_argument("--no-plots", action="store_true", help="no .fit.png / .fit.html (no matplotlib)")
     wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
-    wi.add_argument("preset", help="a preset YAML (python -m loadgen.predict calibrate) or a bundled name")
+    wi.add_argument("preset", help="a preset YAML (llm-loadgen calibrate) or a bundled name")
     wi.add_argument("--input-tokens", type=int, default=1000)
     wi.add_argument("--output-tokens", type=int, default=1000)
     wi.add_argument("--kv-tokens", type=int, help="KV cache tokens per replica (e.g. x2 for an FP8 cache)")
@@ -191,16 +225,16 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m loadgen.predict") -> int:
+    args = parser(prog).parse_args(argv)
     try:
         if args.cmd == "calibrate":
-            return calibrate(args.run, args.out)
+            return calibrate(args.run, args.out, plots=not args.no_plots)
         if args.replicas < 1:
             raise SimConfigError("--replicas", args.replicas, "must be >= 1")
         return whatif(args)
-    except (SimConfigError, CalibrationError, ValueError, FileNotFoundError) as exc:
-        print(f"llm-loadgen predict: {exc}", file=sys.stderr)
+    except (SimConfigError, CalibrationError, ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"llm-loadgen {args.cmd}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -54,7 +54,9 @@ class Fit:
     accept_length: float
     kv_tokens: int | None
     used_stages: list[int]  # concurrencies in the fit
-    step_residuals: list[dict]  # per equation: input_tokens, concurrency, what (decode step | TTFT at C=1), rel
+    # per equation: input_tokens, concurrency, what (decode step | TTFT at C=1), batch, prefill_tokens
+    # (x, or I for the TTFT), measured_s, model_s (the fitted right-hand side) and rel
+    step_residuals: list[dict]
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
 
     def preset(self, summary: dict) -> dict:
@@ -129,18 +131,21 @@ def fit(summaries: dict | list[dict]) -> Fit:
             eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
             fitted.append(int(r["concurrency"]))
-            labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step"})
+            labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
+                           "batch": batch, "prefill_tokens": x})
     for n_in, r in firsts:
         eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
         targets.append(r["ttft_p50_s"])
-        labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1"})
+        labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
+                       "prefill_tokens": n_in})
     a_mat, y = np.asarray(eqs), np.asarray(targets)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
     coef = _nonneg_lstsq(a_mat * scale[:, None], y * scale)
     resid = [float((np.asarray(e) @ coef - t) / t) for e, t in zip(eqs, targets, strict=True)]
     kv = (runs[0].get("guard") or {}).get("capacity_tokens")
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
-               [dict(label, rel=r) for label, r in zip(labels, resid, strict=True)],
+               [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef), rel=r)
+                for label, e, t, r in zip(labels, eqs, targets, resid, strict=True)],
                float(coef[3]) if overhead else None)
 
 

@@ -23,7 +23,7 @@ from loadgen.sim.config import SimConfig
 from loadgen.stats.slo import Objectives, slo_answer
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
-        "measured run (python -m loadgen.predict); confirm the one stage it suggests with a real run.")
+        "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
 
 
 @dataclass(frozen=True)

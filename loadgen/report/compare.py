@@ -13,7 +13,6 @@ below 1.00x is better.
 
 from __future__ import annotations
 
-import base64
 import os
 from html import escape
 from pathlib import Path
@@ -23,6 +22,7 @@ from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.breakdown import column_value, compare_columns
 from loadgen.report.files import load_summary
+from loadgen.report.html_page import png_img
 from loadgen.report.knee import knee_of
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
 from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
@@ -264,10 +264,7 @@ def render_compare_html(runs: list[tuple[str, dict]], table: str, images: dict[s
             load_label((s.get("guard") or {}).get("stopped_before"), rate),
         ]
         rows.append("<tr>" + "".join(f"<td>{escape(str(c or '-'))}</td>" for c in cells) + "</tr>")
-    imgs = "".join(
-        f'<img alt="{escape(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-        for name, png in images.items()
-    )
+    imgs = "".join(png_img(name, png) for name, png in images.items())
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>llm-loadgen comparison</title>'
         "<style>body{font-family:system-ui,sans-serif;margin:24px}table{border-collapse:collapse}"

@@ -17,6 +17,7 @@ from pathlib import Path
 from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.html import render_report_html
+from loadgen.report.predicted_html import FIT_FIGURE
 from loadgen.report.table import write_stages_csv
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,9 @@ def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool 
 def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> dict[str, Path]:
     """stages.csv, the PNG plots and report.html from ``summary`` (summary.json is not touched).
 
-    Keys of the result: ``stages_csv``, one per plot (``throughput``, ``latency``, ``tradeoff``)
-    and ``html``; a plot or HTML failure is logged and its key is missing.
+    Keys of the result: ``stages_csv``, one per plot (``throughput``, ``latency``, ``tradeoff``,
+    and ``calibration_fit`` for a what-if with a calibrated preset: ``loadgen.report.fit_plot``) and
+    ``html``; a plot or HTML failure is logged and its key is missing.
     """
     out = Path(results_dir)
     written = {"stages_csv": write_stages_csv(out / STAGES_CSV, summary.get("stages") or [])}
@@ -71,7 +73,12 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
         try:
             from loadgen.report.plots import build_run_figures, save_figures  # matplotlib: see above
 
-            images = save_figures(build_run_figures(summary), out)
+            figures = build_run_figures(summary)
+            if summary.get("calibration"):  # a what-if's: the fit of the preset it was predicted from
+                from loadgen.report.fit_plot import fit_figure
+
+                figures[FIT_FIGURE] = fit_figure(summary["calibration"])
+            images = save_figures(figures, out)
             written.update({name: out / f"{name}.png" for name in images})
         except Exception:
             log.exception(

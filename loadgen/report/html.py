@@ -5,12 +5,14 @@ escaped with html.escape.
 
 from __future__ import annotations
 
-import base64
 import json
 from html import escape
 
 from loadgen.report.breakdown_html import breakdown_section
+from loadgen.report.html_page import esc as _e
+from loadgen.report.html_page import kv_table, page, png_img
 from loadgen.report.knee import knee_of, rate_knee_text
+from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
 from loadgen.report.table import (
     columns,
     errors_compact,
@@ -33,28 +35,7 @@ from loadgen.stats.stage_load import (
     stage_load,
 )
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
-h1{font-size:1.5em;margin-bottom:4px}h2{font-size:1.15em;margin-top:28px;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px}
-th{background:#f3f4f6;text-align:center}td.n{text-align:right;font-variant-numeric:tabular-nums}
-table.kv th{text-align:left;font-weight:600}tr.seen{background:#fff7e0}tr.knee td{background:#fff7e0}
-.key{background:#f5f8ff;border:1px solid #cdd9f5;padding:10px 14px;margin:12px 0}
-.key div{margin:3px 0}.warn{color:#b42318}.muted{color:#777}
-img{max-width:100%;border:1px solid #eee;margin:6px 0}
-pre{background:#f6f6f6;padding:10px;font-size:12px;overflow-x:auto}
-"""
-
 SECTIONS_META = ("name", "label", "metadata", "host", "model", "endpoint", "started_at", "ended_at", "stop_reason", "exit_code", "workers")
-
-
-def _e(value) -> str:
-    return escape("-" if value is None else str(value))
-
-
-def kv_table(items: dict) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items.items())
-    return f'<table class="kv">{rows}</table>'
 
 
 def guard_lines(guard: dict, rate: bool = False) -> list[str]:
@@ -190,10 +171,7 @@ def images_html(images: dict[str, bytes], plots_pending: bool) -> str:
     if not images:
         why = "drawn at the end of the run" if plots_pending else "not available (see the run log)"
         return f'<p class="muted">Plots {why}.</p>'
-    return "".join(
-        f'<img alt="{_e(name)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-        for name, png in images.items()
-    )
+    return "".join(png_img(name, png) for name, png in images.items())
 
 
 def render_report_html(
@@ -211,12 +189,19 @@ def render_report_html(
     if run.get("worker_losses"):
         meta["worker_losses"] = run["worker_losses"]
     all_flags = sorted({f for s in stages for f in stage_flags(s, knee)})
+    images = dict(images or {})
+    fit_png = images.pop(FIT_FIGURE, None)
+    predicted = bool(summary.get("predicted"))
+    if predicted:
+        title = f"PREDICTED {title}"
     body = [
         f"<h1>{_e(title)}</h1>",
+        predicted_banner(summary) if predicted else "",
         key_findings(summary, knee),
-        "<h2>Plots</h2>",
-        images_html(images or {}, plots_pending),
-        "<h2>Stages</h2>",
+        "<h2>Plots (predicted)</h2>" if predicted else "<h2>Plots</h2>",
+        images_html(images, plots_pending),
+        *(calibration_section(summary["calibration"], fit_png) if summary.get("calibration") else []),
+        "<h2>Stages (predicted: every row)</h2>" if predicted else "<h2>Stages</h2>",
         stage_table_html(stages, knee, is_rate_run(summary)),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         *breakdown_section(stages),
@@ -235,7 +220,4 @@ def render_report_html(
         f"<pre>{_e(json.dumps(summary.get('scenario') or {}, indent=2, default=str))}</pre>",
         f'<p class="muted">{_e(json.dumps(summary.get("tool") or {}, default=str))}</p>',
     ]
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
+    return page(title, body)

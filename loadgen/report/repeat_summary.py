@@ -107,9 +107,10 @@ def answer_text(interval: dict, rate: bool) -> str:
 
 def answer_lines(repeat: dict) -> list[str]:
     """The console's lines on the answers, e.g. ``knee C=56 (48–64, 95 %)`` (no SLO line when the
-    runs had no SLO objectives)."""
+    runs had no SLO objectives). The KV-bounded maximum is a concurrency in a rate sweep too
+    (``guard.max_concurrency``)."""
     rate = repeat["load"] == RATE
-    return [f"{name:<19} {answer_text(repeat['answers'][key], rate)}" for key, name in ANSWERS
+    return [f"{name:<19} {answer_text(repeat['answers'][key], rate and key != 'kv_max')}" for key, name in ANSWERS
             if key != "slo_max" or repeat.get("slo_asked", True)]
 
 

@@ -6,7 +6,6 @@ builds one ``exporter.ExporterSnapshot``; nothing is kept between scrapes.
 
 from __future__ import annotations
 
-from loadgen.export.clock_gauges import latest_breakdown
 from loadgen.export.exporter import ExporterSnapshot
 from loadgen.run import results
 
@@ -22,7 +21,6 @@ class ExporterFeed:
         cpu, lag = session.fleet.health_now()
         decision, capacity = session.guard_record.last, session.capacity
         info = session.stage_info.get(rt.stage) if rt.stage is not None else None
-        server = (session.rows[-1].get("server") if session.rows else None) or {}  # the last finished stage
         return ExporterSnapshot(
             totals=rt.collector.totals,
             inflight=session.fleet.inflight_total(),
@@ -38,10 +36,7 @@ class ExporterFeed:
             client_loop_lag_s=lag,
             slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
             slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
-            breakdown=latest_breakdown(session.rows),
-            server_spec_accept_length=server.get("spec_accept_length"),
-            server_spec_acceptance_rate=server.get("spec_acceptance_rate"),
-            server_prefix_cache_hit_rate=server.get("prefix_cache_hit_rate"),
+            stages=tuple(session.rows),  # finished stages' rows: final once written
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

@@ -16,6 +16,12 @@ stage at the largest concurrency that fits, warn runs it flagged.
   it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``.
 - measure: the window. Closes when ``duration_s`` has passed, at least ``min_requests`` measured
   requests finished (and the turnover rule holds), or at ``max_window_s`` whatever the count.
+- early stop (``slo.early_stop``, loadgen.stats.slo_early): in an SLO run (isolated stages), the
+  window of any stage, sweep or search, also closes before ``duration_s`` as soon as the stage's
+  pass/fail verdict is decided with ``slo.confidence`` from its live counts
+  (``Observation.slo_live``: judged, met, running, per percentile limit the samples within it) --
+  but never before ``min_requests`` and the turnover rule hold, so the knee still gets a window in
+  which every stream turned over. The ``WindowClosed`` carries the verdict (``early``).
 - closing: the window closed (``WindowClosed``). The adapter reads the server for it and may call
   ``stop(reason)``; the next ``tick`` (the adapter ticks again at once) starts the next stage, or
   the drain if told to stop. The plan itself never reads anything.
@@ -63,6 +69,7 @@ from dataclasses import dataclass
 from loadgen.phases import Phase
 from loadgen.run.kv_guard import GuardDecision
 from loadgen.stats.slo import Objectives, next_search_concurrency
+from loadgen.stats.slo_early import EarlyStop, EarlyVerdict, LiveCounts
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class Observation:
     inflight: int = 0  # requests running now, everywhere (open-loop turnover)
     # (concurrency, passed the SLO) of every final stage that measured requests; read by the search
     slo_outcomes: Callable[[], list[tuple[int, bool]]] = lambda: []
+    # stage k's SLO counts so far, merged everywhere (None: not known); read by the early stop
+    slo_live: Callable[[int], LiveCounts | None] = lambda k: None
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class WindowClosed:
     stage: int
     t: float
     users: int  # users running at the close
+    early: EarlyVerdict | None = None  # closed before duration_s: the verdict decided (slo.early_stop)
 
 
 @dataclass(frozen=True)
@@ -155,6 +165,7 @@ class SweepPlan:
         self.isolate = slo is not None and slo.enabled  # each stage starts once the one before is final
         # None: no search; in open loop the search bisects the offered rate
         self.slo = slo if self.isolate and slo.search else None
+        self.early_stop = EarlyStop(slo) if self.isolate and slo.early_stop else None
         self.sweep_over = False  # the geometric stages are done (or the guard refused the next)
         self.search_stages = 0  # search stages started
         self.search = False  # the current stage is a search stage
@@ -221,6 +232,12 @@ class SweepPlan:
         need = self.target if self.users_for is None else max(1, obs.inflight)
         return not self.turnover or self.finished_total - self.finished_mark >= need
 
+    def _early(self, obs: Observation) -> EarlyVerdict | None:
+        """The stage's verdict, if decided early (``slo.early_stop``) from its live counts."""
+        if self.early_stop is None or (live := obs.slo_live(self.index)) is None:
+            return None
+        return self.early_stop.decide(live)
+
     # -- the decision ------------------------------------------------------------------------------
     def tick(self, obs: Observation) -> Tick:
         events: list[Event] = []
@@ -241,9 +258,10 @@ class SweepPlan:
                 events.append(WindowOpened(self.index, now))
         elif self.kind is Phase.MEASURE:
             enough = obs.finished(self.index) >= self.min_requests and self._turned_over(obs)
-            if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s:
+            early = self._early(obs) if enough and elapsed < self.duration_s else None
+            if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s or early:
                 self._enter(Phase.CLOSING, now, events)
-                events.append(WindowClosed(self.index, now, obs.users))
+                events.append(WindowClosed(self.index, now, obs.users, early))
                 self.pending.append(self.index)
         elif self.kind is Phase.CLOSING:  # the adapter has read the window (and may have said stop)
             if self.stop_reason:

@@ -11,6 +11,7 @@ repetition the repeat folder's ``repeat.json`` (``loadgen.report.repeat_summary`
         <UTC start>_<run name>/ x N     each repetition's run folder (summary.json, report.html ...)
         latest -> the newest repetition
         repeat.json, repeat.txt         per stage mean and 95 % interval per metric, each answer's interval
+        report.html, intervals.png      the same as a page, each stage's intervals plotted
 
 Seeds: repetition k (0-based) gets ``--seed S+k`` (prompts, lengths, dataset order and, unless
 --arrival-seed is given, arrivals) and, when given, ``--arrival-seed A+k``; S is the user's
@@ -38,6 +39,7 @@ from pathlib import Path
 from loadgen.errors import EXIT_INTERRUPTED, ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary
+from loadgen.report.repeat_report import write_repeat_report
 from loadgen.report.repeat_summary import REPEAT_FILE, format_repeat_table, repeat_summary
 from loadgen.report.runs import folder_name, run_folders
 
@@ -121,11 +123,13 @@ def make_repeat_dir(args: list[str], n: int, started_wall: float) -> Path:
 
 
 def write_repeat(repeat_dir: Path, done: list[tuple[Path, dict]]) -> dict:
-    """repeat.json and repeat.txt from the repetitions done so far ([(run folder, facts)])."""
+    """repeat.json, repeat.txt, intervals.png and report.html (``loadgen.report.repeat_report``)
+    from the repetitions done so far ([(run folder, facts)])."""
     summaries = [load_summary(folder) for folder, _ in done]
     repeat = repeat_summary(summaries, [{"folder": folder.name, **facts} for folder, facts in done])
     atomic_write_text(repeat_dir / REPEAT_FILE, json.dumps(repeat, indent=2) + "\n")
     atomic_write_text(repeat_dir / "repeat.txt", format_repeat_table(repeat) + "\n")
+    write_repeat_report(repeat_dir, repeat)
     return repeat
 
 
@@ -166,6 +170,6 @@ def run_repeats(args: list[str], n: int) -> int:
     if done:
         repeat = write_repeat(repeat_dir, done)
         print(f"\nllm-loadgen: {len(done)} of {n} repetitions\n{format_repeat_table(repeat)}", flush=True)
-        print(f"llm-loadgen: repeat results in {repeat_dir}/ (repeat.json, repeat.txt, one run folder per "
+        print(f"llm-loadgen: repeat results in {repeat_dir}/ (repeat.json, repeat.txt, report.html, one run folder per "
               "repetition)", flush=True)
     return max(codes)

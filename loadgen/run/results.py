@@ -18,6 +18,7 @@ from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
 from loadgen.stats.cost import CostConfig, stage_cost
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.slo import Objectives, slo_answer, stage_slo
+from loadgen.stats.slo_early import EarlyVerdict
 from loadgen.stats.slo_limits import failed_text, stage_limits
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
@@ -47,6 +48,7 @@ class StageInfo:
     rate_per_s: float | None = None  # open loop: the offered rate asked for (after a guard clamp)
     parts: int = 1  # open loop: processes sharing the rate
     parts_lost_t: list[float] = field(default_factory=list)  # when each of them was lost
+    early: EarlyVerdict | None = None  # the window closed early on this SLO verdict (slo.early_stop)
 
     def lose_part(self, t: float) -> None:
         """Open loop: a process sharing this stage's rate was lost at ``t`` (its share is not sent)."""
@@ -118,7 +120,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
     ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
     with SLO ``objectives`` set, ``slo`` (``loadgen.stats.slo.stage_slo``) and the flag ``slo_fail`` when
-    the stage missed the attainment target or a percentile limit (``loadgen.stats.slo_limits``). Search
+    the stage missed the attainment target or a percentile limit (``loadgen.stats.slo_limits``); a
+    window closed early (``slo.early_stop``) adds ``slo.early_stop`` and the flag ``slo_early``. Search
     stages have ``search: true`` and ``slo_search``. ``cost``: the scenario's, for the cost figures
     (``loadgen.stats.cost.stage_cost``)."""
     stats = stats or StageStats()
@@ -154,6 +157,9 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
             row["slo"] = stage_limits(row["slo"], stats, objectives.limits)
         if not row["slo"]["pass"]:
             flags.append("slo_fail")
+        if info.early is not None:
+            row["slo"]["early_stop"] = info.early.to_row(row["slo"]["pass"])
+            flags.append("slo_early")
     row["users"] = info.users
     row["window_s"] = info.window_s
     if cost is not None:
@@ -224,6 +230,11 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str,
                    f"dropped_by_client {row['dropped_by_client']}")
     if (row.get("slo") or {}).get("failed"):
         out.append(f"llm-loadgen: stage {k} {stage_label(row)} failed the SLO: {failed_text(row['slo'])}")
+    early = (row.get("slo") or {}).get("early_stop")
+    if early and not early["agrees"]:
+        out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the early SLO verdict ({early['verdict']}) "
+                   "disagrees with the verdict on all its requests; the row keeps the latter "
+                   "(docs/slo.md 'Early stop')")
     if "client_bound" in row["flags"]:
         client = row["client"]
         cpu, lag = client.get("cpu_percent"), client.get("loop_lag_p99_s")

@@ -189,7 +189,11 @@ class Session:
         """Record the window, tell every worker it closed (the plan's CLOSING phase, adopted just
         before), then read the server watch for it once."""
         k, info = ev.stage, self.stage_info[ev.stage]
-        info.window_s, info.users = ev.t - info.open_t, ev.users
+        info.window_s, info.users, info.early = ev.t - info.open_t, ev.users, ev.early
+        if ev.early is not None:
+            self.console.notice(f"llm-loadgen: stage {k} {info.label}: window closed after {info.window_s:.0f} s "
+                                f"of {self.rt.scenario.stages.duration_s:g}, SLO {ev.early.text()} "
+                                "(slo.early_stop)", self._rows_pending())
         self.fleet.broadcast_phase()  # nothing counts toward the window anywhere from here on
         # the CLOSING phase just sent: a worker on it starts no request of stage k. (Not the phase
         # after it: with SLO isolation that comes only once stage k is final, after drain_s.)

@@ -37,12 +37,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("users_short", "fewer users ran than the stage's concurrency when its window closed"),
     Flag("slo_fail", "fewer of the stage's requests than slo.attainment met every objective "
          "(failed requests count against it), or a percentile limit failed (slo.failed)"),
+    Flag("slo_early", "the window closed before stages.duration_s: the SLO verdict was decided early "
+         "(slo.early_stop; the bounds in slo.early_stop)"),
     Flag("slo_search", "a stage the SLO search added to refine the bracket (not part of the knee)"),
     Flag("interrupted", "Ctrl-C or SIGTERM stopped the run before the stage's last requests "
          "finished (unfinished_requests)"),
     Flag("error", "a fatal error stopped the run before the stage's last requests finished "
          "(unfinished_requests)"),
-    Flag("predicted", "not measured: predicted by the calibrated simulator (python -m loadgen.predict)"),
+    Flag("predicted", "not measured: predicted by the calibrated simulator (llm-loadgen whatif)"),
 )
 
 FLAG_KEYS = frozenset(f.key for f in FLAGS)

@@ -156,6 +156,16 @@ class LogHistogram:
             return self._max
         return min(max(float(_MIDS[i - 1]), self._min), self._max)
 
+    def count_reported_le(self, limit: float) -> int:
+        """Samples whose bucket ``quantile`` reports as <= ``limit`` (the geometric middle of
+        their bucket, clamped to [min, max]; underflow: min, overflow: max). The reported value
+        rises with the bucket, so ``quantile(q) <= limit`` exactly when this count >=
+        ceil(q x count) (0 < q < 1): the early-stop rule counts what the verdict will judge."""
+        if not self.count:
+            return 0
+        reported = np.concatenate(([self._min], np.clip(_MIDS, self._min, self._max), [self._max]))
+        return int(self.counts[reported <= limit].sum())
+
     def cumulative_le(self, edges: Iterable[float]) -> list[int]:
         """Number of samples <= each edge (Prometheus ``le``), at the resolution of the fine buckets.
 

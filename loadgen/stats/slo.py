@@ -66,6 +66,8 @@ class Objectives:
     search: bool = False
     resolution: float = 0.1  # the search stops when first failing - last passing <= resolution x last passing
     max_search_stages: int = 4
+    early_stop: bool = False  # close a stage's window once its verdict is decided (loadgen.stats.slo_early)
+    confidence: float = 0.95  # ... with this confidence: P(wrong early verdict) <= 1 - confidence
     preset: str | None = None  # named percentile limits (loadgen.stats.slo_limits.PRESETS)
     # percentile limits (loadgen.stats.slo_limits): (key, limit s), e.g. ("ttft_p99_s", 2.0); in the
     # scenario they are keys of the slo section (``flatten``: the method giving them), not a mapping

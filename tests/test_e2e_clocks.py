@@ -43,12 +43,14 @@ def test_a_sweep_whose_ttft_grows_from_queueing_says_so(tmp_path):
     """Four requests decode at once (--max-running 4), each 40 steps of 10 ms. At C=4 nobody waits;
     at C=16 a closed loop keeps 12 waiting, so by Little's law (16 in the system, 4 served at a time)
     each request waits 3 service times: queue mean = 3 x (prefill + decode) mean. The TTFT growth is
-    that queue time: the verdict names it."""
+    that queue time: the verdict names it. Once the first requests have turned over (the warmup
+    lasts until C = 16 finished: 1.6 s at 10 a second) every request waits those 3 services, so a
+    2 s window's 20 requests give the same mean as a longer one."""
     engine = ("--timing", "engine", "--flavor", "vllm", "--max-running", "4", "--step-base-ms", "10",
               "--step-per-seq-ms", "0", "--step-per-prefill-token-us", "0", "--time-scale", "1")
     with running_sim(*engine) as sim:
         run = run_locust(sim.url, tmp_path / "queue", "--scenario", "config/smoke.yaml", "--input-tokens", "16",
-                         "--output-tokens", "40", "--stages", "4,16", "--warmup", "1", "--stage-duration", "4",
+                         "--output-tokens", "40", "--stages", "4,16", "--warmup", "1", "--stage-duration", "2",
                          "--set", "guard.over_capacity_queue_fraction=100")
     assert run.code == 0, run.stderr[-3000:]
     low, high = run.summary["stages"]

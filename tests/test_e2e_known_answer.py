@@ -9,7 +9,9 @@ from tests.runlocust import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against a known answer: alone
 
-SHORT = ("--input-tokens", "64", "--output-tokens", "100", "--warmup", "1", "--stage-duration", "6")
+# 4 users, 0.2 + 99 x 0.02 = 2.2 s a request: a 4 s window sends ~8 requests (TTFT p50: every one is
+# the fixed 200 ms plus the client's own few ms) and ~790 token gaps (the ITL p50)
+SHORT = ("--input-tokens", "64", "--output-tokens", "100", "--warmup", "1", "--stage-duration", "4")
 
 
 def _stage(tmp_path, tokens_per_chunk: int, concurrency: int = 4) -> dict:

@@ -2,11 +2,14 @@
 
 Preset ``slo-linear``: the decode step takes 10 ms + 1 ms per running sequence, so in a closed loop
 of C users TPOT(C) = 10 ms + 1 ms x C, and the objective tpot_s = 0.045 holds for C <= 35 and fails
-from C = 36. The sweep 16, 32, 64 brackets it as [32, 64]; the search must land within its
+from C = 36. The sweep 16, 32, 48 brackets it as [32, 48] (TPOT(48) = 58 ms fails by 13 ms; a top
+stage of 64 would add a 9 s stage and one more bisection step); the search must land within its
 resolution (10 % of the lower end) of 35. Requests are tiny (16 + 40 tokens) so a stage lasts a
 few seconds. TPOT is the same for every request of a stage here, so the answer does not depend on
 the attainment target; the search test asks 90 % so that a few requests stamped late by a busy
 shared machine (client delays only ever add to TPOT) cannot fail C=34, 1 ms inside the objective.
+The verdicts far from the objective (no stage passes, every stage passes) are in
+tests/test_e2e_slo_verdicts.py, beside other files.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def run_slo(tmp_path, name, *args):
 
 
 def test_search_lands_within_its_resolution_of_the_analytic_maximum(tmp_path):
-    run = run_slo(tmp_path, "search", "--stages", "16,32,64", "--slo", "tpot_s=0.045,attainment=0.9",
+    run = run_slo(tmp_path, "search", "--stages", "16,32,48", "--slo", "tpot_s=0.045,attainment=0.9",
                   "--slo-search")
     s = run.summary
     answer = s["slo"]
@@ -41,10 +44,10 @@ def test_search_lands_within_its_resolution_of_the_analytic_maximum(tmp_path):
     assert hi - lo <= max(1, 0.1 * lo) and hi > 32
     sweep = [st for st in s["stages"] if not st["search"]]
     search = [st for st in s["stages"] if st["search"]]
-    assert [st["concurrency"] for st in sweep] == [16, 32, 64]
-    assert [st["slo"]["pass"] for st in sweep] == [True, True, False]  # bracket [32, 64] from the sweep
+    assert [st["concurrency"] for st in sweep] == [16, 32, 48]
+    assert [st["slo"]["pass"] for st in sweep] == [True, True, False]  # bracket [32, 48] from the sweep
     assert [st["concurrency"] for st in search] == answer["search"]["stages"]
-    assert search[0]["concurrency"] == 48 and 2 <= len(search) <= 4
+    assert search[0]["concurrency"] == 40 and 2 <= len(search) <= 4
     for st in s["stages"]:
         # every stage is judged from its own requests (no request ran under the next stage's load):
         # it passes well below 35 and fails well above (33..37 are within 2 ms of the objective)
@@ -62,24 +65,3 @@ def test_search_lands_within_its_resolution_of_the_analytic_maximum(tmp_path):
     assert f"SLO: max concurrency C={lo}" in run.stderr and "KV ceiling: C=" in run.stderr
     csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
     assert {"search", "slo.pass", "slo.attainment_by.tpot_s", "goodput_output_tokens_per_s"} <= set(csv_head)
-
-
-def test_no_stage_passes_max_concurrency_is_null_and_said_plainly(tmp_path):
-    """TPOT(4) = 14 ms > 11 ms: nothing passes; the search has nothing to bisect."""
-    run = run_slo(tmp_path, "none", "--stages", "4,8", "--slo", "tpot_s=0.011", "--slo-search")
-    answer = run.summary["slo"]
-    assert answer["max_concurrency"] is None and answer["bracket"] == [None, 4]
-    assert answer["search"]["stages"] == []
-    assert [st["slo"]["attainment"] for st in run.summary["stages"]] == [0.0, 0.0]
-    assert [st["goodput_requests_per_s"] for st in run.summary["stages"]] == [0.0, 0.0]
-    assert "SLO: no stage met tpot_s <= 0.011" in run.stderr and "max concurrency: none" in run.stderr
-
-
-def test_every_stage_passes_the_bracket_is_open_above(tmp_path):
-    run = run_slo(tmp_path, "all", "--stages", "4,8", "--slo", "tpot_s=0.045,ttft_s=1", "--slo-search")
-    answer = run.summary["slo"]
-    assert answer["max_concurrency"] == 8 and answer["bracket"] == [8, None]
-    assert answer["search"]["stages"] == []
-    for st in run.summary["stages"]:
-        assert st["slo"]["attainment"] == 1.0 and st["slo"]["attainment_by"] == {"ttft_s": 1.0, "tpot_s": 1.0}
-    assert "every stage passed" in run.stderr and "limit is above C=8" in run.stderr

@@ -10,10 +10,11 @@ Beyond the master's own figures, two outside witnesses: the simulator's counters
 completed, every token it generated) and the kernel timestamp of every request leaving a worker
 (a packet tap), plus, with the relay, when each phase broadcast left the master and reached a worker.
 
-Two runs whose checks are counts with no timing in them (the exact-merge sweep, the master
-SIGKILL) go side by side in threads (``beside``), each test reading its run's result (``ran``),
-beside the late-join run once its join is over; the others (losses booked against a window, phase
-edges) run alone after them.
+Three runs whose checks are counts with no timing in them (the exact-merge sweep, the master
+SIGKILL, the Ctrl-C over a slow link: its 4 cancelled requests are 4 users each in a 0.6 s request,
+the next sent as one ends) go side by side in threads (``beside``), each test reading its run's result
+(``ran``), beside the late-join run once its join is over; the others (losses booked against a
+window, phase edges) run alone after them.
 """
 
 from __future__ import annotations
@@ -215,10 +216,6 @@ def test_a_master_killed_mid_run_leaves_every_completed_stage(ran):
           f"requests the server completed in the 3 s after: {ran['completed_after_s']:.0f}")
 
 
-BESIDE = {"test_sweep_across_hosts_merges_exactly": run_sweep,
-          "test_a_master_killed_mid_run_leaves_every_completed_stage": run_master_kill}
-
-
 # -- (c) a worker killed, another joining ----------------------------------------------------------------
 @integration
 @pytest.mark.timeout(180)
@@ -273,27 +270,38 @@ def test_a_worker_lost_mid_window_is_booked_against_that_stage(net):
     print(f"loss booked: {loss}")
 
 
+def run_stopped_over_slow_link(tmp: Path) -> dict:
+    """One worker behind a 600 ms RTT link, the master Ctrl-C'd mid-window; what it merged."""
+    with lab_net(tmp / "results", subnet=7, workers=1) as n:
+        n.relay(n.workers[0], delay_ms=300, jitter_ms=0, seed=0)
+        n.start_master(1, "--stages", "4,8", "--stage-duration", "30")
+        n.start_worker(n.workers[0], via_relay=True, locustfile="tests/fixtures/quiet_worker_locustfile.py")
+        n.wait_after(r"stage 0 C=4: ramp", 5)
+        stopped_at = time.monotonic()
+        n.lab.kill(n.master_proc, signal.SIGINT)  # Ctrl-C: results written, workers told to quit
+        n.master_proc.wait(60)
+        exited_s = time.monotonic() - stopped_at
+        return {"code": n.wait_master(), "stderr": n.stderr(), "summary": n.summary(), "ledgers": n.ledgers(),
+                "exited_s": exited_s}
+
+
 @integration
 @pytest.mark.timeout(120)
-def test_a_stopped_run_merges_every_final_report_over_a_slow_link(net):
-    n = net(subnet=7, workers=1)
-    n.relay(n.workers[0], delay_ms=300, jitter_ms=0, seed=0)
-    n.start_master(1, "--stages", "4,8", "--stage-duration", "30")
-    n.start_worker(n.workers[0], via_relay=True, locustfile="tests/fixtures/quiet_worker_locustfile.py")
-    n.wait_after(r"stage 0 C=4: ramp", 5)
-    stopped_at = time.monotonic()
-    n.lab.kill(n.master_proc, signal.SIGINT)  # Ctrl-C: results written, workers told to quit
-    n.master_proc.wait(60)
-    exited_s = time.monotonic() - stopped_at
-    assert n.wait_master() == 130, n.stderr()[-3000:]
-    s, parts = n.summary(), n.ledgers()
+def test_a_stopped_run_merges_every_final_report_over_a_slow_link(ran):
+    s, parts = ran["summary"], ran["ledgers"]
+    assert ran["code"] == 130, ran["stderr"][-3000:]
     assert len(parts) == 1 and merged(parts.values()).requests_ok > 0, "the worker's ledger"
     assert_exact_merge(s, merged(parts.values()))
     # the Ctrl-C cut the 4 requests in flight: counted by the worker, shipped in its final report
     assert s["totals"]["cancelled_requests"] == 4 and s["run"]["worker_losses"] == [], s["run"]
-    assert "no final report" not in n.stderr()
+    assert "no final report" not in ran["stderr"]
     print(f"merged {from_workers(s)['requests']} requests and {s['totals']['cancelled_requests']} cancelled from "
-          f"the final report over a 600 ms RTT link; the master exited {exited_s:.2f} s after the Ctrl-C")
+          f"the final report over a 600 ms RTT link; the master exited {ran['exited_s']:.2f} s after the Ctrl-C")
+
+
+BESIDE = {"test_sweep_across_hosts_merges_exactly": run_sweep,
+          "test_a_master_killed_mid_run_leaves_every_completed_stage": run_master_kill,
+          "test_a_stopped_run_merges_every_final_report_over_a_slow_link": run_stopped_over_slow_link}
 
 
 # -- (d) 50 ms RTT between master and workers ---------------------------------------------------------------

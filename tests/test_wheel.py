@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -89,6 +90,10 @@ def test_the_wheel_carries_the_locustfile_presets_dashboard_and_docs(installed):
     names = set(zipfile.ZipFile(info["wheel"]).namelist())
     missing = [name for name in CARRIED if name not in names]
     assert not missing, missing
+    # every figure a page shows (bench outputs under docs/figures/) travels with the page
+    shown = {f"loadgen/docs/{m}" for page in (ROOT / "docs").glob("*.md")
+             for m in re.findall(r"\]\((figures/[^)\s]+)\)", page.read_text())}
+    assert shown and not shown - names, sorted(shown - names)
     assert info["took"]["build"] < 120 and info["took"]["install"] < 60, info["took"]
     entry = zipfile.ZipFile(info["wheel"]).read(next(n for n in names if n.endswith("entry_points.txt")))
     assert "llm-loadgen = loadgen.cli:main" in entry.decode()

@@ -1,8 +1,9 @@
 """``SweepShape``: the Locust LoadTestShape that runs the concurrency sweep.
 
 It runs on the master (or the local runner) only. Every tick (1 s) it observes users, finished and
-in-flight requests (and, for ``slo.early_stop``, the measuring stage's SLO counts merged so far), asks the pure ``SweepPlan`` what to do, hands the plan's events to the
-``Session`` (phases, guard decisions, windows, final rows) and re-broadcasts the phase to workers.
+in-flight requests (and, for ``slo.early_stop``, the measuring stage's SLO counts merged so far),
+asks the pure ``SweepPlan`` what to do, hands the plan's events to the ``Session`` (phases, guard
+decisions, windows, final rows) and re-broadcasts the phase to workers.
 When a window closes the session reads the server watch once and may answer "stop"
 (``plan.stop``); the plan is then ticked again at once, so the next stage starts in the same tick.
 """

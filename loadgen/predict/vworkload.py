@@ -23,7 +23,6 @@ play copies of one workload.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from loadgen.errors import ConfigError
@@ -81,10 +80,6 @@ class VirtualWorkload:
         if not self.varied:
             return f"{self.inputs.value} in / {self.outputs.value} out"
         return f"input {self.inputs.describe()} / output {self.outputs.describe()}"
-
-    def reseeded(self, k: int) -> VirtualWorkload:
-        """The same workload with other seeds (the spread runs): other draws of the same distributions."""
-        return dataclasses.replace(self, prompt_seed=self.prompt_seed + k, rate_seed=self.rate_seed + k)
 
     def cursor(self, part: int, parts: int) -> DatasetCursor | None:
         if not self.dataset or self.trace:

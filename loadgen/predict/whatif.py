@@ -90,8 +90,7 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
     value, sorted; the other figures, the knee and the SLO answer are the first run's."""
     summary = _predict_once(cfg, w, 0.0)
     if w.spread:
-        others = [_predict_once(_reseeded(cfg, k), dataclasses.replace(w, workload=w.requests.reseeded(k)),
-                                SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
+        others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
         for i, row in enumerate(summary["stages"]):
             rows = [row] + [o[i] for o in others]
             values = {key: sorted(r[key] for r in rows if r.get(key) is not None) for key in SPREAD_KEYS}

@@ -40,12 +40,14 @@ from loadgen.stats.slo import OBJECTIVES, Objectives
 
 
 def _plan(scenario: dict) -> StagePlan:
-    """The measured run's stage rules; isolated stages when it had SLO objectives (as its plan did)."""
+    """The measured run's stage rules (its ramp too: users started as Locust spawned them); isolated
+    stages when it had SLO objectives (as its plan did)."""
     s, d = scenario.get("stages") or {}, StagePlan()
     isolated = any((scenario.get("slo") or {}).get(k) is not None for k in OBJECTIVES)
     return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
                      bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
-                     float(s.get("max_window_s", d.max_window_s)), isolated)
+                     float(s.get("max_window_s", d.max_window_s)), isolated, ramp_s=float(s.get("ramp_s", d.ramp_s)),
+                     min_requests=int(s.get("min_requests", d.min_requests)))
 
 
 def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | None = None) -> int:

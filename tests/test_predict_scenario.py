@@ -44,6 +44,14 @@ def test_the_summary_records_the_scenario_s_workload_and_stages(scenario, tmp_pa
     assert "PREDICTED (not measured): meta-llama/Llama-3.1-8B-Instruct, input lognormal" in capsys.readouterr().out
 
 
+def test_the_report_says_the_workload_predicted_and_the_notes_what_is_not(scenario, tmp_path):
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "prompt.shared_prefix_tokens=100",
+                      "--stages", "2")
+    assert any(n.startswith("not predicted: shared prompt prefixes") for n in summary["notes"])
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Workload predicted: input lognormal mean 2000 std 600" in html
+
+
 def test_set_overrides_the_file_and_flags_override_set(scenario, tmp_path):
     summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "output.max=60", "--set", "stages.list=[2,4]",
                       "--stages", "3")

@@ -132,3 +132,11 @@ def test_a_trace_is_one_rate_stage_whose_lines_arrive_at_their_times(tmp_path):
     for timing in rec.requests:
         offset = round((timing.sent_s - 0.0) % period, 6)  # the stage starts at t = 0
         assert by_time[offset] == (timing.input_tokens, timing.tokens)
+
+
+def test_requests_that_cannot_fit_the_preset_s_context_are_refused_as_the_run_refuses_them(scenario, capsys):
+    """The preset's max_model_len is 32768: the start check's words, exit 2."""
+    assert cli.main(["whatif", PRESET, "--scenario", str(scenario), "--set", "input.max=200000"]) == 2
+    assert "the longest input + output the length distributions allow" in capsys.readouterr().err
+    assert cli.main(["whatif", PRESET, "--input-tokens", "200000"]) == 2
+    assert "exceeds the preset's max_model_len" in capsys.readouterr().err

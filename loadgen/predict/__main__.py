@@ -38,6 +38,7 @@ from loadgen.report.files import load_summary, write_results
 from loadgen.report.predicted_html import render_fit_html
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
+from loadgen.server.start_check import StartRefused
 from loadgen.sim.config import SimConfigError, load, set_value, validate
 from loadgen.stats.slo import OBJECTIVES, Objectives
 
@@ -195,7 +196,7 @@ def whatif(args: argparse.Namespace) -> int:
     cfg = load(args.preset, overrides)
     notes: list[str] = []
     if args.scenario:
-        w, notes = scenario_whatif(args, replicas=args.replicas, spread=args.spread)
+        w, notes = scenario_whatif(args, max_model_len=cfg.max_model_len, replicas=args.replicas, spread=args.spread)
     else:
         if args.set:
             raise ConfigError("--set", args.set[0], "sets a key of the scenario file",
@@ -207,6 +208,10 @@ def whatif(args: argparse.Namespace) -> int:
         plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
         w = WhatIf(args.input_tokens, args.output_tokens, loads, bool(args.rates), args.replicas, plan,
                    _objectives(args.slo, args.attainment), spread=args.spread)
+        if args.input_tokens + args.output_tokens > cfg.max_model_len:  # the run's start check refuses it too
+            raise SimConfigError("--input-tokens + --output-tokens", args.input_tokens + args.output_tokens,
+                                 f"exceeds the preset's max_model_len {cfg.max_model_len:,}: every request would "
+                                 "be refused", "shorten them, or raise max_model_len in the preset file")
     open_loop = w.open_loop
     summary = predict(cfg, w)
     summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
@@ -294,7 +299,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m loadgen.predict")
         if args.replicas < 1:
             raise SimConfigError("--replicas", args.replicas, "must be >= 1")
         return whatif(args)
-    except (SimConfigError, CalibrationError, ConfigError, ValueError, FileNotFoundError) as exc:
+    except (SimConfigError, CalibrationError, ConfigError, StartRefused, ValueError, FileNotFoundError) as exc:
         print(f"llm-loadgen {args.cmd}: {exc}", file=sys.stderr)
         return 2
 

@@ -27,18 +27,23 @@ from loadgen.config import ConfigError, Scenario
 from loadgen.predict.vsweep import StagePlan
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.predict.whatif import WhatIf
+from loadgen.server.start_check import check_context
 from loadgen.workload.dataset import load_dataset
 from loadgen.workload.trace import trace_scenario
 
 
-def whatif_of(sc: Scenario, **changes) -> tuple[WhatIf, list[str]]:
+def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tuple[WhatIf, list[str]]:
     """The WhatIf of scenario ``sc`` (``changes``: other WhatIf fields, e.g. replicas) and the notes
-    on what of it is not predicted."""
+    on what of it is not predicted. ``max_model_len`` (the preset's): requests that cannot fit it
+    are refused as the run's start check refuses them (``StartRefused``: dataset lines, or the
+    longest request the distributions allow)."""
     if sc.workload.turns > 1:
         raise ConfigError("workload.turns", sc.workload.turns, "is not predicted: the what-if sends single "
                           "requests (a conversation's history grows with each turn)",
                           "predict with workload.turns: 1, or give a dataset of the turns' lengths")
     dataset = load_dataset(sc.workload.dataset, sc.endpoint) if sc.workload.dataset else None
+    if max_model_len is not None:
+        check_context(sc, dataset, max_model_len)
     sc = trace_scenario(sc, dataset)
     st = sc.stages
     plan = StagePlan(float(st.warmup_s), float(st.duration_s), bool(st.turnover), float(st.max_warmup_s),

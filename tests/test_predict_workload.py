@@ -5,6 +5,7 @@ requests themselves."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -175,3 +176,18 @@ def test_predict_without_a_workload_is_the_fixed_prediction():
     assert old["stages"] == new["stages"]
     assert old["scenario"]["predicted_workload"] == "500 in / 50 out"
     assert old["stages"][1]["input_tokens"] == 500 * old["stages"][1]["requests"]
+
+
+def test_an_arrival_due_with_max_inflight_requests_in_flight_is_dropped_not_delayed():
+    """Overload (requests of 2000 tokens out, 50 arrivals/s): with rate.max_inflight 8 the dispatcher
+    sends only while fewer than 8 are in flight; the rest are counted, never sent late."""
+    wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 2000), arrival="constant", max_inflight=8)
+    plan = StagePlan(warmup_s=2, duration_s=10, turnover=False, tick_s=1.0)
+    (rec,) = run_sweep(PARAMS, [50.0], plan=plan, open_loop=True, workload=wl)
+    row = stage_row(rec, PARAMS.kv_tokens)
+    assert row["scheduled_rate_per_s"] == pytest.approx(50.0, rel=0.01)
+    assert row["dropped_by_client"] == rec.scheduled - len(rec.requests) > 400
+    assert len(rec.requests) <= 8  # at most 8 in flight, and each lives far longer than the window
+    (free,) = run_sweep(PARAMS, [50.0], plan=plan, open_loop=True,
+                        workload=dataclasses.replace(wl, max_inflight=None))
+    assert free.dropped == 0 and len(free.requests) == free.scheduled

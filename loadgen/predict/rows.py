@@ -10,6 +10,8 @@ to the simulated timings of the requests *sent* in the window (``loadgen.predict
 - per-token ITL: gap_i / n_i, weighted by n_i; chunk gap p50 over the gaps themselves
 - decode rate = (N - 1) / (E2E - TTFT); tokens_per_chunk = tokens / chunks
 - achieved_rate_per_s = requests finished in the window (sent in it or before) / window_s (open loop)
+- scheduled_rate_per_s = arrivals that came due in the window (sent + dropped) / window_s;
+  dropped_by_client = arrivals not sent because ``rate.max_inflight`` were in flight (open loop)
 - SLO: ``loadgen.stats.slo.request_verdict`` per request, ``stage_slo`` per stage
 
 Quantiles are exact (numpy, linear interpolation), not the client's log histogram (within ~1 %).
@@ -99,7 +101,9 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
     }
     if rec.rate_per_s is not None:
         row.update({"concurrency": None, "offered_rate_per_s": rec.rate_per_s,
-                    "achieved_rate_per_s": rec.window_finished / w if w else None})
+                    "achieved_rate_per_s": rec.window_finished / w if w else None,
+                    "scheduled_rate_per_s": rec.scheduled / w if w else None,
+                    "dropped_by_client": rec.dropped})
     row["server"] = {"preemptions": rec.preemptions, "waiting_max": rec.peak_waiting,
                      "running_max": rec.peak_running,
                      "kv_usage_max": rec.peak_kv_tokens / kv_tokens if kv_tokens else None}

@@ -51,7 +51,8 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
                      min_requests=int(st.min_requests))
     workload = VirtualWorkload(sc.length_dist("input"), sc.length_dist("output"), sc.prompt.seed,
                                tuple(dataset or ()), sc.workload.dataset, sc.workload.dataset_order == "shuffled",
-                               sc.rate.arrival, sc.rate.burstiness, sc.rate.seed, sc.workload.trace_speedup)
+                               sc.rate.arrival, sc.rate.burstiness, sc.rate.seed, sc.workload.trace_speedup,
+                               sc.rate.max_inflight)
     loads = tuple(float(x) for x in sc.loads()) if sc.open_loop else tuple(int(x) for x in sc.loads())
     w = WhatIf(sc.input_tokens, sc.output_tokens, loads, sc.open_loop, plan=plan, objectives=sc.slo,
                knee_threshold=sc.knee.threshold, workload=workload, scenario=sc.to_dict())

@@ -109,6 +109,8 @@ class StageRecord:
     peak_running: int = 0
     peak_waiting: int = 0
     peak_kv_tokens: int = 0
+    scheduled: int = 0  # open loop: arrivals that came due in the window (sent + dropped)
+    dropped: int = 0  # open loop: arrivals not sent, rate.max_inflight requests already in flight
 
 
 
@@ -234,7 +236,14 @@ class _Sweep:
                 self.send(t, user)
         while self.due is not None and self.due[0] <= until:
             t, line = self.due
-            self.send(t, line=line)
+            st, cap = self.measuring, self.workload.max_inflight
+            if st is not None:
+                st.scheduled += 1
+            if cap is not None and len(self.timing) >= -(-cap // self.parts):  # the dispatcher's pool is full
+                if st is not None:
+                    st.dropped += 1  # dropped_by_client, never delayed
+            else:
+                self.send(t, line=line)
             self._next_due()
 
     def advance_to(self, end_s: float, until, cap_s: float, tick_s: float = 0.0) -> float:

@@ -14,7 +14,8 @@ them with the run's code (``loadgen.workload``), seeded as the run seeds them:
   the draw's);
 - open-loop arrivals: stage k's ``ArrivalSpec.for_stage(rate, arrival, burstiness, rate.seed, k)``
   from the stage's start; a timestamped dataset (a trace) arrives on its own
-  ``loadgen.workload.trace.TraceSchedule``.
+  ``loadgen.workload.trace.TraceSchedule``; an arrival due while ``max_inflight`` requests are in
+  flight is dropped (``dropped_by_client``), never delayed, as the run's dispatcher does.
 
 Replicas (``part`` of ``parts``): each replica's sender draws on its own streams (user numbers
 ``part + parts x u``, ``ArrivalSpec.for_part``, every parts-th dataset line), so replicas do not
@@ -48,6 +49,7 @@ class VirtualWorkload:
     burstiness: float = 1.0
     rate_seed: int = 0  # rate.seed
     trace_speedup: float = 1.0
+    max_inflight: int | None = None  # rate.max_inflight: an arrival due beyond it is dropped; None: no cap
 
     def __post_init__(self) -> None:
         text = [r.line for r in self.dataset if known_input(r) == 0]

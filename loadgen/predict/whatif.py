@@ -70,6 +70,7 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     for p in parts:
         rec.requests += p.requests
         rec.preemptions += p.preemptions
+        rec.scheduled, rec.dropped = rec.scheduled + p.scheduled, rec.dropped + p.dropped
         rec.peak_running, rec.peak_waiting = max(rec.peak_running, p.peak_running), max(rec.peak_waiting, p.peak_waiting)
         rec.peak_kv_tokens = max(rec.peak_kv_tokens, p.peak_kv_tokens)
     return rec

@@ -55,7 +55,18 @@ def test_the_subcommands_use_predict_s_parser_under_llm_loadgen_s_name(capsys):
     text = capsys.readouterr().out
     assert text.startswith("usage: llm-loadgen whatif") and "--kv-tokens" in text and "--replicas" in text
     assert cli.main(["whatif", "slo-linear", "--slo", "ttft=2"]) == 2
-    assert "llm-loadgen whatif: --slo" in capsys.readouterr().err
+    assert "llm-loadgen whatif: slo.ttft (from --slo): unknown key" in capsys.readouterr().err  # the run's error
+
+
+def test_whatif_slo_takes_the_run_s_percentile_limits(capsys):
+    """--slo goes through the run's parser: a percentile limit alone judges each stage's p99 TTFT."""
+    assert cli.main(["whatif", "slo-linear", "--stages", "1,64", "--input-tokens", "100", "--output-tokens", "20",
+                     "--warmup-s", "1", "--duration-s", "3", "--slo", "ttft_p99_s=10"]) == 0
+    out = capsys.readouterr().out
+    assert "SLO: max concurrency C=64 (every stage passed ttft_p99_s <= 10" in out
+    assert cli.main(["whatif", "slo-linear", "--stages", "1,64", "--input-tokens", "100", "--output-tokens", "20",
+                     "--warmup-s", "1", "--duration-s", "3", "--slo", "ttft_p99_s=0.000001"]) == 0
+    assert "slo_fail" in capsys.readouterr().out
 
 
 def test_calibrate_names_a_folder_without_a_run(tmp_path, capsys):

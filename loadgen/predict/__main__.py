@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from loadgen.config import build_scenario
 from loadgen.errors import ConfigError
 from loadgen.predict.calibrate import CalibrationError, fit, residuals
 from loadgen.predict.calibrate import accept_distribution as spec_for
@@ -40,14 +41,14 @@ from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
 from loadgen.server.start_check import StartRefused
 from loadgen.sim.config import SimConfigError, load, set_value, validate
-from loadgen.stats.slo import OBJECTIVES, Objectives
+from loadgen.stats.slo import Objectives
 
 
 def _plan(scenario: dict) -> StagePlan:
     """The measured run's stage rules (its ramp too: users started as Locust spawned them); isolated
     stages when it had SLO objectives (as its plan did)."""
     s, d = scenario.get("stages") or {}, StagePlan()
-    isolated = any((scenario.get("slo") or {}).get(k) is not None for k in OBJECTIVES)
+    isolated = bool(scenario.get("slo")) and build_scenario({"slo": scenario["slo"]}).slo.enabled  # limits too
     return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
                      bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
                      float(s.get("max_window_s", d.max_window_s)), isolated, ramp_s=float(s.get("ramp_s", d.ramp_s)),
@@ -139,15 +140,15 @@ def _config(preset: dict):
 
 
 def _objectives(text: str | None, attainment: float) -> Objectives:
+    """--slo without --scenario: parsed and validated as the run's --slo (``loadgen.config``), so it
+    takes every slo.* key the run takes (per-request objectives, percentile limits such as
+    ttft_p99_s, a named preset) and a bad key gets the run's error."""
     if not text:
         return Objectives()
-    values = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        if key.strip() not in OBJECTIVES:
-            raise SimConfigError("--slo", text, f"unknown objective {key.strip()!r}", "known: " + ", ".join(OBJECTIVES))
-        values[key.strip()] = float(value)
-    return Objectives(**values, attainment=attainment)
+    from loadgen.config import scenario_from_options
+
+    return scenario_from_options(argparse.Namespace(scenario=None, set=[f"slo.attainment={attainment}"],
+                                                    slo=text)).slo
 
 
 DEFAULTS = {"input_tokens": 1000, "output_tokens": 1000, "stages": "1,2,4,8,16,32,64,128,256,512",
@@ -278,7 +279,8 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
     wi.add_argument("--stages", help="concurrency stages (default 1,2,...,512, or the scenario's)")
     wi.add_argument("--rates", help="open-loop rates in requests/s instead of --stages (constant gaps; with "
                     "--scenario its rate.arrival)")
-    wi.add_argument("--slo", help="objectives, e.g. ttft_s=2,tpot_s=0.03 (seconds)")
+    wi.add_argument("--slo", help="objectives as the run's --slo (any slo.* key), e.g. ttft_s=2,tpot_s=0.03 or "
+                    "ttft_p99_s=2 or preset=NAME (seconds)")
     wi.add_argument("--attainment", type=float, help="SLO attainment (default 0.99)")
     wi.add_argument("--warmup-s", type=float, help="stages.warmup_s (default 30)")
     wi.add_argument("--duration-s", type=float, help="stages.duration_s (default 60)")

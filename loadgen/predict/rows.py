@@ -12,7 +12,8 @@ to the simulated timings of the requests *sent* in the window (``loadgen.predict
 - achieved_rate_per_s = requests finished in the window (sent in it or before) / window_s (open loop)
 - scheduled_rate_per_s = arrivals that came due in the window (sent + dropped) / window_s;
   dropped_by_client = arrivals not sent because ``rate.max_inflight`` were in flight (open loop)
-- SLO: ``loadgen.stats.slo.request_verdict`` per request, ``stage_slo`` per stage
+- SLO: ``loadgen.stats.slo.request_verdict`` per request, ``stage_slo`` per stage; percentile limits
+  (``loadgen.stats.slo_limits.stage_limits``) on LogHistograms of the stage's ok requests, as a run
 
 Quantiles are exact (numpy, linear interpolation), not the client's log histogram (within ~1 %).
 Each row carries ``predicted: true`` and the flag ``predicted``.
@@ -21,12 +22,15 @@ Each row carries ``predicted: true`` and the flag ``predicted``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from loadgen.errors import HTTP_4XX, OVERLOAD_503
 from loadgen.predict.vsweep import StageRecord, Timing
+from loadgen.stats.hist import LogHistogram
 from loadgen.stats.slo import Objectives, SloCounts, stage_slo
+from loadgen.stats.slo_limits import HISTOGRAM_OF, stage_limits
 
 PREDICTED_FLAG = "predicted"
 
@@ -113,6 +117,12 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
         for r in results:
             counts.add(r, objectives)
         row["slo"] = stage_slo(counts, len(results), objectives, row["output_tokens_per_s"], tokens)
+        if objectives.limits:  # judged as a run judges them: on the stage's LogHistograms
+            hists = {name: LogHistogram() for name in HISTOGRAM_OF.values()}
+            for name, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
+                hists[name].add_many(values)
+            hists["itl_token_s"].add_many(chunk_gaps / np.maximum(chunk_n, 1), np.maximum(chunk_n, 1))
+            row["slo"] = stage_limits(row["slo"], SimpleNamespace(**hists), objectives.limits)
         row["slo_attainment"] = row["slo"]["attainment"]
         row["goodput_output_tokens_per_s"] = row["slo"]["goodput_output_tokens_per_s"]
         if not row["slo"]["pass"]:

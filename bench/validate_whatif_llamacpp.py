@@ -48,24 +48,36 @@ from tests.runlocust import run_dir, run_locust  # noqa: E402
 OUT, CTX = 64, 16384
 WARMUP_S, WINDOW_S, MAX_WINDOW_S = 5, 30, 90
 SERVER_CPU, CLIENT_CPU = 0, 1
-# name: (slots, input tokens, stages); the first two calibrate, the others are predicted
+# name: (slots, input tokens, stages, output lengths); the first two calibrate, the others are predicted.
+# Output lengths: OUT fixed, or drawn uniformly from [OUT_MIN, OUT_MAX] (mean OUT) per request, as real
+# outputs vary: users then do not finish in lockstep (docs/whatif.md 'Against llama.cpp').
+OUT_MIN, OUT_MAX = 32, 96
+FIXED, UNIFORM = "fixed", "uniform"
 RUNS = {
-    "base": (4, 128, "1,2,4,8"),
-    "second": (4, 512, "1,4"),
-    "longer": (4, 1024, "1,2,4,8"),
-    "mid": (4, 256, "1,2,4,8"),
-    "fewer": (2, 128, "1,2,4,8"),
+    "base": (4, 128, "1,2,4,8", FIXED),
+    "second": (4, 512, "1,4", FIXED),
+    "longer": (4, 1024, "1,2,4,8", FIXED),
+    "fewer": (2, 128, "1,2,4,8", FIXED),
+    "longer_dist": (4, 1024, "1,2,4,8", UNIFORM),
+    "fewer_dist": (2, 128, "1,2,4,8", UNIFORM),
+    "mid": (4, 256, "1,2,4,8", FIXED),
 }
+DEFAULT_RUNS = ("base", "second", "longer", "fewer", "longer_dist", "fewer_dist")  # mid: --only mid
 SPREAD = 8  # predicted with 8 more seeds and a 0-2 ms client jitter: the range a cohort's phase spans
 CHANGED = {"longer": "longer prompts beyond the calibrated ones (1024 in, 4 slots)",
            "mid": "longer prompts within the calibrated ones (256 in, 4 slots)",
-           "fewer": "fewer slots (128 in, 2 slots)"}
+           "fewer": "fewer slots (128 in, 2 slots)",
+           "longer_dist": f"longer prompts, output lengths uniform {OUT_MIN}-{OUT_MAX} (1024 in, 4 slots)",
+           "fewer_dist": f"fewer slots, output lengths uniform {OUT_MIN}-{OUT_MAX} (128 in, 2 slots)"}
 
 
-def sweep(url: str, results: Path, input_tokens: int, stages: str) -> None:
+def sweep(url: str, results: Path, input_tokens: int, stages: str, output: str) -> None:
+    lengths = ("--output-dist", UNIFORM, "--output-min", str(OUT_MIN), "--output-max", str(OUT_MAX)) \
+        if output == UNIFORM else ()
     run = run_locust(url, results, "--scenario", "config/smoke.yaml", "--input-tokens", str(input_tokens),
-                     "--output-tokens", str(OUT), "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
-                     "--set", f"stages.max_window_s={MAX_WINDOW_S}", "--stages", stages, timeout_s=1800)
+                     "--output-tokens", str(OUT), *lengths, "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
+                     "--set", f"stages.max_window_s={MAX_WINDOW_S}", "--stages", stages, "--requests-jsonl",
+                     timeout_s=1800)
     assert run.code in (0, 3), run.stderr[-3000:]  # 3: the KV guard stopped before a stage
 
 
@@ -84,13 +96,17 @@ def measure(out: Path, passes: int, only: set[str]) -> None:
                              n_head=8, n_ff=1024)
     for k in range(passes):
         todo = {name: run for name, run in RUNS.items() if name in only}
-        for slots in sorted({s for s, _, _ in todo.values()}, reverse=True):
+        for slots in sorted({run[0] for run in todo.values()}, reverse=True):
+            # the server's log with timestamps (its per-request prompt and decode timings) beside the runs
+            log = out / f"pass{k + 1}" / f"llama-server-{slots}slots.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
             with LlamaServer(binary, model.path, ctx_tokens=CTX, slots=slots, launcher=launcher,
-                             extra_args=("--cache-ram", "0")) as srv:
-                for name, (s, n_in, stages) in todo.items():
+                             extra_args=("--cache-ram", "0", "--log-file", str(log), "--log-timestamps",
+                                         "--log-prefix")) as srv:
+                for name, (s, n_in, stages, output) in todo.items():
                     if s == slots:
-                        print(f"pass {k + 1}: {name} ({n_in} in, {slots} slots, C={stages})", flush=True)
-                        sweep(srv.url, out / f"pass{k + 1}" / name, n_in, stages)
+                        print(f"pass {k + 1}: {name} ({n_in} in, {output} out, {slots} slots, C={stages})", flush=True)
+                        sweep(srv.url, out / f"pass{k + 1}" / name, n_in, stages, output)
 
 
 def summary(out: Path, k: int, name: str) -> tuple[Path, dict]:
@@ -150,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: a new temporary folder)")
     ap.add_argument("--passes", type=int, default=2, help="measure everything this many times (default 2)")
     ap.add_argument("--tables-from", type=Path, help="print the tables of an earlier --out folder, run nothing")
-    ap.add_argument("--only", default=",".join(RUNS), help="measure only these runs into --out (comma-separated; "
-                    f"default: all of {', '.join(RUNS)})")
+    ap.add_argument("--only", default=",".join(DEFAULT_RUNS), help="measure only these runs into --out "
+                    f"(comma-separated, of {', '.join(RUNS)}; default: {', '.join(DEFAULT_RUNS)})")
     args = ap.parse_args(argv)
     if args.tables_from:
         tables(args.tables_from)

@@ -23,6 +23,17 @@ c first (``context_cost``), then least squares on relative errors of
     d_k - c x K_k = a + b x batch_k + p x x_k   (each fitted stage)
     TTFT(C=1) = a + b + p x I                   (the lowest stage at C=1: an idle engine, one step)
 
+and, when the server reported its own prompt time at C=1 (llama.cpp: ``server.prompt_per_token``)
+for two prompt lengths, a prompt's cost that grows with its square: q x (x_k (I - 1) / 2) joins
+each decode equation, q x I (I - 1) / 2 each TTFT, and the equations
+
+    S(I) = a + b + p x I + q x I (I - 1) / 2    (the server's prompt time at C=1: no client in it)
+
+(``step_per_prefill_pair_ns``: a prompt token at position t attends over the t before it; llama.cpp
+on one CPU core: 0.82 ms per token at 128 tokens, 1.05 at 1024, 1.22 at 1536, whatever its
+micro-batch, so the cost is the attention over the prompt so far, not the chunking). Without those
+times q stays 0: the client's TTFT alone cannot tell it from p and the client's overhead.
+
 With fixed lengths x_k is nearly proportional to C (x ~ C x I x L / N), so the decode equations
 fix a and b + p I L / N; the C=1 TTFT separates p. That TTFT also holds the client's own overhead
 (the round trip, its reading), which one prompt length cannot tell from prefill: it is counted as
@@ -54,6 +65,7 @@ SKIP_FLAGS = ("server_over_capacity",)
 CONTEXT_MIN_EFFECT = 0.05  # the C=1 decode steps' relative difference below which c is taken as 0
 MIN_STEP_BASE_MS = 0.001  # a fitted a of 0 (no fixed step cost seen) as the simulator's smallest step
 LLAMACPP_N_BATCH = 2048  # llama-server's default -b: tokens (decode + prompt) in one step at most
+SERVER_PROMPT = "server prompt at C=1"  # the equation kind of the server's own prompt time (step_residuals)
 
 
 class CalibrationError(ValueError):
@@ -73,6 +85,7 @@ class Fit:
     step_residuals: list[dict]
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
     step_per_context_token_s: float = 0.0  # per context token of a decoding request (two prompt lengths)
+    step_per_prefill_pair_s: float = 0.0  # per (prompt token, earlier token of its sequence) (server prompt times)
 
     def preset(self, summary: dict) -> dict:
         """The fit as simulator preset keys (``loadgen.sim.config.SimConfig`` names and units)."""
@@ -90,6 +103,7 @@ class Fit:
             "step_base_ms": max(round(self.step_base_s * 1e3, 6), MIN_STEP_BASE_MS), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
             "step_per_prefill_token_us": round(self.step_per_prefill_token_s * 1e6, 6),
             "step_per_context_token_ns": round(self.step_per_context_token_s * 1e9, 6),
+            "step_per_prefill_pair_ns": round(self.step_per_prefill_pair_s * 1e9, 6),
             "prefill_chunk_tokens": LLAMACPP_N_BATCH if server.get("flavor") == "llamacpp"
             else int(max(8192, sc["input_tokens"])),
             "spec_accept": accept_distribution(self.accept_length), "admit_output_reserve": 0.0,
@@ -146,7 +160,15 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     firsts = [(n_in, n_out, r) for n_in, n_out, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
     overhead = len({n_in for n_in, _, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
     c = context_cost([(n_in + n_out / 2, r["tpot_p50_s"] * accept) for n_in, n_out, r in firsts])
+    # the server's own prompt time at C=1 (llama.cpp's counters): a prompt step without the client's overhead;
+    # at two prompt lengths it separates a prompt's cost that grows with its square (q) from p
+    prompts = [(n_in, _server_prompt_s(r, n_in)) for n_in, _, r in firsts if _server_prompt_s(r, n_in)]
+    pairs = len({n_in for n_in, _ in prompts}) >= 2
     eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's share, c x K
+
+    def row(batch: float, prefill: float, pair_count: float, client: float) -> list[float]:
+        return [1.0, batch, prefill] + ([client] if overhead else []) + ([pair_count] if pairs else [])
+
     for _, n_in, n_out, rows in per_run:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
@@ -157,17 +179,23 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
             d = r["tpot_p50_s"] * accept
             rate = r["output_tokens_per_s"] / n_out
             x = rate * (r["concurrency"] - 1) / r["concurrency"] * n_in * d
-            eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
+            eqs.append(row(batch, x, x * (n_in - 1) / 2, 0.0))  # x tokens at mean position (I - 1) / 2
             targets.append(d)
             known.append(c * batch * (n_in + n_out / 2))
             fitted.append(int(r["concurrency"]))
             labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
                            "batch": batch, "prefill_tokens": x})
     for n_in, _, r in firsts:
-        eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
+        eqs.append(row(1.0, float(n_in), n_in * (n_in - 1) / 2, 1.0))
         targets.append(r["ttft_p50_s"])
         known.append(0.0)
         labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
+                       "prefill_tokens": n_in})
+    for n_in, prompt_s in prompts if pairs else ():
+        eqs.append(row(1.0, float(n_in), n_in * (n_in - 1) / 2, 0.0))
+        targets.append(prompt_s)
+        known.append(0.0)
+        labels.append({"input_tokens": n_in, "concurrency": 1, "what": SERVER_PROMPT, "batch": 1,
                        "prefill_tokens": n_in})
     a_mat, y, k = np.asarray(eqs), np.asarray(targets), np.asarray(known)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
@@ -177,7 +205,14 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
                [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
                 for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
-               float(coef[3]) if overhead else None, c)
+               float(coef[3]) if overhead else None, c, float(coef[-1]) if pairs else 0.0)
+
+
+def _server_prompt_s(row: dict, n_in: int) -> float | None:
+    """The server's own time for one prompt at C=1: its mean prompt time per token (llama.cpp's
+    counters, ``server.prompt_per_token.mean_s``) x I; None when the server did not report it."""
+    mean = ((row.get("server") or {}).get("prompt_per_token") or {}).get("mean_s")
+    return mean * n_in if mean else None
 
 
 def context_cost(points: list[tuple[float, float]]) -> float:

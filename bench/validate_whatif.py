@@ -17,6 +17,12 @@ with the hidden parameters themselves (what is left between it and the measureme
 fit's); ``fit+acc`` with the fitted engine but the hidden accept-length distribution (stage rows
 show only its mean, and its spread sets how fast a cohort disperses).
 
+A third changed workload has the lengths a user's traffic really has: prompts lognormal (mean
+2000, std 600, clamped 500..4000), outputs uniform 50..150, the default 5 s ramp (``MIXED``), at
+C = 1, 4, 16, 64 with 10 s warmups and 20 s windows; its prediction is the run's own resolved
+scenario (summary.json ``scenario``) through ``llm-loadgen whatif --scenario``'s path
+(``loadgen.predict.scenario.whatif_of``): the same distributions, seeds and ramp.
+
 The simulator runs in real time (time_scale 1) so the client's own overhead stays small next to
 the engine's steps.
 """
@@ -30,7 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadgen.config import build_scenario  # noqa: E402
 from loadgen.predict.__main__ import main as predict_main  # noqa: E402
+from loadgen.predict.scenario import whatif_of  # noqa: E402
 from loadgen.predict.vsweep import StagePlan  # noqa: E402
 from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
@@ -44,13 +52,16 @@ STAGES, OUT, WARMUP_S, WINDOW_S = "1,4,16,64", 100, 2, 10
 STEADY_STAGES, STEADY_WARMUP_S, STEADY_WINDOW_S = "16,64", 90, 20
 BASE_IN, SECOND_IN, CHANGED_IN = 500, 1500, 2000
 SPREAD = 15  # extra virtual runs: the prediction is the median of 16
+MIXED = ("--input-dist", "lognormal", "--input-mean", "2000", "--input-std", "600", "--input-min", "500",
+         "--input-max", "4000", "--output-dist", "uniform", "--output-min", "50", "--output-max", "150", "--ramp", "5")
+MIXED_STAGES, MIXED_WARMUP_S, MIXED_WINDOW_S = "1,4,16,64", 10, 20
 
 
 def sweep(url: str, results: Path, input_tokens: int, stages: str = STAGES, warmup_s: float = WARMUP_S,
-          window_s: float = WINDOW_S):
+          window_s: float = WINDOW_S, extra: tuple[str, ...] = ()):
     run = run_locust(url, results, "--scenario", "config/smoke.yaml", "--input-tokens", str(input_tokens),
                      "--output-tokens", str(OUT), "--warmup", str(warmup_s), "--stage-duration", str(window_s),
-                     "--stages", stages, timeout_s=900)
+                     "--stages", stages, *extra, timeout_s=900)
     assert run.code == 0, run.stderr[-2000:]
     return run
 
@@ -63,6 +74,7 @@ def main() -> int:
         second = sweep(sim.url, tmp / "second", SECOND_IN, "1,16")
         changed = sweep(sim.url, tmp / "changed", CHANGED_IN)
         steady = sweep(sim.url, tmp / "steady", CHANGED_IN, STEADY_STAGES, STEADY_WARMUP_S, STEADY_WINDOW_S)
+        mixed = sweep(sim.url, tmp / "mixed", CHANGED_IN, MIXED_STAGES, MIXED_WARMUP_S, MIXED_WINDOW_S, MIXED)
     print(f"run folders under {tmp}")
     preset = tmp / "fitted.yaml"
     predict_main(["calibrate", str(base.run_dir), str(second.run_dir), "-o", str(preset)])
@@ -80,7 +92,18 @@ def main() -> int:
                         changed),
                        (f"the same in steady state, {STEADY_WARMUP_S} s warmup, {STEADY_WINDOW_S} s windows", steady)):
         compare(title, fitted, run.summary, CHANGED_IN, OUT, spread=SPREAD, also=also)
+    compare_mixed(fitted, mixed.summary, also)
     return 0
+
+
+def compare_mixed(fitted, measured: dict, also: dict) -> None:
+    """The mixed-length workload: predicted from the run's own resolved scenario."""
+    w, _ = whatif_of(build_scenario(measured["scenario"]), spread=SPREAD)
+    sc = measured["scenario"]
+    title = (f"mixed lengths (input lognormal mean {sc['input']['mean']:g} std {sc['input']['std']:g}, "
+             f"{sc['input']['min']}..{sc['input']['max']}; output uniform {sc['output']['min']}..{sc['output']['max']}; "
+             f"ramp {sc['stages']['ramp_s']:g} s), {MIXED_WARMUP_S} s warmup, {MIXED_WINDOW_S} s windows")
+    compare(title, fitted, measured, CHANGED_IN, OUT, spread=SPREAD, also=also, whatif=w)
 
 
 def _truth():
@@ -95,14 +118,15 @@ def _plan(measured: dict) -> StagePlan:
 
 
 def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: int, spread: int = 0,
-            also: dict | None = None) -> None:
+            also: dict | None = None, whatif: WhatIf | None = None) -> None:
     """Predict the measured run's stages with ``cfg`` and print predicted vs measured output tok/s
     and TTFT p50 per stage (also bench/validate_whatif_llamacpp.py's table). With ``spread`` = K the
     prediction is the median of K + 1 virtual runs, with the runs' range and the measured value's
     rank among them; ``also`` ({name: SimConfig}) adds a column per entry: the TTFT p50 predicted
-    (the same way) with that configuration."""
+    (the same way) with that configuration. ``whatif``: the WhatIf to predict (default: fixed
+    ``input_tokens`` / ``output_tokens`` at the measured stages)."""
     loads = tuple(s["concurrency"] for s in measured["stages"])
-    w = WhatIf(input_tokens, output_tokens, loads, plan=_plan(measured), spread=spread)
+    w = whatif or WhatIf(input_tokens, output_tokens, loads, plan=_plan(measured), spread=spread)
     pred = predict(cfg, w)["stages"]
     other_rows = {name: predict(c, w)["stages"] for name, c in (also or {}).items()}
     print(f"\n{title}: predicted vs measured")

@@ -72,7 +72,7 @@ def main() -> int:
     plan = StagePlan(warmup_s=warm, duration_s=args.seconds - warm, turnover=False, max_warmup_s=warm,
                      max_window_s=args.seconds - warm, tick_s=0)  # raw users: no shape, no ramp tick
     (rec,) = run_sweep(cfg.engine_params(), [args.users], args.input_tokens, OUTPUT, plan)
-    row = stage_row(rec, args.input_tokens, cfg.kv_tokens)
+    row = stage_row(rec, cfg.kv_tokens)
     print(f"virtual {row['requests']:>4} requests  TTFT p50 {row['ttft_p50_s'] * 1e3:7.1f} ms  "
           f"p90 {row['ttft_p90_s'] * 1e3:7.1f} ms  TPOT p50 {row['tpot_p50_s'] * 1e3:6.2f} ms  "
           f"E2E p50 {row['e2e_p50_s']:5.2f} s")

@@ -51,7 +51,7 @@ def test_every_flag_a_row_can_get_is_declared():
     from loadgen.predict.rows import stage_row as predicted_row
     from loadgen.predict.vsweep import StageRecord
 
-    seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 100, 1000)["flags"])  # what-if rows
+    seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 1000)["flags"])  # what-if rows
     assert seen == FLAG_KEYS
 
 

@@ -27,7 +27,7 @@ LOADS = [1, 4, 16, 64, 128]
 
 def _summary(params: EngineParams, n_in: int = 500, n_out: int = 300, loads: list[int] = LOADS) -> dict:
     recs = run_sweep(params, loads, n_in, n_out, StagePlan(warmup_s=5, duration_s=20))
-    rows = [stage_row(r, n_in, params.kv_tokens) for r in recs]
+    rows = [stage_row(r, params.kv_tokens) for r in recs]
     return {"scenario": {"input_tokens": n_in, "output_tokens": n_out}, "stages": rows,
             "guard": {"capacity_tokens": params.kv_tokens}, "server": {"flavor": "sglang", "max_model_len": 32768}}
 

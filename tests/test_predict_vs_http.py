@@ -85,3 +85,47 @@ def test_follow_up_requests_join_the_step_after_next_in_both_drivers():
         assert measured == pytest.approx(follow_up, abs=0.004), http_b
     # A's gaps: 22 ms alone, 24/28 ms with B decoding/prefilling beside it; never a missed step
     assert sorted(a_gaps)[len(a_gaps) // 2] == pytest.approx((BASE_MS + PER_SEQ_MS) / 1e3, abs=0.003)
+
+
+MIXED_REQUESTS = 8
+
+
+def test_mixed_lengths_time_the_same_in_both_drivers():
+    """One user sends requests of the lengths a lognormal-input, uniform-output scenario draws for
+    it (``loadgen.predict.vworkload``): over HTTP and in virtual time each request's TTFT (its own
+    prefill step, the engine idle) and E2E (its own output's decode steps) come out alike, so the
+    engine takes each request's lengths from the request in both drivers."""
+    from loadgen.predict.vsweep import StagePlan, run_sweep
+    from loadgen.predict.vworkload import VirtualWorkload
+    from loadgen.workload.lengths import LengthDist
+
+    wl = VirtualWorkload(LengthDist("lognormal", mean=800, std=400, min=50, max=3000),
+                         LengthDist("uniform", min=2, max=12), prompt_seed=4)
+    sender = wl.sender(0, None)
+    lengths = [sender.next() for _ in range(MIXED_REQUESTS)]
+    assert len({n for n, _ in lengths}) == MIXED_REQUESTS and len({m for _, m in lengths}) > 2
+
+    def http(url: str) -> list[tuple[float, float]]:
+        conn, out = Connection(url), []
+        for n_in, n_out in lengths:
+            body = {"model": "m", "prompt": list(range(1, n_in + 1)), "max_tokens": n_out, "ignore_eos": True,
+                    "stream": True}
+            resp = conn.request("POST", "/v1/completions", body)
+            times = [t for t, p in resp.events if p != b"[DONE]" and b'"text"' in p]
+            out.append((times[0] - resp.t_sent, times[-1] - resp.t_sent))
+        return out
+
+    with running_sim("--timing", "engine", "--time-scale", "1", "--kv-tokens", "100000", "--max-model-len", "4096",
+                     "--max-running", "64", "--step-base-ms", str(BASE_MS), "--step-per-seq-ms", str(PER_SEQ_MS),
+                     "--step-per-prefill-token-us", str(PREFILL_US), "--prefill-chunk-tokens", "8192") as sim:
+        measured = gevent.spawn(http, sim.url).get()
+    (rec,) = run_sweep(PARAMS, [1], plan=StagePlan(warmup_s=0, duration_s=3, turnover=False, tick_s=0),
+                       workload=wl)
+    virtual = {t.input_tokens: (t.ttft_s, t.e2e_s) for t in rec.requests if t.done}
+    step = (BASE_MS + PER_SEQ_MS) / 1e3
+    for (n_in, n_out), (ttft, e2e) in zip(lengths, measured, strict=True):
+        expected = (step + n_in * PREFILL_US / 1e6, step + n_in * PREFILL_US / 1e6 + (n_out - 1) * step)
+        assert (ttft, e2e) == pytest.approx(expected, abs=0.004), (n_in, n_out)
+        if n_in in virtual:  # the virtual user sent this one in its window
+            assert virtual[n_in] == pytest.approx(expected, abs=1e-9)
+    assert sum(n_in in virtual for n_in, _ in lengths) >= MIXED_REQUESTS // 2

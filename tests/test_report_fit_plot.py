@@ -28,7 +28,7 @@ PLAN = StagePlan(warmup_s=2, duration_s=6)
 def _summary(n_in: int) -> dict:
     recs = run_sweep(HIDDEN, LOADS, n_in, 100, PLAN)
     return {"scenario": {"input_tokens": n_in, "output_tokens": 100},
-            "stages": [stage_row(r, n_in, HIDDEN.kv_tokens) for r in recs],
+            "stages": [stage_row(r, HIDDEN.kv_tokens) for r in recs],
             "guard": {"capacity_tokens": HIDDEN.kv_tokens}, "server": {"flavor": "sglang", "max_model_len": 32768}}
 
 

@@ -127,7 +127,6 @@ class RateUser(LLMUser):
 
 
 def arrival_spec(scenario, rate_per_s: float, stage: int | None) -> ArrivalSpec:
-    """The stage's arrivals: the scenario's process and burstiness, seeded by (rate.seed, stage)
-    so two runs with the same seed, rates and processes send on the same schedule."""
+    """The stage's arrivals (``ArrivalSpec.for_stage``: seeded by rate.seed and the stage)."""
     r = scenario.rate
-    return ArrivalSpec(rate_per_s, r.arrival, r.burstiness, seed=r.seed * 100_003 + (stage or 0))
+    return ArrivalSpec.for_stage(rate_per_s, r.arrival, r.burstiness, r.seed, stage)

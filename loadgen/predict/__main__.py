@@ -40,12 +40,14 @@ from loadgen.stats.slo import OBJECTIVES, Objectives
 
 
 def _plan(scenario: dict) -> StagePlan:
-    """The measured run's stage rules; isolated stages when it had SLO objectives (as its plan did)."""
+    """The measured run's stage rules (its ramp too: users started as Locust spawned them); isolated
+    stages when it had SLO objectives (as its plan did)."""
     s, d = scenario.get("stages") or {}, StagePlan()
     isolated = any((scenario.get("slo") or {}).get(k) is not None for k in OBJECTIVES)
     return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
                      bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
-                     float(s.get("max_window_s", d.max_window_s)), isolated)
+                     float(s.get("max_window_s", d.max_window_s)), isolated, ramp_s=float(s.get("ramp_s", d.ramp_s)),
+                     min_requests=int(s.get("min_requests", d.min_requests)))
 
 
 def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | None = None) -> int:
@@ -146,6 +148,39 @@ def _objectives(text: str | None, attainment: float) -> Objectives:
     return Objectives(**values, attainment=attainment)
 
 
+DEFAULTS = {"input_tokens": 1000, "output_tokens": 1000, "stages": "1,2,4,8,16,32,64,128,256,512",
+            "attainment": 0.99, "warmup_s": 30.0, "duration_s": 60.0, "max_warmup_s": 600.0, "max_window_s": 900.0}
+# whatif flag -> the run's option of the same meaning (loadgen.config.options: the same parsing and errors)
+AS_RUN_OPTION = {"input_tokens": "input_tokens", "output_tokens": "output_tokens", "stages": "stages",
+                 "rates": "rates", "warmup_s": "warmup", "duration_s": "stage_duration"}
+# whatif flag -> the scenario key it sets (no run option of its own)
+AS_SCENARIO_KEY = {"max_warmup_s": "stages.max_warmup_s", "max_window_s": "stages.max_window_s",
+                   "attainment": "slo.attainment"}
+
+
+def scenario_whatif(args: argparse.Namespace, **changes) -> tuple[WhatIf, list[str]]:
+    """The WhatIf of ``--scenario`` with ``--set`` laid over it, then the whatif's own flags (the
+    run's loader: ``loadgen.config.scenario_from_options``, so an error names the key and the flag)."""
+    from loadgen.config import scenario_from_options
+    from loadgen.predict.scenario import whatif_of
+
+    given = {k: getattr(args, k) for k in (*AS_RUN_OPTION, *AS_SCENARIO_KEY, "slo") if getattr(args, k) is not None}
+    sets = list(args.set or [])
+    sets += [f"{AS_SCENARIO_KEY[k]}={v}" for k, v in given.items() if k in AS_SCENARIO_KEY]
+    if "stages" in given:  # concurrency stages: the scenario's rate stages, if any, are not run
+        sets += ["rate.list=null", "rate.start=null", "rate.max=null"]
+    if "rates" in given:
+        sets += ["rate.start=null", "rate.max=null"]
+    options = {AS_RUN_OPTION[k]: str(v) for k, v in given.items() if k in AS_RUN_OPTION}
+    for which in ("input", "output"):  # --input-tokens N: every request N tokens, whatever the file's dist
+        if f"{which}_tokens" in given:
+            options[f"{which}_dist"] = "fixed"
+    if "slo" in given:
+        options["slo"] = given["slo"]
+    sc = scenario_from_options(argparse.Namespace(scenario=args.scenario, set=sets, **options))
+    return whatif_of(sc, **changes)
+
+
 def whatif(args: argparse.Namespace) -> int:
     overrides: dict[str, object] = {}
     if args.kv_tokens:
@@ -157,11 +192,21 @@ def whatif(args: argparse.Namespace) -> int:
     elif args.spec:
         overrides["spec_accept"] = spec_for(float(args.spec))
     cfg = load(args.preset, overrides)
-    open_loop = bool(args.rates)
-    loads = tuple(float(x) if open_loop else int(x) for x in (args.rates or args.stages).split(","))
-    plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
-    w = WhatIf(args.input_tokens, args.output_tokens, loads, open_loop, args.replicas, plan,
-               _objectives(args.slo, args.attainment), spread=args.spread)
+    notes: list[str] = []
+    if args.scenario:
+        w, notes = scenario_whatif(args, replicas=args.replicas, spread=args.spread)
+    else:
+        if args.set:
+            raise ConfigError("--set", args.set[0], "sets a key of the scenario file",
+                              "add --scenario FILE (e.g. --scenario config/default.yaml)")
+        for key, value in DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        loads = tuple(float(x) if args.rates else int(x) for x in (args.rates or args.stages).split(","))
+        plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
+        w = WhatIf(args.input_tokens, args.output_tokens, loads, bool(args.rates), args.replicas, plan,
+                   _objectives(args.slo, args.attainment), spread=args.spread)
+    open_loop = w.open_loop
     summary = predict(cfg, w)
     summary["predicted_from"] = {"preset": args.preset, "changes": {k: v for k, v in vars(args).items()
                                                                   if k not in ("cmd", "func", "out")}}
@@ -169,8 +214,10 @@ def whatif(args: argparse.Namespace) -> int:
     if fit_doc is not None:
         summary["calibration"] = fit_doc  # report.html draws its fit plot (loadgen.report.fit_plot)
     calibration = _calibration_lines(fit_doc)
-    summary["notes"] += calibration
-    print(f"PREDICTED (not measured): {cfg.model}, {w.input_tokens} in / {w.output_tokens} out, "
+    summary["notes"] += notes + calibration
+    if args.scenario:
+        summary["predicted_from"]["scenario"] = args.scenario
+    print(f"PREDICTED (not measured): {cfg.model}, {w.requests.describe()}, "
           f"{w.replicas} replica(s), KV {cfg.kv_tokens:,} tokens each, spec_accept {cfg.spec_accept}")
     print(format_stage_table(summary["stages"], summary["knee"].get("rate_per_s" if open_loop else "concurrency"),
                              summary["guard"], w.knee_threshold, summary["slo"], open_loop))
@@ -187,7 +234,7 @@ def whatif(args: argparse.Namespace) -> int:
         print(f"confirm (predicted): run one real stage at {load_text} ({c['why']}): expect "
               f"{c['output_tokens_per_s']:,.0f} output tok/s, TTFT p50 {c['ttft_p50_s'] * 1e3:.1f} ms, "
               f"TPOT p50 {c['tpot_p50_s'] * 1e3:.2f} ms")
-    print("\n".join([NOTE, *calibration]))
+    print("\n".join([NOTE, *notes, *calibration]))
     if args.out:
         write_results(args.out, summary, plots=not args.no_plots)
         print(f"llm-loadgen whatif: wrote {args.out}/summary.json and report.html (predicted"
@@ -209,20 +256,28 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
                      "as a straight line over the batches you will predict (default: every stage)")
     wi = sub.add_parser("whatif", help="predict a sweep from a (calibrated) preset with changes")
     wi.add_argument("preset", help="a preset YAML (llm-loadgen calibrate) or a bundled name")
-    wi.add_argument("--input-tokens", type=int, default=1000)
-    wi.add_argument("--output-tokens", type=int, default=1000)
+    wi.add_argument("--scenario", metavar="FILE", help="predict the sweep this scenario file (or bundled "
+                    "preset name) would run: its stages or rates, plan, lengths, dataset, arrivals and SLO. "
+                    "Precedence: the file, then --set, then the flags below (docs/whatif.md 'A scenario file')")
+    wi.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="set any scenario key, as the run's --set (needs --scenario; repeatable)")
+    wi.add_argument("--input-tokens", type=int, help="every prompt this long (fixed; default 1000, or the "
+                    "scenario's input)")
+    wi.add_argument("--output-tokens", type=int, help="every output this long (fixed; default 1000, or the "
+                    "scenario's output)")
     wi.add_argument("--kv-tokens", type=int, help="KV cache tokens per replica (e.g. x2 for an FP8 cache)")
     wi.add_argument("--max-running", type=int, help="the batch's most requests per replica (llama.cpp: -np slots)")
     wi.add_argument("--spec", help="speculative decoding: off, or a mean accept length in tokens per step")
     wi.add_argument("--replicas", type=int, default=1, help="replicas behind a round-robin router")
-    wi.add_argument("--stages", default="1,2,4,8,16,32,64,128,256,512", help="concurrency stages")
-    wi.add_argument("--rates", help="open-loop rates in requests/s instead of --stages (evenly spaced arrivals)")
+    wi.add_argument("--stages", help="concurrency stages (default 1,2,...,512, or the scenario's)")
+    wi.add_argument("--rates", help="open-loop rates in requests/s instead of --stages (constant gaps; with "
+                    "--scenario its rate.arrival)")
     wi.add_argument("--slo", help="objectives, e.g. ttft_s=2,tpot_s=0.03 (seconds)")
-    wi.add_argument("--attainment", type=float, default=0.99)
-    wi.add_argument("--warmup-s", type=float, default=30.0)
-    wi.add_argument("--duration-s", type=float, default=60.0)
-    wi.add_argument("--max-warmup-s", type=float, default=600.0)
-    wi.add_argument("--max-window-s", type=float, default=900.0)
+    wi.add_argument("--attainment", type=float, help="SLO attainment (default 0.99)")
+    wi.add_argument("--warmup-s", type=float, help="stages.warmup_s (default 30)")
+    wi.add_argument("--duration-s", type=float, help="stages.duration_s (default 60)")
+    wi.add_argument("--max-warmup-s", type=float, help="stages.max_warmup_s (default 600)")
+    wi.add_argument("--max-window-s", type=float, help="stages.max_window_s (default 900)")
     wi.add_argument("--spread", type=int, default=0, metavar="K",
                     help="K more runs with other seeds and a 0-2 ms client jitter: each stage's range (how sure)")
     wi.add_argument("--out", help="write summary.json, stages.csv and report.html (predicted) here")

@@ -3,6 +3,8 @@
 Pure. The formulas are the client's (``loadgen.stats.records``, ``loadgen.stats.metrics``), applied
 to the simulated timings of the requests *sent* in the window (``loadgen.predict.vsweep``):
 
+- input_tokens = the sum of each finished request's own prompt tokens; output_tokens = the sum of
+  the tokens each one received (requests of mixed lengths: from the requests, not from one N)
 - output_tokens_per_s = output tokens whose chunk arrived in the window / window_s
 - TTFT = t(first chunk) - t(sent); E2E = t(last chunk) - t(sent); TPOT = (E2E - TTFT) / (N - 1)
 - per-token ITL: gap_i / n_i, weighted by n_i; chunk gap p50 over the gaps themselves
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from loadgen.errors import HTTP_4XX, OVERLOAD_503
 from loadgen.predict.vsweep import StageRecord, Timing
 from loadgen.stats.slo import Objectives, SloCounts, stage_slo
 
@@ -53,12 +56,11 @@ def _wq(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
 
 def _result(t: Timing) -> _Result:
     gaps = np.diff(np.asarray(t.chunk_t)) if len(t.chunk_t) > 1 else np.empty(0)
-    return _Result(t.done and not t.rejected and t.tokens > 0, t.ttft_s, t.tpot_s, t.e2e_s, gaps, t.tokens)
+    return _Result(t.done and not t.failed and t.tokens > 0, t.ttft_s, t.tpot_s, t.e2e_s, gaps, t.tokens)
 
 
-def stage_row(rec: StageRecord, input_tokens: int, kv_tokens: int,
-              objectives: Objectives | None = None) -> dict:
-    """The predicted summary.json row of one virtual stage."""
+def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = None) -> dict:
+    """The predicted summary.json row of one virtual stage (token counts from its own requests)."""
     results = [_result(t) for t in rec.requests]
     ok = [r for r in results if r.ok]
     gaps = [(np.diff(np.asarray(t.chunk_t)), np.asarray(t.chunk_n[1:])) for t in rec.requests if len(t.chunk_t) > 1]
@@ -72,15 +74,17 @@ def stage_row(rec: StageRecord, input_tokens: int, kv_tokens: int,
     chunks = sum(len(t.chunk_t) for t in rec.requests if t.done)
     w = rec.window_s
     rejected = sum(1 for t in rec.requests if t.rejected)  # max_queued: a 503 over HTTP
+    too_long = sum(1 for t in rec.requests if t.too_long)  # above max_model_len: a 400
+    errors = {k: n for k, n in ((OVERLOAD_503, rejected), (HTTP_4XX, too_long)) if n}
     unfinished = sum(1 for t in rec.requests if not t.done)  # still running when the prediction stopped
     row = {
         "index": rec.index,
         "concurrency": rec.concurrency,
         "predicted": True,
         "requests": len(ok),
-        "errors": {"overload_503": rejected} if rejected else {},
-        "error_count": rejected,
-        "input_tokens": input_tokens * len(ok),
+        "errors": errors,
+        "error_count": rejected + too_long,
+        "input_tokens": sum(t.input_tokens for t, r in zip(rec.requests, results, strict=True) if r.ok),
         "output_tokens": tokens,
         "output_tokens_per_s": rec.window_tokens / w if w else None,
         "decode_tps_p50": _q(decode, 0.5),

@@ -7,7 +7,7 @@ predicted: ``predicted`` at the top and on every row, the flag ``predicted``, an
 Replicas behind a round-robin router: each replica is its own engine (the preset's), and the
 users (or the rate) are split evenly, the first ``C mod R`` replicas taking one user more; stage
 throughput is the replicas' sum, latency figures are over the union of their requests. The KV
-ceiling is the run's own (``loadgen.run.kv_guard.max_fitting_concurrency``) over R x kv_tokens.
+ceiling is the run guard's projection (``kv_ceiling``: ``loadgen.workload.mix`` per request) over R x kv_tokens.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, StageRecord, run_sweep
+from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.report.knee import find_knee, find_rate_knee
-from loadgen.run.kv_guard import max_fitting_concurrency
 from loadgen.sim.config import SimConfig
 from loadgen.stats.slo import Objectives, slo_answer
+from loadgen.workload.mix import KvMix
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
         "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
@@ -40,6 +41,14 @@ class WhatIf:
     objectives: Objectives = field(default_factory=Objectives)
     knee_threshold: float = 0.10
     spread: int = 0  # extra runs with other seeds and a 0-2 ms client jitter: how sure the prediction is
+    # what each request asks for and when open-loop requests arrive; None: input_tokens / output_tokens
+    # fixed, constant gaps (loadgen.predict.vworkload)
+    workload: VirtualWorkload | None = None
+    scenario: dict | None = None  # the scenario file predicted (Scenario.to_dict()), for the summary
+
+    @property
+    def requests(self) -> VirtualWorkload:
+        return self.workload or VirtualWorkload.fixed(self.input_tokens, self.output_tokens)
 
 
 def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
@@ -109,13 +118,15 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
         w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
     lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
+    wl = w.requests
     cache: dict[tuple, list[StageRecord]] = {}
     per_lane = []
-    for lane in lanes:
-        active = [x for x in lane]
-        if tuple(active) not in cache:
-            cache[tuple(active)] = _lane(params, active, w, jitter_s)
-        per_lane.append(cache[tuple(active)])
+    for part, lane in enumerate(lanes):
+        # replicas with the same load play the same sweep unless their draws differ (their own streams)
+        key = (tuple(lane), part if wl.varied or w.open_loop else 0)
+        if key not in cache:
+            cache[key] = _lane(params, list(lane), w, jitter_s, part, cfg.max_model_len)
+        per_lane.append(cache[key])
     records = [_merge([lane[k] for lane in per_lane]) for k in range(len(w.loads))]
     for rec, load in zip(records, w.loads, strict=True):  # the stage's own load, not the lanes' sum of 0s
         if w.open_loop:
@@ -123,7 +134,7 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
         else:
             rec.concurrency = int(load)
     kv_total = cfg.kv_tokens * w.replicas
-    rows = [stage_row(r, w.input_tokens, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
+    rows = [stage_row(r, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
     knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
     load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
     for row in rows:
@@ -133,20 +144,18 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     if w.objectives.enabled:
         outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
         slo = slo_answer(outcomes, w.objectives, [], "rate_per_s" if w.open_loop else "concurrency")
-    ceiling = max_fitting_concurrency(kv_total, w.input_tokens, w.output_tokens, 0.0)
+    ceiling = kv_ceiling(kv_total, wl.mix())
+    name = f"{w.input_tokens}-{w.output_tokens}" if not wl.varied else (w.scenario or {}).get("name", "mixed")
     return {
         "schema": 1,
         "predicted": True,
         "tool": {"name": "llm-loadgen predict", "version": "0.1.0"},
-        "run": {"name": f"predicted_{cfg.model}_{w.input_tokens}-{w.output_tokens}_x{w.replicas}",
+        "run": {"name": f"predicted_{cfg.model}_{name}_x{w.replicas}",
                 "model": cfg.model, "endpoint": "completions", "predicted": True, "exit_code": 0},
-        "scenario": {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens,
-                     "replicas": w.replicas, "open_loop": w.open_loop,
-                     "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
-                     "rate": {"list": list(w.loads)} if w.open_loop else None,
-                     "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}},
+        "scenario": _scenario(w, wl),
         "server": {"flavor": cfg.flavor, "max_model_len": cfg.max_model_len, "predicted": True},
         "guard": {"capacity_tokens": kv_total, "capacity_source": "predicted: preset kv_tokens x replicas",
+                  "per_request_tokens": "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest",
                   "margin": 0.0, "max_concurrency": ceiling, "stopped_before": None, "clamped_to": None},
         "knee": {"concurrency": None if w.open_loop else knee, "threshold": w.knee_threshold,
                  **({"rate_per_s": knee} if w.open_loop else {})},
@@ -157,11 +166,39 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     }
 
 
-def _lane(params, loads: list[float], w: WhatIf, jitter_s: float) -> list[StageRecord]:
+def _scenario(w: WhatIf, wl: VirtualWorkload) -> dict:
+    """summary.json's ``scenario``: the scenario file's own keys (the distributions, the dataset, the
+    arrivals: what a run's summary records) when one was given, and what was predicted of it."""
+    predicted = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "replicas": w.replicas,
+                 "open_loop": w.open_loop, "predicted_workload": wl.describe(), "plan": vars(w.plan)}
+    if w.scenario is not None:
+        return {**w.scenario, **predicted}
+    return {**predicted, "input": {"dist": wl.inputs.kind}, "output": {"dist": wl.outputs.kind},
+            "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
+            "rate": {"list": list(w.loads), "arrival": wl.arrival} if w.open_loop else None,
+            "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}}
+
+
+def kv_ceiling(capacity: int, mix: KvMix) -> int:
+    """The largest concurrency C whose KV projection fits, as the run's guard projects it:
+    C x per_request(C) <= capacity (``KvMix.split``: whole tokens; fixed lengths: C x (in + out),
+    ``loadgen.run.kv_guard.max_fitting_concurrency``)."""
+    lo, hi = 0, max(1, capacity)
+    while lo < hi:  # C x per_request(C) grows with C: the last C that fits
+        mid = (lo + hi + 1) // 2
+        if mid * sum(mix.split(mid)) <= capacity:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,
+          max_model_len: int | None = None) -> list[StageRecord]:
     """One replica's sweep; a replica with no users in a stage records an empty stage."""
     busy = [k for k, x in enumerate(loads) if x > 0]
     recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop,
-                     jitter_s)
+                     jitter_s, w.requests, part, w.replicas, max_model_len)
     if len(busy) == len(loads):
         return recs
     out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]

@@ -60,8 +60,15 @@ class VirtualServer:
         return self.loop.steps_total
 
     def submit(self, req: SimRequest, t: float) -> None:
-        """``req`` arrives at simulated time ``t`` (not before now)."""
-        heapq.heappush(self._arrivals, (max(t, self.now_s), next(self._order), req))
+        """``req`` arrives at simulated time ``t``. A ``t`` before now (a client that learns of a
+        request only after the step it was sent during, e.g. an open-loop arrival) keeps its time:
+        it joins the next step, as it would have had it been submitted on time."""
+        heapq.heappush(self._arrivals, (t, next(self._order), req))
+
+    @property
+    def pending(self) -> bool:
+        """Requests submitted that have not reached the engine yet."""
+        return bool(self._arrivals)
 
     def run_until(self, end_s: float) -> None:
         """Run steps until the clock passes ``end_s`` or nothing is left to do."""

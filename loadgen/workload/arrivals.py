@@ -45,6 +45,13 @@ class ArrivalSpec:
         if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
             raise ValueError(f"burstiness must be > 0, got {self.burstiness!r}")
 
+    @classmethod
+    def for_stage(cls, rate_per_s: float, kind: str, burstiness: float, seed: int, stage: int | None) -> ArrivalSpec:
+        """A stage's arrivals: the scenario's process and burstiness, seeded by (``rate.seed``,
+        stage) as ``seed x 100003 + stage``, so two runs with the same seed, rates and processes send
+        on the same schedule (the open-loop dispatcher and the what-if both build it here)."""
+        return cls(rate_per_s, kind, burstiness, seed=seed * 100_003 + (stage or 0))
+
     def for_part(self, part: int, parts: int) -> Schedule:
         """The schedule of process ``part`` (0-based) of ``parts``: rate/parts, its own stream."""
         if not 0 <= part < parts:

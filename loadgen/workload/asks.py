@@ -144,6 +144,18 @@ class DatasetCursor:
         return r
 
 
+def sender_lengths(inputs: LengthDist, outputs: LengthDist, seed_key: tuple) -> LengthSampler:
+    """One sender's (input, output) lengths, seeded by its key (prompt.seed, process, user number):
+    the run's users and the what-if's virtual users (loadgen.predict.vworkload) draw the same ones."""
+    return LengthSampler(inputs, outputs, (*seed_key, 0x1E9))
+
+
+def line_output(r: DatasetRequest, default_output: int | None, lengths: LengthSampler) -> int:
+    """A dataset line's forced output length: its own ``output_tokens``, else ``default_output``,
+    else a draw from the sender's output distribution."""
+    return r.output_tokens or default_output or lengths.next()[1]
+
+
 class Workload:
     """The Asks of one user: synthetic lengths, or a dataset cursor (module docstring)."""
 
@@ -151,7 +163,7 @@ class Workload:
                  cursor: DatasetCursor | None = None, block_tokens: int = 512, hash_salt: int = 0):
         self.maker, self.cursor = maker, cursor
         self.block_tokens, self.hash_salt = block_tokens, hash_salt
-        self._lengths = LengthSampler(inputs, outputs, (*seed_key, 0x1E9))
+        self._lengths = sender_lengths(inputs, outputs, seed_key)
 
     def answered(self, ask: Ask, ok: bool, completion_tokens: int | None) -> None:
         """Single requests remember nothing (loadgen.workload.conversation.Conversation does)."""
@@ -166,7 +178,7 @@ class Workload:
     def from_line(self, r: DatasetRequest, default_output: int | None = None) -> Ask:
         """The Ask of one dataset line (module docstring); no output_tokens: ``default_output``,
         else a draw from the output distribution."""
-        out = r.output_tokens or default_output or self._lengths.next()[1]
+        out = line_output(r, default_output, self._lengths)
         if r.input_tokens is None:
             prompt = np.array(r.prompt, dtype=np.int64) if isinstance(r.prompt, tuple) else r.prompt  # any ID
             if r.messages is not None:

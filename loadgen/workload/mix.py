@@ -89,10 +89,14 @@ def scenario_mix(scenario, dataset=None) -> KvMix:
     """The mix a scenario sends: its dataset's known lengths (a line without output_tokens: the
     output distribution's mean; a text prompt counts 0: only the server knows it), else its
     length distributions; ``workload.turns`` turns each."""
-    turns = scenario.workload.turns
-    outputs = scenario.length_dist("output")
+    return workload_mix(scenario.length_dist("input"), scenario.length_dist("output"), dataset,
+                        scenario.workload.turns)
+
+
+def workload_mix(inputs: LengthDist, outputs: LengthDist, dataset=None, turns: int = 1) -> KvMix:
+    """``scenario_mix`` from the distributions and the dataset themselves (the what-if's workload)."""
     if not dataset:
-        return from_dists(scenario.length_dist("input"), outputs, turns)
+        return from_dists(inputs, outputs, turns)
     default_out = round(from_dists(outputs, outputs).mean_out)
     return from_pairs([(known_input(r), r.output_tokens or default_out) for r in dataset], turns)
 

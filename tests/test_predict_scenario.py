@@ -1,0 +1,101 @@
+"""``llm-loadgen whatif PRESET --scenario FILE [--set k=v] [flags]``: the sweep a scenario file would
+run, read by the run's own loader; precedence file < --set < flags; bad input named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loadgen import cli
+
+PRESET = "llama8b-1gpu-vllm"
+SCENARIO = """\
+name: mixed
+input: {dist: lognormal, mean: 2000, std: 600, min: 200, max: 4000}
+output: {dist: uniform, min: 50, max: 150}
+stages: {list: [1, 8], warmup_s: 1, duration_s: 4, ramp_s: 2}
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    path = tmp_path / "mixed.yaml"
+    path.write_text(SCENARIO)
+    return path
+
+
+def _whatif(tmp_path, *argv) -> dict:
+    out = tmp_path / "out"
+    assert cli.main(["whatif", PRESET, *argv, "--out", str(out), "--no-plots"]) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_the_summary_records_the_scenario_s_workload_and_stages(scenario, tmp_path, capsys):
+    summary = _whatif(tmp_path, "--scenario", str(scenario))
+    sc = summary["scenario"]
+    assert sc["input"]["dist"] == "lognormal" and sc["output"] == {"dist": "uniform", "mean": None, "std": None,
+                                                                   "min": 50, "max": 150}
+    assert sc["predicted_workload"].startswith("input lognormal mean 2000 std 600")
+    assert sc["plan"]["ramp_s"] == 2 and summary["predicted_from"]["scenario"] == str(scenario)
+    assert [r["concurrency"] for r in summary["stages"]] == [1, 8]
+    row = summary["stages"][1]
+    assert 50 <= row["output_tokens"] / row["requests"] <= 150 and 200 <= row["input_tokens"] / row["requests"] <= 4000
+    assert "PREDICTED (not measured): meta-llama/Llama-3.1-8B-Instruct, input lognormal" in capsys.readouterr().out
+
+
+def test_set_overrides_the_file_and_flags_override_set(scenario, tmp_path):
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "output.max=60", "--set", "stages.list=[2,4]",
+                      "--stages", "3")
+    assert summary["scenario"]["output"]["max"] == 60
+    assert [r["concurrency"] for r in summary["stages"]] == [3]
+    row = summary["stages"][0]
+    assert row["output_tokens"] / row["requests"] <= 60
+
+
+def test_input_tokens_flag_makes_every_prompt_that_long(scenario, tmp_path):
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--input-tokens", "300", "--stages", "2")
+    assert summary["scenario"]["input"]["dist"] == "fixed"
+    row = summary["stages"][0]
+    assert row["input_tokens"] == 300 * row["requests"]
+
+
+def test_rates_on_a_closed_loop_scenario_predict_its_arrivals(scenario, tmp_path):
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "rate.arrival=gamma",
+                      "--set", "rate.burstiness=0.5", "--rates", "2")
+    assert summary["scenario"]["open_loop"] and summary["scenario"]["rate"]["arrival"] == "gamma"
+    assert summary["stages"][0]["offered_rate_per_s"] == 2.0
+
+
+def test_a_relative_dataset_path_is_read_from_the_current_directory(scenario, tmp_path, monkeypatch):
+    (tmp_path / "d.jsonl").write_text('{"input_tokens": 400, "output_tokens": 7}\n')
+    monkeypatch.chdir(tmp_path)
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "workload.dataset=d.jsonl", "--stages", "2")
+    row = summary["stages"][0]
+    assert summary["scenario"]["workload"]["dataset"] == "d.jsonl"
+    assert row["input_tokens"] == 400 * row["requests"] and row["output_tokens"] == 7 * row["requests"]
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--set", "input.dist=lognorm"], "llm-loadgen whatif: input.dist (from --set): must be one of"),
+    (["--set", "stages.warmup=3"], "stages.warmup (from --set): unknown key"),
+    (["--stages", "1,x"], "stages.list (from --stages): must be comma-separated whole numbers"),
+    (["--set", "workload.turns=3"], "workload.turns: is not predicted"),
+    (["--set", "workload.dataset=missing.jsonl"], "--dataset: cannot be read"),
+])
+def test_bad_input_is_named_with_the_run_s_words(scenario, capsys, argv, named):
+    assert cli.main(["whatif", PRESET, "--scenario", str(scenario), *argv]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_bad_field_in_the_file_is_named(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("output: {dist: uniform, min: 50}\n")
+    assert cli.main(["whatif", PRESET, "--scenario", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "output.max" in err and "uniform" in err
+
+
+def test_set_without_a_scenario_says_to_add_one(capsys):
+    assert cli.main(["whatif", PRESET, "--set", "output.max=60"]) == 2
+    assert "add --scenario FILE" in capsys.readouterr().err

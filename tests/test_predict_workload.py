@@ -1,0 +1,177 @@
+"""The what-if's virtual requests follow the scenario as the run draws it: length distributions
+(seeded per user as the run's users), a dataset's lines in order, open-loop arrivals of the stage's
+seeded ArrivalSpec, Locust's spawn schedule for a ramp, and rows whose token figures come from the
+requests themselves."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from loadgen.predict.rows import stage_row
+from loadgen.predict.vsweep import StagePlan, StageRecord, Timing, run_sweep, spawn_offsets
+from loadgen.predict.vworkload import VirtualWorkload
+from loadgen.predict.whatif import WhatIf, kv_ceiling, predict
+from loadgen.run.kv_guard import max_fitting_concurrency
+from loadgen.sim.config import load
+from loadgen.sim.engine import EngineParams
+from loadgen.workload.arrivals import ArrivalSpec
+from loadgen.workload.asks import PromptMaker, Workload
+from loadgen.workload.dataset import DatasetRequest, share
+from loadgen.workload.lengths import LengthDist
+
+PARAMS = EngineParams(kv_tokens=2_000_000, max_running=512, step_base_s=0.01, step_per_seq_s=0.0001,
+                      step_per_prefill_token_s=2e-6)
+PLAN = StagePlan(warmup_s=2, duration_s=20, turnover=False, tick_s=1.0)
+UNIFORM_OUT = LengthDist("uniform", min=50, max=150)
+LOGNORMAL_IN = LengthDist("lognormal", mean=2000, std=600, min=200, max=4000)
+
+
+def _sent(rec: StageRecord) -> list[tuple[int, int]]:
+    """(input, output) of each request measured in the stage (output: the tokens it received)."""
+    return [(t.input_tokens, t.tokens) for t in rec.requests if t.done]
+
+
+def test_uniform_output_and_lognormal_input_are_drawn_as_asked():
+    wl = VirtualWorkload(LOGNORMAL_IN, UNIFORM_OUT)
+    (rec,) = run_sweep(PARAMS, [32], plan=PLAN, workload=wl)
+    ins, outs = np.array(_sent(rec)).T
+    n = len(outs)
+    assert n > 300
+    assert outs.min() >= 50 and outs.max() <= 150 and len(set(outs)) > 90  # the whole range, not one value
+    # uniform 50..150: mean 100, std 29.2; the sample mean within 4 standard errors
+    assert abs(outs.mean() - 100) < 4 * 29.2 / math.sqrt(n)
+    assert ins.min() >= 200 and ins.max() <= 4000
+    assert abs(ins.mean() - 2000) < 4 * 600 / math.sqrt(n)
+
+
+def test_a_virtual_user_asks_for_the_lengths_the_run_s_user_with_its_number_asks_for():
+    """User u of a local run is keyed (prompt.seed, 0, u): its Workload hands out the same lengths."""
+    seed = 7
+    wl = VirtualWorkload(LOGNORMAL_IN, UNIFORM_OUT, prompt_seed=seed)
+    for user in (0, 3):
+        key = (seed, 0, user)
+        run_user = Workload(PromptMaker("token_ids", (1000, 30000), key), LOGNORMAL_IN, UNIFORM_OUT, key)
+        virtual = wl.sender(user, None)
+        for _ in range(5):
+            ask = run_user.next()
+            assert virtual.next() == (ask.input_tokens, ask.output_tokens)
+
+
+def _lines(n: int) -> tuple[DatasetRequest, ...]:
+    return tuple(DatasetRequest(i + 1, 100 * (i + 1), 10 + i) for i in range(n))
+
+
+def test_one_user_sends_the_dataset_s_lines_in_file_order_cycling():
+    lines = _lines(5)
+    wl = VirtualWorkload(dataset=lines, dataset_path="d.jsonl")
+    (rec,) = run_sweep(PARAMS, [1], plan=PLAN, workload=wl)
+    sent = _sent(rec)
+    assert len(sent) > 10
+    cycle = [(r.input_tokens, r.output_tokens) for r in lines]
+    start = cycle.index(sent[0])
+    assert sent == [cycle[(start + i) % 5] for i in range(len(sent))]
+
+
+def test_a_shuffled_dataset_follows_the_run_s_seeded_permutation():
+    lines = _lines(7)
+    wl = VirtualWorkload(dataset=lines, dataset_path="d.jsonl", shuffled=True, prompt_seed=3)
+    (rec,) = run_sweep(PARAMS, [1], plan=PLAN, workload=wl)
+    order = [(r.input_tokens, r.output_tokens) for r in share(list(lines), 0, 1, True, 3)]
+    assert order != [(r.input_tokens, r.output_tokens) for r in lines]
+    sent = _sent(rec)
+    start = order.index(sent[0])
+    assert sent == [order[(start + i) % 7] for i in range(len(sent))]
+
+
+def test_a_line_without_output_tokens_takes_the_output_draw():
+    wl = VirtualWorkload(outputs=UNIFORM_OUT, dataset=(DatasetRequest(1, 300, None),), dataset_path="d.jsonl")
+    sender = wl.sender(0, wl.cursor(0, 1))
+    outs = {sender.next()[1] for _ in range(50)}
+    assert all(50 <= o <= 150 for o in outs) and len(outs) > 10
+
+
+def test_a_text_prompt_line_is_refused_naming_the_dataset():
+    from loadgen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="workload.dataset.*line 2.*input_tokens"):
+        VirtualWorkload(dataset=(DatasetRequest(1, 300, 5), DatasetRequest(2, None, 5, prompt="hello")),
+                        dataset_path="d.jsonl")
+
+
+def test_poisson_arrivals_follow_the_stage_s_seeded_schedule():
+    rate, seed = 20.0, 5
+    wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 5), arrival="poisson", rate_seed=seed)
+    plan = StagePlan(warmup_s=5, duration_s=60, turnover=False, tick_s=1.0)
+    (rec,) = run_sweep(PARAMS, [rate], plan=plan, open_loop=True, workload=wl)
+    sent = [t.sent_s for t in rec.requests]
+    # the count in the window: Poisson(rate x window), within 4 standard deviations
+    expected = rate * rec.window_s
+    assert abs(len(sent) - expected) < 4 * math.sqrt(expected)
+    # and exactly the run's schedule: stage 0's ArrivalSpec.for_stage from the stage's start (t = 0)
+    due = ArrivalSpec.for_stage(rate, "poisson", 1.0, seed, 0).for_part(0, 1).until(rec.window_start_s + rec.window_s)
+    assert sent == pytest.approx([t for t in due if t >= rec.window_start_s])
+    gaps = np.diff(sent)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.15)  # exponential gaps: CV 1, not 0
+
+
+def test_locust_s_spawn_schedule_for_the_plan_s_spawn_rate():
+    """The plan asks spawn_rate = max(C / ramp_s, 1); Locust starts floor(rate) users every
+    floor(rate) / rate seconds. 8 -> 16 over 5 s: rate 3.2, 3 users every 0.9375 s."""
+    assert spawn_offsets(8, 16, 5.0) == pytest.approx([0, 0, 0, 0.9375, 0.9375, 0.9375, 1.875, 1.875])
+    assert spawn_offsets(2, 4, 5.0) == [0.0, 1.0]  # rate max(4/5, 1) = 1: one a second
+    assert spawn_offsets(0, 3, 0.0) == [0.0, 0.0, 0.0]  # ramp_s 0: together
+    assert spawn_offsets(4, 4, 5.0) == []
+
+
+def test_a_ramp_starts_the_users_spread_and_opens_the_window_a_tick_after_the_last():
+    plan = StagePlan(warmup_s=0, duration_s=5, turnover=False, tick_s=1.0, ramp_s=5.0)
+    wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 2000))  # requests outlast the stage
+    together = run_sweep(PARAMS, [16], plan=StagePlan(warmup_s=0, duration_s=5, turnover=False), workload=wl)
+    spread = run_sweep(PARAMS, [16], plan=plan, workload=wl)
+    # 0 -> 16 over 5 s: 3 users every 0.9375 s, the last at 5 x 0.9375 = 4.69 s: the window opens at 5 s
+    assert spread[0].window_start_s == 5.0 and together[0].window_start_s == 1.0
+
+
+def test_rows_count_each_request_s_own_tokens():
+    def timing(n_in, chunks, rejected=False):
+        t = Timing(0.0, 0, chunk_t=[0.1 * (i + 1) for i in range(len(chunks))], chunk_n=list(chunks),
+                   done=True, rejected=rejected, input_tokens=n_in)
+        return t
+
+    rec = StageRecord(0, 3, None, window_s=2.0, window_tokens=30,
+                      requests=[timing(100, [1, 4]), timing(2500, [1, 9, 10]), timing(700, [], rejected=True)])
+    row = stage_row(rec, 10_000)
+    assert row["input_tokens"] == 2600 and row["output_tokens"] == 25 and row["requests"] == 2
+    assert row["errors"] == {"overload_503": 1}
+    # TPOT per request: (E2E - TTFT) / (N - 1): 0.1 / 4 and 0.2 / 19; the p50 is their mean
+    assert row["tpot_p50_s"] == pytest.approx((0.1 / 4 + 0.2 / 19) / 2)
+
+
+def test_a_request_above_max_model_len_is_answered_400_and_its_user_pauses():
+    wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("uniform", min=10, max=300))
+    (rec,) = run_sweep(PARAMS, [4], plan=PLAN, workload=wl, max_model_len=300)
+    row = stage_row(rec, PARAMS.kv_tokens)
+    too_long = [t for t in rec.requests if t.too_long]
+    assert too_long and all(t.tokens == 0 for t in too_long)
+    assert row["errors"]["http_4xx"] == len(too_long) and row["requests"] == len(rec.requests) - len(too_long)
+
+
+def test_the_kv_ceiling_is_the_guard_s_projection():
+    fixed = VirtualWorkload.fixed(1000, 1000).mix()
+    assert kv_ceiling(131_072, fixed) == max_fitting_concurrency(131_072, 1000, 1000, 0.0)
+    mixed = VirtualWorkload(LOGNORMAL_IN, UNIFORM_OUT).mix()
+    c = kv_ceiling(131_072, mixed)
+    assert c * sum(mixed.split(c)) <= 131_072 < (c + 1) * sum(mixed.split(c + 1))
+
+
+def test_predict_without_a_workload_is_the_fixed_prediction():
+    cfg = load("llama8b-1gpu-vllm")
+    plan = StagePlan(warmup_s=1, duration_s=4)
+    old = predict(cfg, WhatIf(500, 50, (1, 8), plan=plan))
+    new = predict(cfg, WhatIf(500, 50, (1, 8), plan=plan, workload=VirtualWorkload.fixed(500, 50)))
+    assert old["stages"] == new["stages"]
+    assert old["scenario"]["predicted_workload"] == "500 in / 50 out"
+    assert old["stages"][1]["input_tokens"] == 500 * old["stages"][1]["requests"]

@@ -37,9 +37,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadgen.config.build import build_scenario  # noqa: E402
 from loadgen.predict.__main__ import main as predict_main  # noqa: E402
-from loadgen.predict.vsweep import StagePlan  # noqa: E402
-from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
+from loadgen.predict.scenario import whatif_of  # noqa: E402
+from loadgen.predict.whatif import predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from tests.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
 from tests.make_gguf import write_tiny_llama  # noqa: E402
@@ -137,11 +138,10 @@ def compare(title: str, cfg, measured: dict, others: list[dict]) -> None:
     TTFT p50 per stage, error = (predicted - measured) / measured, the predicted range over
     ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread) and the same stage's figure in
     the other passes (repeatability)."""
-    sc = measured["scenario"]
-    st = sc["stages"]
-    plan = StagePlan(st["warmup_s"], st["duration_s"], st["turnover"], st["max_warmup_s"], st["max_window_s"])
-    loads = tuple(s["concurrency"] for s in measured["stages"])
-    pred = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], loads, plan=plan, spread=SPREAD))
+    # the measured run's own scenario (stages, rules, output length distribution and seed), as
+    # `llm-loadgen whatif PRESET --scenario FILE` predicts it
+    w, _ = whatif_of(build_scenario(measured["scenario"]), spread=SPREAD)
+    pred = predict(cfg, w)
     print(f"\n{title}: predicted vs measured")
     print("| C | out tok/s predicted (range) | measured | error | other pass "
           "| TTFT p50 predicted (range) | measured | error | other pass |")

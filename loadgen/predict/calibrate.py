@@ -23,15 +23,15 @@ c first (``context_cost``), then least squares on relative errors of
     d_k - c x K_k = a + b x batch_k + p x x_k   (each fitted stage)
     TTFT(C=1) = a + b + p x I                   (the lowest stage at C=1: an idle engine, one step)
 
-and, when the server reported its own prompt time at C=1 (llama.cpp: ``server.prompt_per_token``)
-for two prompt lengths, a prompt's cost that grows with its square: q x (x_k (I - 1) / 2) joins
-each decode equation, q x I (I - 1) / 2 each TTFT, and the equations
-
-    S(I) = a + b + p x I + q x I (I - 1) / 2    (the server's prompt time at C=1: no client in it)
-
-(``step_per_prefill_pair_ns``: a prompt token at position t attends over the t before it; llama.cpp
-on one CPU core: 0.82 ms per token at 128 tokens, 1.05 at 1024, 1.22 at 1536, whatever its
-micro-batch, so the cost is the attention over the prompt so far, not the chunking). Without those
+and, when the server reported its own prompt time S at C=1 (llama.cpp: ``server.prompt_per_token``)
+for two prompt lengths, a prompt's cost that grows with its square, q (``step_per_prefill_pair_ns``:
+a prompt token at position t attends over the t before it). q comes first, from the server's times
+alone (``prompt_square_cost``: S(I) = a + b + p x I + q x I (I - 1) / 2, with a + b read from the
+C=1 decode step), as c does from the decode steps; then q x (x_k (I - 1) / 2) joins each decode
+equation's known share, q x I (I - 1) / 2 each TTFT's, and S(I) joins the equations (a prompt step
+without the client in it). llama.cpp on one CPU core took 0.82 ms per prompt token at 128 tokens,
+1.05 at 1024 and 1.22 at 1536, whatever its micro-batch (-ub 128, 512 or 2048): the attention over
+the prompt so far, not the chunking. Without those
 times q stays 0: the client's TTFT alone cannot tell it from p and the client's overhead.
 
 With fixed lengths x_k is nearly proportional to C (x ~ C x I x L / N), so the decode equations
@@ -160,15 +160,14 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     firsts = [(n_in, n_out, r) for n_in, n_out, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
     overhead = len({n_in for n_in, _, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
     c = context_cost([(n_in + n_out / 2, r["tpot_p50_s"] * accept) for n_in, n_out, r in firsts])
-    # the server's own prompt time at C=1 (llama.cpp's counters): a prompt step without the client's overhead;
-    # at two prompt lengths it separates a prompt's cost that grows with its square (q) from p
+    # the server's own prompt time at C=1 (llama.cpp's counters): a prompt step without the client's
+    # overhead; at two prompt lengths it gives q, the cost of a prompt growing with its square
     prompts = [(n_in, _server_prompt_s(r, n_in)) for n_in, _, r in firsts if _server_prompt_s(r, n_in)]
-    pairs = len({n_in for n_in, _ in prompts}) >= 2
-    eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's share, c x K
-
-    def row(batch: float, prefill: float, pair_count: float, client: float) -> list[float]:
-        return [1.0, batch, prefill] + ([client] if overhead else []) + ([pair_count] if pairs else [])
-
+    q = 0.0
+    if len({n_in for n_in, _ in prompts}) >= 2:
+        n_in, n_out, r = min(firsts, key=lambda f: f[0])  # the step's fixed part: the shortest run's C=1 decode step
+        q = prompt_square_cost(prompts, r["tpot_p50_s"] * accept - c * (n_in + n_out / 2))
+    eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's and the square's shares
     for _, n_in, n_out, rows in per_run:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
@@ -179,22 +178,22 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
             d = r["tpot_p50_s"] * accept
             rate = r["output_tokens_per_s"] / n_out
             x = rate * (r["concurrency"] - 1) / r["concurrency"] * n_in * d
-            eqs.append(row(batch, x, x * (n_in - 1) / 2, 0.0))  # x tokens at mean position (I - 1) / 2
+            eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
-            known.append(c * batch * (n_in + n_out / 2))
+            known.append(c * batch * (n_in + n_out / 2) + q * x * (n_in - 1) / 2)  # x tokens at mean position (I-1)/2
             fitted.append(int(r["concurrency"]))
             labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
                            "batch": batch, "prefill_tokens": x})
     for n_in, _, r in firsts:
-        eqs.append(row(1.0, float(n_in), n_in * (n_in - 1) / 2, 1.0))
+        eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
         targets.append(r["ttft_p50_s"])
-        known.append(0.0)
+        known.append(q * n_in * (n_in - 1) / 2)
         labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
                        "prefill_tokens": n_in})
-    for n_in, prompt_s in prompts if pairs else ():
-        eqs.append(row(1.0, float(n_in), n_in * (n_in - 1) / 2, 0.0))
+    for n_in, prompt_s in prompts if q else ():
+        eqs.append([1.0, 1.0, float(n_in)] + ([0.0] if overhead else []))
         targets.append(prompt_s)
-        known.append(0.0)
+        known.append(q * n_in * (n_in - 1) / 2)
         labels.append({"input_tokens": n_in, "concurrency": 1, "what": SERVER_PROMPT, "batch": 1,
                        "prefill_tokens": n_in})
     a_mat, y, k = np.asarray(eqs), np.asarray(targets), np.asarray(known)
@@ -205,7 +204,17 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
                [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
                 for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
-               float(coef[3]) if overhead else None, c, float(coef[-1]) if pairs else 0.0)
+               float(coef[3]) if overhead else None, c, q)
+
+
+def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:
+    """q from the server's own prompt times S at C=1 of two or more prompt lengths I: S(I) = fixed +
+    p x I + q x I (I - 1) / 2, so the time per token beyond the step's fixed part, (S - fixed) / I =
+    p + q x (I - 1) / 2, is a line in I whose slope is q / 2 (least squares, q >= 0). ``fixed_s``: the
+    step without its prompt, a + b, read from the C=1 decode step (no other request in it)."""
+    n = np.asarray([i for i, _ in prompts], dtype=float)
+    per_token = np.asarray([(t - fixed_s) / i for i, t in prompts], dtype=float)
+    return max(0.0, 2.0 * float(np.polyfit(n, per_token, 1)[0]))
 
 
 def _server_prompt_s(row: dict, n_in: int) -> float | None:

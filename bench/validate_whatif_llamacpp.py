@@ -1,9 +1,13 @@
 """Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict changed configurations
-(longer prompts beyond and within the calibrated lengths; fewer slots), run them for real, print
-predicted vs measured output tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh
-servers, so the tables also show how far two measurements of the same stage lie apart.
+(longer prompts beyond the calibrated lengths; fewer slots; each with 64 output tokens, and with
+output lengths drawn uniformly from 32-96 as real outputs vary; 256-token prompts, within the
+calibrated lengths, with ``--only mid``), run them for real, print predicted vs measured output
+tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh servers, so
+the tables also show how far two measurements of the same stage lie apart. Every run keeps its
+requests.jsonl, and each pass llama-server's log with timestamps (bench/llamacpp_timeline.py joins
+them: how the server scheduled each request).
 
-    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
+    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~40 min, 2 passes
     .venv/bin/python bench/validate_whatif_llamacpp.py --tables-from /tmp/vl      # tables again, no runs
 
 Measurement set-up (docs/whatif.md 'Against llama.cpp'):
@@ -23,7 +27,10 @@ Calibration (``python -m loadgen.predict calibrate BASE SECOND --max-batch SLOTS
 time's straight line over the batches the predicted configuration runs (1 to its slots): on this
 CPU the step time is 6, 13, 20 ms at batch 1, 2, 4, not one line. The preset prefills in
 llama-server's 2048-token batch (the calibration does that for a llama.cpp run) and runs
-``max_running`` = the slots (``-np``) of the configuration predicted.
+``max_running`` = the slots (``-np``) of the configuration predicted. The server's own prompt times
+at C=1 of the two lengths give the prompt's cost growing with its square (``step_per_prefill_pair_ns``).
+Each changed run is predicted from its own scenario (stages, rules, output length distribution and
+seed: ``loadgen.predict.scenario.whatif_of``, as ``llm-loadgen whatif PRESET --scenario FILE``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from loadgen.predict.calibrate import (
     accept_distribution,
     accept_length,
     context_cost,
+    decode_step,
     fit,
     residuals,
 )
@@ -140,6 +141,18 @@ def test_the_servers_prompt_times_at_two_lengths_recover_a_prompt_cost_growing_w
     truth = prompt_s(ATTENDING, 1024)
     assert prompt_s(f, 1024) == pytest.approx(truth, rel=0.05)
     assert prompt_s(plain, 1024) < 0.9 * truth
+
+
+def test_the_decode_step_is_the_median_chunk_gap_where_prompts_are_rare():
+    # llama.cpp, 512 in / 64 out, C = 4: the four users' prompts shared one batch, so no request's
+    # TPOT held a prompt step; the even spread would put 1.37 req/s x 3/4 x 512 x d tokens in each step
+    cohort = {"concurrency": 4, "output_tokens_per_s": 87.8, "tpot_p50_s": 0.01758, "itl_chunk_p50_s": 0.01718}
+    assert decode_step(cohort, 512, 64, 1.0) == (0.01718, 0.0)
+    # prompts in a third of the steps: a cohort may put one in every step of a window; the TPOT's average
+    busy = dict(cohort, output_tokens_per_s=1250.0, itl_chunk_p50_s=0.0455)  # 19.5 req/s x 45.5 ms = 0.89
+    d, x = decode_step(busy, 512, 64, 1.0)
+    assert d == 0.01758 and x == pytest.approx(1250.0 / 64 * 3 / 4 * 512 * 0.01758)
+    assert decode_step({k: v for k, v in cohort.items() if k != "itl_chunk_p50_s"}, 512, 64, 1.0)[1] > 0
 
 
 def test_one_prompt_length_leaves_the_context_cost_at_zero():

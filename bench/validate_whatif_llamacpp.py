@@ -123,48 +123,48 @@ def summary(out: Path, k: int, name: str) -> tuple[Path, dict]:
 
 
 def tables(out: Path) -> None:
+    """Per changed configuration, one table: each pass's stages predicted (from that pass's
+    calibration) vs measured; the passes' rows one under the other show how far two measurements
+    of the same stage lie apart."""
     passes = sorted(int(p.name[4:]) for p in out.glob("pass*") if p.is_dir())
-    for k in passes:
-        runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
-        for name, title in CHANGED.items():
-            if not (out / f"pass{k}" / name).is_dir():
-                print(f"\n(pass {k}: no {name} run in {out}; measure it with --only {name})")
-                continue
-            slots = RUNS[name][0]
-            preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
-            # the step time's straight line fitted over the batches this configuration runs (1..slots)
-            predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
-            print(f"\n== pass {k}: calibrated on base (128 in) + second (512 in), batches up to {slots}")
-            cfg = load(str(preset), {"max_running": slots})
-            others = [summary(out, j, name)[1] for j in passes if j != k and (out / f"pass{j}" / name).is_dir()]
-            compare(f"pass {k}: {title}", cfg, summary(out, k, name)[1], others)
+    presets: dict[tuple[int, int], object] = {}
+    for name, title in CHANGED.items():
+        done = [k for k in passes if (out / f"pass{k}" / name).is_dir()]
+        if not done:
+            print(f"\n(no {name} run in {out}; measure it with --only {name})")
+            continue
+        slots = RUNS[name][0]
+        print(f"\n{title}: predicted vs measured (calibrated on base (128 in) + second (512 in) of the same "
+              f"pass, batches up to {slots})")
+        print("| C | pass | out tok/s predicted (range) | measured | error | TTFT p50 predicted (range) | measured | error |")
+        print("|---|---|---|---|---|---|---|---|")
+        for k in done:
+            if (k, slots) not in presets:
+                runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
+                preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
+                # the step time's straight line fitted over the batches this configuration runs (1..slots)
+                predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
+                presets[k, slots] = load(str(preset), {"max_running": slots})
+            compare(k, presets[k, slots], summary(out, k, name)[1])
 
 
-def compare(title: str, cfg, measured: dict, others: list[dict]) -> None:
+def compare(k: int, cfg, measured: dict) -> None:
     """Predict the measured run's stages with ``cfg``; print predicted vs measured output tok/s and
-    TTFT p50 per stage, error = (predicted - measured) / measured, the predicted range over
-    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread) and the same stage's figure in
-    the other passes (repeatability)."""
+    TTFT p50 per stage, error = (predicted - measured) / measured, and the predicted range over
+    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread)."""
     # the measured run's own scenario (stages, rules, output length distribution and seed), as
     # `llm-loadgen whatif PRESET --scenario FILE` predicts it
     w, _ = whatif_of(build_scenario(measured["scenario"]), spread=SPREAD)
     pred = predict(cfg, w)
-    print(f"\n{title}: predicted vs measured")
-    print("| C | out tok/s predicted (range) | measured | error | other pass "
-          "| TTFT p50 predicted (range) | measured | error | other pass |")
-    print("|---|---|---|---|---|---|---|---|---|")
     for p, m in zip(pred["stages"], measured["stages"], strict=True):
         et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
         ef = (p["ttft_p50_s"] - m["ttft_p50_s"]) / m["ttft_p50_s"]
-        again = [next(s for s in o["stages"] if s["concurrency"] == m["concurrency"]) for o in others]
-        tok_again = ", ".join(f"{a['output_tokens_per_s']:.1f}" for a in again) or "-"
-        ttft_again = ", ".join(f"{a['ttft_p50_s'] * 1e3:.0f} ms" for a in again) or "-"
         lo_t, hi_t = p["spread"]["output_tokens_per_s"]
         lo_f, hi_f = p["spread"]["ttft_p50_s"]
-        print(f"| {m['concurrency']} | {p['output_tokens_per_s']:.1f} ({lo_t:.0f}-{hi_t:.0f}) "
-              f"| {m['output_tokens_per_s']:.1f} | {et:+.1%} | {tok_again} "
+        print(f"| {m['concurrency']} | {k} | {p['output_tokens_per_s']:.1f} ({lo_t:.0f}-{hi_t:.0f}) "
+              f"| {m['output_tokens_per_s']:.1f} | {et:+.1%} "
               f"| {p['ttft_p50_s'] * 1e3:.0f} ms ({lo_f * 1e3:.0f}-{hi_f * 1e3:.0f}) | {m['ttft_p50_s'] * 1e3:.0f} ms "
-              f"| {ef:+.1%} | {ttft_again} |")
+              f"| {ef:+.1%} |")
 
 
 def main(argv: list[str] | None = None) -> int:

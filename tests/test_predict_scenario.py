@@ -44,6 +44,14 @@ def test_the_summary_records_the_scenario_s_workload_and_stages(scenario, tmp_pa
     assert "PREDICTED (not measured): meta-llama/Llama-3.1-8B-Instruct, input lognormal" in capsys.readouterr().out
 
 
+def test_the_report_says_the_workload_predicted_and_the_notes_what_is_not(scenario, tmp_path):
+    summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "prompt.shared_prefix_tokens=100",
+                      "--stages", "2")
+    assert any(n.startswith("not predicted: shared prompt prefixes") for n in summary["notes"])
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "Workload predicted: input lognormal mean 2000 std 600" in html
+
+
 def test_set_overrides_the_file_and_flags_override_set(scenario, tmp_path):
     summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "output.max=60", "--set", "stages.list=[2,4]",
                       "--stages", "3")
@@ -99,3 +107,28 @@ def test_a_bad_field_in_the_file_is_named(tmp_path, capsys):
 def test_set_without_a_scenario_says_to_add_one(capsys):
     assert cli.main(["whatif", PRESET, "--set", "output.max=60"]) == 2
     assert "add --scenario FILE" in capsys.readouterr().err
+
+
+def test_a_trace_is_one_rate_stage_whose_lines_arrive_at_their_times(tmp_path):
+    """A timestamped dataset runs as one rate stage at the trace's mean rate (trace_scenario); each
+    line arrives at its own time from the stage's start, the trace starting over one period later."""
+    from loadgen.config import load_scenario
+    from loadgen.predict.scenario import whatif_of
+    from loadgen.predict.vsweep import run_sweep
+    from loadgen.sim.engine import EngineParams
+
+    lines = [(0, 300, 4), (400, 900, 2), (1500, 100, 6)]  # (ms, input, output)
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_tokens": i, "output_tokens": o}) + "\n"
+                            for t, i, o in lines))
+    sc = load_scenario(None, {"workload.dataset": str(path), "stages.warmup_s": 0, "stages.duration_s": 8,
+                              "stages.turnover": False})
+    w, _ = whatif_of(sc)
+    period = 1.5 + 1.5 / 2  # span + mean gap (loadgen.workload.trace)
+    assert w.open_loop and w.loads == (pytest.approx(3 / period),)
+    (rec,) = run_sweep(EngineParams(), list(w.loads), plan=w.plan, open_loop=True, workload=w.workload)
+    assert len(rec.requests) >= 6
+    by_time = {round(t / 1000, 6): (i, o) for t, i, o in lines}
+    for timing in rec.requests:
+        offset = round((timing.sent_s - 0.0) % period, 6)  # the stage starts at t = 0
+        assert by_time[offset] == (timing.input_tokens, timing.tokens)

@@ -3,6 +3,7 @@
     llm-loadgen calibrate results/latest -o mine.yaml
     llm-loadgen whatif mine.yaml --input-tokens 2000 --kv-tokens 3140000 --spec off \\
         --replicas 2 --stages 1,4,16,64,256,1024 --slo ttft_s=2,tpot_s=0.03 --out results/whatif
+    llm-loadgen whatif mine.yaml --scenario my-sweep.yaml --set output.max=300 --kv-tokens 262144
 
 (``python -m loadgen.predict calibrate|whatif ...`` is the same command: ``loadgen.cli`` hands
 these two subcommands to ``main`` here.) ``calibrate`` writes the preset (a ``loadgen/sim/presets``
@@ -11,7 +12,9 @@ YAML, the fit in its comments; also usable with ``llm-loadgen sim --preset mine.
 residuals of the preset's prediction of the calibration run itself) and ``<preset>.fit.png`` /
 ``<preset>.fit.html`` (the fit plot, ``loadgen.report.fit_plot``, and its page). ``whatif`` prints
 the predicted stage table, knee, SLO maximum and KV ceiling, and the one real stage to run to
-confirm; with ``--out`` also summary.json (with the calibration's fit.json as ``calibration``) and
+confirm; ``--scenario FILE`` predicts the sweep that scenario would run (its stages or rates, plan,
+length distributions or dataset, arrivals, SLO; ``loadgen.predict.scenario``), read by the run's
+loader with ``--set`` and then the whatif's flags laid over it; with ``--out`` also summary.json (with the calibration's fit.json as ``calibration``) and
 report.html with the fit plot, every one marked predicted. Exit 2 on a bad option or a run that
 cannot be calibrated.
 """

@@ -38,6 +38,8 @@ def predicted_banner(summary: dict) -> str:
     lines = ["PREDICTED, not measured: every row, figure and answer in this report comes from the "
              "simulator's engine run in virtual time; no request was sent to a server.",
              f"Predicted from {calibration_source(summary)}."]
+    if workload := (summary.get("scenario") or {}).get("predicted_workload"):
+        lines.append(f"Workload predicted: {workload}.")
     if changes:
         lines.append("Options: " + ", ".join(f"{k}={v}" for k, v in changes.items()) + ".")
     lines.append("Confirm the one stage it suggests with a real run before acting on it.")

@@ -1,8 +1,11 @@
 """Open loop end to end: real locust runs against the simulator with known timing.
 
-- fixed preset (TTFT 200 ms, ITL 20 ms, 50 tokens -> E2E = 0.2 + 49 x 0.02 = 1.18 s): a Poisson
+- fixed preset (TTFT 200 ms, ITL 100 ms, 10 tokens -> E2E = 0.2 + 9 x 0.1 = 1.1 s): a Poisson
   stage at lambda achieves lambda within sampling error, and its time-averaged concurrency is
-  lambda x E2E (Little's law) within 10%.
+  lambda x E2E (Little's law) within 10%. Few chunks per request on purpose: 40 req/s x 10 chunks
+  keeps the client and the simulator at a few % of a core each, so a busy CI host cannot make the
+  client the bottleneck (at 50 chunks of 20 ms the two ran at ~15 % each, and one CI run completed
+  26 req/s of the 40 sent); the assertion messages carry the client's health to tell.
 - engine preset with 8 batch slots (a server that slows down once it is full): past its capacity
   the open loop's TTFT, timed from the scheduled send, grows through the window (the queue grows);
   a closed loop at the same mean concurrency waits the same for every request, because it stops
@@ -20,13 +23,13 @@ from tests.runlocust import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against a known answer: alone
 
-E2E_S = 0.2 + 49 * 0.02
-COMMON = ("--scenario", "config/smoke.yaml", "--input-tokens", "64", "--output-tokens", "50")
+E2E_S = 0.2 + 9 * 0.1
+COMMON = ("--scenario", "config/smoke.yaml", "--input-tokens", "64", "--output-tokens", "10")
 
 
 def test_poisson_stage_achieves_its_rate_and_littles_law_holds(tmp_path):
     rate, window_s = 40.0, 20.0
-    with running_sim("--preset", "fixed", "--ttft-ms", "200", "--itl-ms", "20") as sim:
+    with running_sim("--preset", "fixed", "--ttft-ms", "200", "--itl-ms", "100") as sim:
         run = run_locust(sim.url, tmp_path / "r", *COMMON, "--rates", f"{rate:g}", "--warmup", "2",
                          "--stage-duration", f"{window_s:g}", timeout_s=150)
     assert run.code == 0, run.stderr[-3000:]
@@ -35,11 +38,13 @@ def test_poisson_stage_achieves_its_rate_and_littles_law_holds(tmp_path):
     assert s["error_count"] == 0 and s["dropped_by_client"] == 0
     # completions in the window of a Poisson stream: Poisson(rate x window); 4 standard deviations
     sd = math.sqrt(rate * s["window_s"]) / s["window_s"]
-    assert abs(s["achieved_rate_per_s"] - rate) < 4 * sd, (s["achieved_rate_per_s"], sd)
-    assert abs(s["scheduled_rate_per_s"] - rate) < 4 * sd
+    seen = {k: s.get(k) for k in ("achieved_rate_per_s", "scheduled_rate_per_s", "e2e_p50_s", "lateness_p99_s",
+                                  "concurrency_mean", "flags", "client")}  # what a failure needs to be read
+    assert abs(s["achieved_rate_per_s"] - rate) < 4 * sd, (sd, seen)
+    assert abs(s["scheduled_rate_per_s"] - rate) < 4 * sd, (sd, seen)
     # E2E from the scheduled send: the server's 1.18 s plus the client's lateness (small)
-    assert s["e2e_p50_s"] == pytest.approx(E2E_S, rel=0.05)
-    assert s["concurrency_mean"] == pytest.approx(rate * E2E_S, rel=0.10)
+    assert s["e2e_p50_s"] == pytest.approx(E2E_S, rel=0.05), seen
+    assert s["concurrency_mean"] == pytest.approx(rate * E2E_S, rel=0.10), seen
     assert s["concurrency_mean"] == pytest.approx(s["scheduled_rate_per_s"] * E2E_S, rel=0.10)
     assert s["concurrency_max"] > s["concurrency_mean"]
     assert s["lateness_p99_s"] is not None

@@ -19,7 +19,6 @@ import shutil
 import site
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -52,9 +51,9 @@ def run(cmd: list, cwd: Path, timeout_s: float = 120, **kwargs) -> subprocess.Co
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
-    """(the venv's bin/, an empty directory, seconds each step took)."""
+    """(the venv's bin/, an empty directory, {"wheel": the built wheel}); each step is bounded by
+    its subprocess timeout, not timed (speed targets live in benchmarks)."""
     tmp = tmp_path_factory.mktemp("wheel")
-    took: dict[str, float] = {}
     src = tmp / "src"
     src.mkdir()
     for name in SOURCES:
@@ -64,14 +63,11 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build"))
         else:
             shutil.copy2(path, src / name)
-    t = time.monotonic()
     built = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", src], tmp, 240)
-    took["build"] = time.monotonic() - t
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("llm_loadgen-*.whl")
 
     venv = tmp / "venv"
-    t = time.monotonic()
     made = run([sys.executable, "-m", "venv", "--without-pip", venv], tmp)
     assert made.returncode == 0, made.stderr
     py = venv / "bin" / "python"
@@ -79,10 +75,9 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict]:
     assert inst.returncode == 0, inst.stderr[-3000:]
     purelib = run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp).stdout.strip()
     (Path(purelib) / "_llm_loadgen_test_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    took["install"] = time.monotonic() - t
     empty = tmp / "empty"
     empty.mkdir()
-    return venv / "bin", empty, {"wheel": wheel, "took": took}
+    return venv / "bin", empty, {"wheel": wheel}
 
 
 def test_the_wheel_carries_the_locustfile_presets_dashboard_and_docs(installed):
@@ -94,7 +89,6 @@ def test_the_wheel_carries_the_locustfile_presets_dashboard_and_docs(installed):
     shown = {f"loadgen/docs/{m}" for page in (ROOT / "docs").glob("*.md")
              for m in re.findall(r"\]\((figures/[^)\s]+)\)", page.read_text())}
     assert shown and not shown - names, sorted(shown - names)
-    assert info["took"]["build"] < 120 and info["took"]["install"] < 60, info["took"]
     entry = zipfile.ZipFile(info["wheel"]).read(next(n for n in names if n.endswith("entry_points.txt")))
     assert "llm-loadgen = loadgen.cli:main" in entry.decode()
 

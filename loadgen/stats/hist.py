@@ -150,11 +150,12 @@ class LogHistogram:
             return self._min if q == 0.0 else self._max
         rank = max(1, math.ceil(q * self.count))
         i = int(np.searchsorted(np.cumsum(self.counts), rank, side="left"))
-        if i == 0:
-            return self._min
-        if i == N_BUCKETS - 1:
-            return self._max
-        return min(max(float(_MIDS[i - 1]), self._min), self._max)
+        return float(self._reported()[i])
+
+    def _reported(self) -> np.ndarray:
+        """The value ``quantile`` reports for a rank that falls in each bucket: the geometric middle
+        of a fine bucket clamped to [min, max]; min for the underflow, max for the overflow."""
+        return np.concatenate(([self._min], np.clip(_MIDS, self._min, self._max), [self._max]))
 
     def count_reported_le(self, limit: float) -> int:
         """Samples whose bucket ``quantile`` reports as <= ``limit`` (the geometric middle of
@@ -163,8 +164,7 @@ class LogHistogram:
         ceil(q x count) (0 < q < 1): the early-stop rule counts what the verdict will judge."""
         if not self.count:
             return 0
-        reported = np.concatenate(([self._min], np.clip(_MIDS, self._min, self._max), [self._max]))
-        return int(self.counts[reported <= limit].sum())
+        return int(self.counts[self._reported() <= limit].sum())
 
     def cumulative_le(self, edges: Iterable[float]) -> list[int]:
         """Number of samples <= each edge (Prometheus ``le``), at the resolution of the fine buckets.

@@ -7,7 +7,7 @@ the tables also show how far two measurements of the same stage lie apart. Every
 requests.jsonl, and each pass llama-server's log with timestamps (bench/llamacpp_timeline.py joins
 them: how the server scheduled each request).
 
-    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~40 min, 2 passes
+    nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
     .venv/bin/python bench/validate_whatif_llamacpp.py --tables-from /tmp/vl      # tables again, no runs
 
 Measurement set-up (docs/whatif.md 'Against llama.cpp'):

@@ -1,7 +1,11 @@
 """Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict changed configurations
-(longer prompts beyond and within the calibrated lengths; fewer slots), run them for real, print
-predicted vs measured output tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh
-servers, so the tables also show how far two measurements of the same stage lie apart.
+(longer prompts beyond the calibrated lengths; fewer slots; each with 64 output tokens, and with
+output lengths drawn uniformly from 32-96 as real outputs vary; 256-token prompts, within the
+calibrated lengths, with ``--only mid``), run them for real, print predicted vs measured output
+tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh servers, so
+the tables also show how far two measurements of the same stage lie apart. Every run keeps its
+requests.jsonl, and each pass llama-server's log with timestamps (bench/llamacpp_timeline.py joins
+them: how the server scheduled each request).
 
     nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
     .venv/bin/python bench/validate_whatif_llamacpp.py --tables-from /tmp/vl      # tables again, no runs
@@ -23,7 +27,10 @@ Calibration (``python -m loadgen.predict calibrate BASE SECOND --max-batch SLOTS
 time's straight line over the batches the predicted configuration runs (1 to its slots): on this
 CPU the step time is 6, 13, 20 ms at batch 1, 2, 4, not one line. The preset prefills in
 llama-server's 2048-token batch (the calibration does that for a llama.cpp run) and runs
-``max_running`` = the slots (``-np``) of the configuration predicted.
+``max_running`` = the slots (``-np``) of the configuration predicted. The server's own prompt times
+at C=1 of the two lengths give the prompt's cost growing with its square (``step_per_prefill_pair_ns``).
+Each changed run is predicted from its own scenario (stages, rules, output length distribution and
+seed: ``loadgen.predict.scenario.whatif_of``, as ``llm-loadgen whatif PRESET --scenario FILE``).
 """
 
 from __future__ import annotations
@@ -37,9 +44,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from loadgen.config.build import build_scenario  # noqa: E402
 from loadgen.predict.__main__ import main as predict_main  # noqa: E402
-from loadgen.predict.vsweep import StagePlan  # noqa: E402
-from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
+from loadgen.predict.scenario import whatif_of  # noqa: E402
+from loadgen.predict.whatif import predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from tests.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
 from tests.make_gguf import write_tiny_llama  # noqa: E402
@@ -48,24 +56,36 @@ from tests.runlocust import run_dir, run_locust  # noqa: E402
 OUT, CTX = 64, 16384
 WARMUP_S, WINDOW_S, MAX_WINDOW_S = 5, 30, 90
 SERVER_CPU, CLIENT_CPU = 0, 1
-# name: (slots, input tokens, stages); the first two calibrate, the others are predicted
+# name: (slots, input tokens, stages, output lengths); the first two calibrate, the others are predicted.
+# Output lengths: OUT fixed, or drawn uniformly from [OUT_MIN, OUT_MAX] (mean OUT) per request, as real
+# outputs vary: users then do not finish in lockstep (docs/whatif.md 'Against llama.cpp').
+OUT_MIN, OUT_MAX = 32, 96
+FIXED, UNIFORM = "fixed", "uniform"
 RUNS = {
-    "base": (4, 128, "1,2,4,8"),
-    "second": (4, 512, "1,4"),
-    "longer": (4, 1024, "1,2,4,8"),
-    "mid": (4, 256, "1,2,4,8"),
-    "fewer": (2, 128, "1,2,4,8"),
+    "base": (4, 128, "1,2,4,8", FIXED),
+    "second": (4, 512, "1,4", FIXED),
+    "longer": (4, 1024, "1,2,4,8", FIXED),
+    "fewer": (2, 128, "1,2,4,8", FIXED),
+    "longer_dist": (4, 1024, "1,2,4,8", UNIFORM),
+    "fewer_dist": (2, 128, "1,2,4,8", UNIFORM),
+    "mid": (4, 256, "1,2,4,8", FIXED),
 }
+DEFAULT_RUNS = ("base", "second", "longer", "fewer", "longer_dist", "fewer_dist")  # mid: --only mid
 SPREAD = 8  # predicted with 8 more seeds and a 0-2 ms client jitter: the range a cohort's phase spans
 CHANGED = {"longer": "longer prompts beyond the calibrated ones (1024 in, 4 slots)",
            "mid": "longer prompts within the calibrated ones (256 in, 4 slots)",
-           "fewer": "fewer slots (128 in, 2 slots)"}
+           "fewer": "fewer slots (128 in, 2 slots)",
+           "longer_dist": f"longer prompts, output lengths uniform {OUT_MIN}-{OUT_MAX} (1024 in, 4 slots)",
+           "fewer_dist": f"fewer slots, output lengths uniform {OUT_MIN}-{OUT_MAX} (128 in, 2 slots)"}
 
 
-def sweep(url: str, results: Path, input_tokens: int, stages: str) -> None:
+def sweep(url: str, results: Path, input_tokens: int, stages: str, output: str) -> None:
+    lengths = ("--output-dist", UNIFORM, "--output-min", str(OUT_MIN), "--output-max", str(OUT_MAX)) \
+        if output == UNIFORM else ()
     run = run_locust(url, results, "--scenario", "config/smoke.yaml", "--input-tokens", str(input_tokens),
-                     "--output-tokens", str(OUT), "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
-                     "--set", f"stages.max_window_s={MAX_WINDOW_S}", "--stages", stages, timeout_s=1800)
+                     "--output-tokens", str(OUT), *lengths, "--warmup", str(WARMUP_S), "--stage-duration", str(WINDOW_S),
+                     "--set", f"stages.max_window_s={MAX_WINDOW_S}", "--stages", stages, "--requests-jsonl",
+                     timeout_s=1800)
     assert run.code in (0, 3), run.stderr[-3000:]  # 3: the KV guard stopped before a stage
 
 
@@ -84,13 +104,17 @@ def measure(out: Path, passes: int, only: set[str]) -> None:
                              n_head=8, n_ff=1024)
     for k in range(passes):
         todo = {name: run for name, run in RUNS.items() if name in only}
-        for slots in sorted({s for s, _, _ in todo.values()}, reverse=True):
+        for slots in sorted({run[0] for run in todo.values()}, reverse=True):
+            # the server's log with timestamps (its per-request prompt and decode timings) beside the runs
+            log = out / f"pass{k + 1}" / f"llama-server-{slots}slots.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
             with LlamaServer(binary, model.path, ctx_tokens=CTX, slots=slots, launcher=launcher,
-                             extra_args=("--cache-ram", "0")) as srv:
-                for name, (s, n_in, stages) in todo.items():
+                             extra_args=("--cache-ram", "0", "--log-file", str(log), "--log-timestamps",
+                                         "--log-prefix")) as srv:
+                for name, (s, n_in, stages, output) in todo.items():
                     if s == slots:
-                        print(f"pass {k + 1}: {name} ({n_in} in, {slots} slots, C={stages})", flush=True)
-                        sweep(srv.url, out / f"pass{k + 1}" / name, n_in, stages)
+                        print(f"pass {k + 1}: {name} ({n_in} in, {output} out, {slots} slots, C={stages})", flush=True)
+                        sweep(srv.url, out / f"pass{k + 1}" / name, n_in, stages, output)
 
 
 def summary(out: Path, k: int, name: str) -> tuple[Path, dict]:
@@ -99,49 +123,48 @@ def summary(out: Path, k: int, name: str) -> tuple[Path, dict]:
 
 
 def tables(out: Path) -> None:
+    """Per changed configuration, one table: each pass's stages predicted (from that pass's
+    calibration) vs measured; the passes' rows one under the other show how far two measurements
+    of the same stage lie apart."""
     passes = sorted(int(p.name[4:]) for p in out.glob("pass*") if p.is_dir())
-    for k in passes:
-        runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
-        for name, title in CHANGED.items():
-            if not (out / f"pass{k}" / name).is_dir():
-                print(f"\n(pass {k}: no {name} run in {out}; measure it with --only {name})")
-                continue
-            slots = RUNS[name][0]
-            preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
-            # the step time's straight line fitted over the batches this configuration runs (1..slots)
-            predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
-            print(f"\n== pass {k}: calibrated on base (128 in) + second (512 in), batches up to {slots}")
-            cfg = load(str(preset), {"max_running": slots})
-            others = [summary(out, j, name)[1] for j in passes if j != k and (out / f"pass{j}" / name).is_dir()]
-            compare(f"pass {k}: {title}", cfg, summary(out, k, name)[1], others)
+    presets: dict[tuple[int, int], object] = {}
+    for name, title in CHANGED.items():
+        done = [k for k in passes if (out / f"pass{k}" / name).is_dir()]
+        if not done:
+            print(f"\n(no {name} run in {out}; measure it with --only {name})")
+            continue
+        slots = RUNS[name][0]
+        print(f"\n{title}: predicted vs measured (calibrated on base (128 in) + second (512 in) of the same "
+              f"pass, batches up to {slots})")
+        print("| C | pass | out tok/s predicted (range) | measured | error | TTFT p50 predicted (range) | measured | error |")
+        print("|---|---|---|---|---|---|---|---|")
+        for k in done:
+            if (k, slots) not in presets:
+                runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
+                preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
+                # the step time's straight line fitted over the batches this configuration runs (1..slots)
+                predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
+                presets[k, slots] = load(str(preset), {"max_running": slots})
+            compare(k, presets[k, slots], summary(out, k, name)[1])
 
 
-def compare(title: str, cfg, measured: dict, others: list[dict]) -> None:
+def compare(k: int, cfg, measured: dict) -> None:
     """Predict the measured run's stages with ``cfg``; print predicted vs measured output tok/s and
-    TTFT p50 per stage, error = (predicted - measured) / measured, the predicted range over
-    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread) and the same stage's figure in
-    the other passes (repeatability)."""
-    sc = measured["scenario"]
-    st = sc["stages"]
-    plan = StagePlan(st["warmup_s"], st["duration_s"], st["turnover"], st["max_warmup_s"], st["max_window_s"])
-    loads = tuple(s["concurrency"] for s in measured["stages"])
-    pred = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], loads, plan=plan, spread=SPREAD))
-    print(f"\n{title}: predicted vs measured")
-    print("| C | out tok/s predicted (range) | measured | error | other pass "
-          "| TTFT p50 predicted (range) | measured | error | other pass |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    TTFT p50 per stage, error = (predicted - measured) / measured, and the predicted range over
+    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread)."""
+    # the measured run's own scenario (stages, rules, output length distribution and seed), as
+    # `llm-loadgen whatif PRESET --scenario FILE` predicts it
+    w, _ = whatif_of(build_scenario(measured["scenario"]), spread=SPREAD)
+    pred = predict(cfg, w)
     for p, m in zip(pred["stages"], measured["stages"], strict=True):
         et = (p["output_tokens_per_s"] - m["output_tokens_per_s"]) / m["output_tokens_per_s"]
         ef = (p["ttft_p50_s"] - m["ttft_p50_s"]) / m["ttft_p50_s"]
-        again = [next(s for s in o["stages"] if s["concurrency"] == m["concurrency"]) for o in others]
-        tok_again = ", ".join(f"{a['output_tokens_per_s']:.1f}" for a in again) or "-"
-        ttft_again = ", ".join(f"{a['ttft_p50_s'] * 1e3:.0f} ms" for a in again) or "-"
         lo_t, hi_t = p["spread"]["output_tokens_per_s"]
         lo_f, hi_f = p["spread"]["ttft_p50_s"]
-        print(f"| {m['concurrency']} | {p['output_tokens_per_s']:.1f} ({lo_t:.0f}-{hi_t:.0f}) "
-              f"| {m['output_tokens_per_s']:.1f} | {et:+.1%} | {tok_again} "
+        print(f"| {m['concurrency']} | {k} | {p['output_tokens_per_s']:.1f} ({lo_t:.0f}-{hi_t:.0f}) "
+              f"| {m['output_tokens_per_s']:.1f} | {et:+.1%} "
               f"| {p['ttft_p50_s'] * 1e3:.0f} ms ({lo_f * 1e3:.0f}-{hi_f * 1e3:.0f}) | {m['ttft_p50_s'] * 1e3:.0f} ms "
-              f"| {ef:+.1%} | {ttft_again} |")
+              f"| {ef:+.1%} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(default: a new temporary folder)")
     ap.add_argument("--passes", type=int, default=2, help="measure everything this many times (default 2)")
     ap.add_argument("--tables-from", type=Path, help="print the tables of an earlier --out folder, run nothing")
-    ap.add_argument("--only", default=",".join(RUNS), help="measure only these runs into --out (comma-separated; "
-                    f"default: all of {', '.join(RUNS)})")
+    ap.add_argument("--only", default=",".join(DEFAULT_RUNS), help="measure only these runs into --out "
+                    f"(comma-separated, of {', '.join(RUNS)}; default: {', '.join(DEFAULT_RUNS)})")
     args = ap.parse_args(argv)
     if args.tables_from:
         tables(args.tables_from)

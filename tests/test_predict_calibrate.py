@@ -12,6 +12,7 @@ from loadgen.predict.calibrate import (
     accept_distribution,
     accept_length,
     context_cost,
+    decode_step,
     fit,
     residuals,
 )
@@ -106,6 +107,52 @@ def test_two_prompt_lengths_recover_the_cost_per_context_token():
     # a is ~1 ms beside b's 5: with the 2 ms client overhead the fit splits ~1 ms differently; their sum holds
     assert f.step_base_s + f.step_per_seq_s == pytest.approx(READING.step_base_s + READING.step_per_seq_s, rel=0.05)
     assert f.preset(runs[0])["step_per_context_token_ns"] == pytest.approx(1300, rel=0.10)
+
+
+ATTENDING = dataclasses.replace(READING, step_per_prefill_pair_s=5e-7)
+# llama.cpp's prompt cost per token grows with the prompt: 0.5 us per (prompt token, earlier token)
+
+
+def _with_server_prompt(summary: dict, params: EngineParams) -> dict:
+    """The server's own mean prompt time per token at C=1 (llama.cpp's counters): the prompt step alone."""
+    n_in = summary["scenario"]["input_tokens"]
+    step = (params.step_base_s + params.step_per_seq_s + params.step_per_prefill_token_s * n_in
+            + params.step_per_prefill_pair_s * n_in * (n_in - 1) / 2)
+    summary["stages"][0]["server"] = {"prompt_per_token": {"mean_s": step / n_in}}
+    return summary
+
+
+def test_the_servers_prompt_times_at_two_lengths_recover_a_prompt_cost_growing_with_its_square():
+    runs = [_with_server_prompt(_with_overhead(_summary(ATTENDING, n_in=n, n_out=64, loads=[1, 2, 3, 4]), 0.002),
+                                ATTENDING) for n in (128, 512)]
+    f = fit(runs)
+    assert f.step_per_prefill_pair_s == pytest.approx(ATTENDING.step_per_prefill_pair_s, rel=0.10)
+    assert f.step_per_prefill_token_s == pytest.approx(ATTENDING.step_per_prefill_token_s, rel=0.10)
+    assert f.client_overhead_s == pytest.approx(0.002, rel=0.25)
+    assert f.preset(runs[0])["step_per_prefill_pair_ns"] == pytest.approx(500, rel=0.10)
+    # without the server's prompt times the square's cost lands on p and d0: a 1024-token prompt,
+    # twice the longest calibrated, comes out short
+    plain = fit([_with_overhead(_summary(ATTENDING, n_in=n, n_out=64, loads=[1, 2, 3, 4]), 0.002) for n in (128, 512)])
+    assert plain.step_per_prefill_pair_s == 0.0
+
+    def prompt_s(g, n: int) -> float:
+        return g.step_base_s + g.step_per_seq_s + g.step_per_prefill_token_s * n + g.step_per_prefill_pair_s * n * (n - 1) / 2
+
+    truth = prompt_s(ATTENDING, 1024)
+    assert prompt_s(f, 1024) == pytest.approx(truth, rel=0.05)
+    assert prompt_s(plain, 1024) < 0.9 * truth
+
+
+def test_the_decode_step_is_the_median_chunk_gap_where_prompts_are_rare():
+    # llama.cpp, 512 in / 64 out, C = 4: the four users' prompts shared one batch, so no request's
+    # TPOT held a prompt step; the even spread would put 1.37 req/s x 3/4 x 512 x d tokens in each step
+    cohort = {"concurrency": 4, "output_tokens_per_s": 87.8, "tpot_p50_s": 0.01758, "itl_chunk_p50_s": 0.01718}
+    assert decode_step(cohort, 512, 64, 1.0) == (0.01718, 0.0)
+    # prompts in a third of the steps: a cohort may put one in every step of a window; the TPOT's average
+    busy = dict(cohort, output_tokens_per_s=1250.0, itl_chunk_p50_s=0.0455)  # 19.5 req/s x 45.5 ms = 0.89
+    d, x = decode_step(busy, 512, 64, 1.0)
+    assert d == 0.01758 and x == pytest.approx(1250.0 / 64 * 3 / 4 * 512 * 0.01758)
+    assert decode_step({k: v for k, v in cohort.items() if k != "itl_chunk_p50_s"}, 512, 64, 1.0)[1] > 0
 
 
 def test_one_prompt_length_leaves_the_context_cost_at_zero():

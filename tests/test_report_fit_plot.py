@@ -84,8 +84,23 @@ def test_ttft_panel_draws_the_prompt_line_through_the_fitted_intercept(fit_doc):
     assert list(measured.get_xdata()) == [200, 1200]
     assert list(measured.get_ydata()) == pytest.approx([r["measured_s"] * 1e3 for r in ttft])
     line = next(line for label, line in got.items() if label.startswith("a + b + p x I + d0"))
-    (x0, x1), (y0, y1) = line.get_xdata(), line.get_ydata()
-    assert (x0, y0) == (0, pytest.approx(a + b + d0)) and y1 == pytest.approx(a + b + d0 + p * x1)
+    xs, ys = line.get_xdata(), line.get_ydata()
+    assert (xs[0], ys[0]) == (0, pytest.approx(a + b + d0)) and list(ys) == pytest.approx([a + b + d0 + p * x for x in xs])
+    assert "server prompt time" not in got  # no server prompt times in the fit: no q, a straight line
+
+
+def test_ttft_panel_bends_with_a_prompt_cost_growing_with_its_square_and_shows_the_server_s_prompt_times(fit_doc):
+    server = [{"input_tokens": n, "concurrency": 1, "what": "server prompt at C=1", "batch": 1, "prefill_tokens": n,
+               "measured_s": 0.1 * n / 1000, "model_s": 0.1 * n / 1000, "rel": 0.0} for n in (200, 1200)]
+    doc = dict(fit_doc, preset=dict(fit_doc["preset"], step_per_prefill_pair_ns=500.0),
+               step_residuals=fit_doc["step_residuals"] + server)
+    a, b, p, d0 = model_ms(doc)
+    got = lines(fit_figure(doc).axes[1])
+    assert list(got["server prompt time"].get_xdata()) == [200, 1200]
+    curve = next(line for label, line in got.items() if label.startswith("a + b + p x I + q x I(I-1)/2 + d0"))
+    xs, ys = curve.get_xdata(), curve.get_ydata()
+    assert xs[-1] == 2.5 * 1200  # drawn beyond the longest prompt fitted, where the square shows
+    assert list(ys) == pytest.approx([a + b + d0 + p * x + 5e-4 * x * (x - 1) / 2 for x in xs])
 
 
 def test_replay_panel_shows_each_stage_s_error_in_percent_and_marks_the_unfitted(fit_doc):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from loadgen.sim.config import load
@@ -81,6 +83,21 @@ def test_decode_steps_cost_their_context_tokens():
     assert engine.step()[0] == pytest.approx(0.01 + 0.002 + 0.04)
     for generated in (1, 2, 3):
         assert engine.step()[0] == pytest.approx(0.01 + 0.002 + 1e-6 * (100 + 300 + 2 * generated))
+
+
+def test_a_prompt_token_costs_the_earlier_tokens_of_its_sequence():
+    # chunks of 100: positions 0-99 pair with 0 + 1 + ... + 99 = 4950 earlier tokens, 100-199 with
+    # 100 + ... + 199 = 14950, 200-249 with 200 + ... + 249 = 11225; the decode step pairs none
+    p = EngineParams(kv_tokens=10_000, prefill_chunk_tokens=100, step_base_s=0.01, step_per_seq_s=0.001,
+                     step_per_prefill_token_s=0.0001, step_per_prefill_pair_s=1e-7)
+    engine = Engine(p)
+    engine.submit(SimRequest(250, 2))
+    durations = [engine.step()[0] for _ in range(4)]
+    assert durations == pytest.approx([0.021 + 1e-7 * 4950, 0.021 + 1e-7 * 14950, 0.016 + 1e-7 * 11225, 0.011])
+    # in one chunk the same prompt pairs 250 x 249 / 2 = 31125 times: a prompt's cost grows with its square
+    whole = Engine(dataclasses.replace(p, prefill_chunk_tokens=2048))
+    whole.submit(SimRequest(250, 2))
+    assert whole.step()[0] == pytest.approx(0.01 + 0.001 + 0.025 + 1e-7 * 31125)
 
 
 def test_max_running_caps_the_batch():

@@ -69,6 +69,8 @@ def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | No
     res = residuals(summary, predicted["stages"])
     head = [f"Calibrated by llm-loadgen calibrate from {', '.join(map(str, run_dirs))}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens"
+            " + step_per_prefill_pair_ns x (prompt token, earlier token of its sequence) pairs (fitted with the server's"
+            " prompt times at two lengths, else 0)"
             " + step_per_context_token_ns x context tokens of the decoding requests (fitted with two prompt lengths, else 0);",
             f"mean accept length {f.accept_length:.3f} tokens/step (spec_accept: drafts accepted until the first rejection, that mean);",
             f"fitted on stages C={', '.join(map(str, f.used_stages))}; KV from the run's guard "

@@ -23,6 +23,17 @@ c first (``context_cost``), then least squares on relative errors of
     d_k - c x K_k = a + b x batch_k + p x x_k   (each fitted stage)
     TTFT(C=1) = a + b + p x I                   (the lowest stage at C=1: an idle engine, one step)
 
+and, when the server reported its own prompt time S at C=1 (llama.cpp: ``server.prompt_per_token``)
+for two prompt lengths, a prompt's cost that grows with its square, q (``step_per_prefill_pair_ns``:
+a prompt token at position t attends over the t before it). q comes first, from the server's times
+alone (``prompt_square_cost``: S(I) = a + b + p x I + q x I (I - 1) / 2, with a + b read from the
+C=1 decode step), as c does from the decode steps; then q x (x_k (I - 1) / 2) joins each decode
+equation's known share, q x I (I - 1) / 2 each TTFT's, and S(I) joins the equations (a prompt step
+without the client in it). llama.cpp on one CPU core took 0.82 ms per prompt token at 128 tokens,
+1.05 at 1024 and 1.22 at 1536, whatever its micro-batch (-ub 128, 512 or 2048): the attention over
+the prompt so far, not the chunking. Without those
+times q stays 0: the client's TTFT alone cannot tell it from p and the client's overhead.
+
 With fixed lengths x_k is nearly proportional to C (x ~ C x I x L / N), so the decode equations
 fix a and b + p I L / N; the C=1 TTFT separates p. That TTFT also holds the client's own overhead
 (the round trip, its reading), which one prompt length cannot tell from prefill: it is counted as
@@ -54,6 +65,8 @@ SKIP_FLAGS = ("server_over_capacity",)
 CONTEXT_MIN_EFFECT = 0.05  # the C=1 decode steps' relative difference below which c is taken as 0
 MIN_STEP_BASE_MS = 0.001  # a fitted a of 0 (no fixed step cost seen) as the simulator's smallest step
 LLAMACPP_N_BATCH = 2048  # llama-server's default -b: tokens (decode + prompt) in one step at most
+RARE_PROMPTS = 0.1  # prompts per step below which a stage's median chunk gap is a step without a prompt
+SERVER_PROMPT = "server prompt at C=1"  # the equation kind of the server's own prompt time (step_residuals)
 
 
 class CalibrationError(ValueError):
@@ -73,6 +86,7 @@ class Fit:
     step_residuals: list[dict]
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
     step_per_context_token_s: float = 0.0  # per context token of a decoding request (two prompt lengths)
+    step_per_prefill_pair_s: float = 0.0  # per (prompt token, earlier token of its sequence) (server prompt times)
 
     def preset(self, summary: dict) -> dict:
         """The fit as simulator preset keys (``loadgen.sim.config.SimConfig`` names and units)."""
@@ -90,6 +104,7 @@ class Fit:
             "step_base_ms": max(round(self.step_base_s * 1e3, 6), MIN_STEP_BASE_MS), "step_per_seq_ms": round(self.step_per_seq_s * 1e3, 6),
             "step_per_prefill_token_us": round(self.step_per_prefill_token_s * 1e6, 6),
             "step_per_context_token_ns": round(self.step_per_context_token_s * 1e9, 6),
+            "step_per_prefill_pair_ns": round(self.step_per_prefill_pair_s * 1e9, 6),
             "prefill_chunk_tokens": LLAMACPP_N_BATCH if server.get("flavor") == "llamacpp"
             else int(max(8192, sc["input_tokens"])),
             "spec_accept": accept_distribution(self.accept_length), "admit_output_reserve": 0.0,
@@ -146,7 +161,14 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     firsts = [(n_in, n_out, r) for n_in, n_out, r in firsts if r["concurrency"] == 1 and r.get("ttft_p50_s")]
     overhead = len({n_in for n_in, _, _ in firsts}) >= 2  # two prompt lengths at C=1 separate it from prefill
     c = context_cost([(n_in + n_out / 2, r["tpot_p50_s"] * accept) for n_in, n_out, r in firsts])
-    eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's share, c x K
+    # the server's own prompt time at C=1 (llama.cpp's counters): a prompt step without the client's
+    # overhead; at two prompt lengths it gives q, the cost of a prompt growing with its square
+    prompts = [(n_in, _server_prompt_s(r, n_in)) for n_in, _, r in firsts if _server_prompt_s(r, n_in)]
+    q = 0.0
+    if len({n_in for n_in, _ in prompts}) >= 2:
+        n_in, n_out, r = min(firsts, key=lambda f: f[0])  # the step's fixed part: the shortest run's C=1 decode step
+        q = prompt_square_cost(prompts, r["tpot_p50_s"] * accept - c * (n_in + n_out / 2))
+    eqs, targets, fitted, labels, known = [], [], [], [], []  # known: the context's and the square's shares
     for _, n_in, n_out, rows in per_run:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
@@ -154,20 +176,24 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
             batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
             if max_batch is not None and batch > max_batch:
                 continue
-            d = r["tpot_p50_s"] * accept
-            rate = r["output_tokens_per_s"] / n_out
-            x = rate * (r["concurrency"] - 1) / r["concurrency"] * n_in * d
+            d, x = decode_step(r, n_in, n_out, accept)
             eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
-            known.append(c * batch * (n_in + n_out / 2))
+            known.append(c * batch * (n_in + n_out / 2) + q * x * (n_in - 1) / 2)  # x tokens at mean position (I-1)/2
             fitted.append(int(r["concurrency"]))
             labels.append({"input_tokens": n_in, "concurrency": int(r["concurrency"]), "what": "decode step",
                            "batch": batch, "prefill_tokens": x})
     for n_in, _, r in firsts:
         eqs.append([1.0, 1.0, float(n_in)] + ([1.0] if overhead else []))
         targets.append(r["ttft_p50_s"])
-        known.append(0.0)
+        known.append(q * n_in * (n_in - 1) / 2)
         labels.append({"input_tokens": n_in, "concurrency": 1, "what": "TTFT at C=1", "batch": 1,
+                       "prefill_tokens": n_in})
+    for n_in, prompt_s in prompts if q else ():
+        eqs.append([1.0, 1.0, float(n_in)] + ([0.0] if overhead else []))
+        targets.append(prompt_s)
+        known.append(q * n_in * (n_in - 1) / 2)
+        labels.append({"input_tokens": n_in, "concurrency": 1, "what": SERVER_PROMPT, "batch": 1,
                        "prefill_tokens": n_in})
     a_mat, y, k = np.asarray(eqs), np.asarray(targets), np.asarray(known)
     scale = 1.0 / y  # relative errors: every equation counts alike whatever its size
@@ -177,7 +203,43 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
                [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
                 for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
-               float(coef[3]) if overhead else None, c)
+               float(coef[3]) if overhead else None, c, q)
+
+
+def decode_step(row: dict, n_in: int, n_out: int, accept: float) -> tuple[float, float]:
+    """(d, x): a stage's decode step and the prompt tokens it carries. Where prompts are rare
+    (prompts per step = request rate x step < ``RARE_PROMPTS``), the median gap between a request's
+    chunks, ``itl_chunk_p50_s``, is a step without one (x = 0), whatever the users' phase. Else, or
+    without that figure: d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d, the other
+    users' prompts spread evenly over a request's decode steps. That average fails where users that
+    started together keep their prompts together: on llama.cpp at 512 prompt tokens and C = 4 the
+    four prompts shared one batch and the TPOT held no prompt step (the TPOT-based d came out 27 %
+    below the model's, the chunk gap is the step itself); with prompts in a third of the steps a
+    cohort can also put one in every step of a short window, so the gap is used only well below
+    half (``RARE_PROMPTS``)."""
+    rate = row["output_tokens_per_s"] / n_out
+    gap = row.get("itl_chunk_p50_s")
+    if gap and rate * gap < RARE_PROMPTS:
+        return gap, 0.0
+    d = row["tpot_p50_s"] * accept
+    return d, rate * (row["concurrency"] - 1) / row["concurrency"] * n_in * d
+
+
+def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:
+    """q from the server's own prompt times S at C=1 of two or more prompt lengths I: S(I) = fixed +
+    p x I + q x I (I - 1) / 2, so the time per token beyond the step's fixed part, (S - fixed) / I =
+    p + q x (I - 1) / 2, is a line in I whose slope is q / 2 (least squares, q >= 0). ``fixed_s``: the
+    step without its prompt, a + b, read from the C=1 decode step (no other request in it)."""
+    n = np.asarray([i for i, _ in prompts], dtype=float)
+    per_token = np.asarray([(t - fixed_s) / i for i, t in prompts], dtype=float)
+    return max(0.0, 2.0 * float(np.polyfit(n, per_token, 1)[0]))
+
+
+def _server_prompt_s(row: dict, n_in: int) -> float | None:
+    """The server's own time for one prompt at C=1: its mean prompt time per token (llama.cpp's
+    counters, ``server.prompt_per_token.mean_s``) x I; None when the server did not report it."""
+    mean = ((row.get("server") or {}).get("prompt_per_token") or {}).get("mean_s")
+    return mean * n_in if mean else None
 
 
 def context_cost(points: list[tuple[float, float]]) -> float:

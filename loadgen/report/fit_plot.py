@@ -4,15 +4,17 @@ Input: the calibration's ``<preset>.fit.json`` as a dict (``loadgen.predict.__ma
 ``loadgen.predict.calibrate.fit`` fills ``step_residuals``). Output: one Figure of three panels,
 built as ``loadgen.report.plots`` builds its figures (Agg canvas, no pyplot; tests read the
 series). With a = step_base_ms, b = step_per_seq_ms, p = step_per_prefill_token_us / 1000 (ms per
-token) of the fitted preset and d0 the client's TTFT overhead (0 unless the fit separated it):
+token), q = step_per_prefill_pair_ns / 1e6 (ms per prompt token and earlier token of its sequence, 0
+unless fitted) of the fitted preset and d0 the client's TTFT overhead (0 unless the fit separated it):
 
 - ``decode step time vs running batch``: per prompt length I, the measured step d = TPOT p50 x L
   (``measured I=..``, one point per fitted stage, labelled with its residual (model - measured) /
   measured) and the model's value there, a + b x batch + p x x (``model I=..``; x: the stage's
   prefill tokens per step); the line a + b x batch (``a + b x batch``, the step without prefill);
 - ``TTFT at C=1 vs prompt length``: the measured TTFT p50 at C=1 per prompt length
-  (``measured TTFT``, labelled with residuals) and the model's line a + b + p x I + d0
-  (``a + b + p x I`` ...);
+  (``measured TTFT``, labelled with residuals), the server's own prompt time there when the fit
+  used it (``server prompt``, llama.cpp's counters) and the model's curve
+  a + b + p x I + q x I (I - 1) / 2 + d0 (``a + b + p x I`` ...; a line when q is 0);
 - ``replaying the calibration run``: the fitted preset's prediction of the run it was fitted to,
   (predicted - measured) / measured in % per stage for output tok/s, TTFT p50 and TPOT p50
   (``stage_residuals``); a stage left out of the fit (server_over_capacity) is drawn hollow.
@@ -26,7 +28,7 @@ from matplotlib.figure import Figure
 
 from loadgen.report.plots import concurrency_axis, new_figure
 
-DECODE, TTFT = "decode step", "TTFT at C=1"
+DECODE, TTFT, SERVER_PROMPT = "decode step", "TTFT at C=1", "server prompt at C=1"  # calibrate's equation kinds
 REPLAY_KEYS = (("output_tokens_per_s", "out tok/s"), ("ttft_p50_s", "TTFT p50"), ("tpot_p50_s", "TPOT p50"))
 
 
@@ -35,6 +37,11 @@ def model_ms(fit_doc: dict) -> tuple[float, float, float, float]:
     preset = fit_doc["preset"]
     return (float(preset["step_base_ms"]), float(preset["step_per_seq_ms"]),
             float(preset["step_per_prefill_token_us"]) / 1e3, (fit_doc.get("client_overhead_s") or 0.0) * 1e3)
+
+
+def pair_ms(fit_doc: dict) -> float:
+    """q in ms per (prompt token, earlier token of its sequence); 0 in a preset without the key."""
+    return float(fit_doc["preset"].get("step_per_prefill_pair_ns") or 0.0) / 1e6
 
 
 def _measured(fit_doc: dict, what: str) -> list[dict]:
@@ -83,6 +90,7 @@ def _decode_panel(ax, fit_doc: dict) -> None:
 
 def _ttft_panel(ax, fit_doc: dict) -> None:
     a, b, p, d0 = model_ms(fit_doc)
+    q = pair_ms(fit_doc)
     rows = sorted(_measured(fit_doc, TTFT), key=lambda r: r["input_tokens"])
     if not rows:
         _no_data(ax, "no TTFT at C=1 in the fit")
@@ -91,10 +99,17 @@ def _ttft_panel(ax, fit_doc: dict) -> None:
         ys = [r["measured_s"] * 1e3 for r in rows]
         ax.plot(xs, ys, marker="o", linestyle="none", color="tab:blue", label="measured TTFT p50")
         _residual_labels(ax, xs, ys, [r["rel"] for r in rows])
-        top = max(xs) * 1.25
-        name = "a + b + p x I" + (" + d0" if d0 else "")
-        ax.plot([0, top], [a + b + d0, a + b + d0 + p * top], color="tab:orange",
-                label=f"{name} (p = {p * 1e3:.3g} us/token{f', d0 = {d0:.3g} ms' if d0 else ''})")
+        server = sorted(_measured(fit_doc, SERVER_PROMPT), key=lambda r: r["input_tokens"])
+        if server:
+            sx, sy = [r["input_tokens"] for r in server], [r["measured_s"] * 1e3 for r in server]
+            ax.plot(sx, sy, marker="s", linestyle="none", color="tab:green", label="server prompt time")
+            _residual_labels(ax, sx, sy, [r["rel"] for r in server], 1)
+        top = max(xs) * 2.5 if q else max(xs) * 1.25  # with q: how the square bends beyond the lengths fitted
+        grid = [top * k / 64 for k in range(65)]
+        name = "a + b + p x I" + (" + q x I(I-1)/2" if q else "") + (" + d0" if d0 else "")
+        ax.plot(grid, [a + b + d0 + p * x + q * x * (x - 1) / 2 for x in grid], color="tab:orange",
+                label=f"{name} (p = {p * 1e3:.3g} us/token{f', q = {q * 1e6:.3g} ns' if q else ''}"
+                      f"{f', d0 = {d0:.3g} ms' if d0 else ''})")
         ax.set_xlim(0, top)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)

@@ -54,6 +54,7 @@ class SimConfig:
     step_per_seq_ms: float = 0.1
     step_per_prefill_token_us: float = 20.0
     step_per_context_token_ns: float = 0.0
+    step_per_prefill_pair_ns: float = 0.0
     prefill_chunk_tokens: int = 8192
     spec_accept: list[float] = field(default_factory=lambda: [1.0])
     admit_output_reserve: float = 0.0
@@ -88,6 +89,7 @@ class SimConfig:
             step_base_s=self.step_base_ms / 1e3, step_per_seq_s=self.step_per_seq_ms / 1e3,
             step_per_prefill_token_s=self.step_per_prefill_token_us / 1e6,
             step_per_context_token_s=self.step_per_context_token_ns / 1e9,
+            step_per_prefill_pair_s=self.step_per_prefill_pair_ns / 1e9,
             spec_accept=tuple(self.spec_accept), admit_output_reserve=self.admit_output_reserve,
             seed=self.seed, prefix_cache_blocks=self.prefix_cache_tokens // self.prefix_block_tokens,
             prefix_block_tokens=self.prefix_block_tokens)
@@ -119,6 +121,9 @@ HELP = {
     "step_per_context_token_ns": "engine: added step time per context token (prompt + generated so far) "
                                  "of each request decoding in the step, ns: the KV cache it reads; 0 = "
                                  "step time independent of context length",
+    "step_per_prefill_pair_ns": "engine: added step time per prompt token prefilled in the step, per "
+                                "earlier token of its sequence (attention over the prompt so far: a "
+                                "prompt's cost grows with its square), ns; 0 = each prompt token costs alike",
     "prefill_chunk_tokens": "engine: prompt tokens prefilled per step at most (chunked prefill), tokens",
     "spec_accept": "engine: speculative decoding, comma-separated P(1, 2, ... tokens accepted per step) "
                    "summing to 1; 1.0 = no speculation",
@@ -153,6 +158,7 @@ _MIN = {  # key -> (lowest allowed, inclusive?)
     "default_max_tokens": (1, True), "ttft_ms": (0, True), "itl_ms": (0, True),
     "tokens_per_chunk": (1, True), "step_base_ms": (0, False), "step_per_seq_ms": (0, True),
     "step_per_prefill_token_us": (0, True), "step_per_context_token_ns": (0, True),
+    "step_per_prefill_pair_ns": (0, True),
     "prefill_chunk_tokens": (1, True),
     "admit_output_reserve": (0, True), "prefix_cache_tokens": (0, True), "prefix_block_tokens": (1, True),
     "cache_report": (0, True), "reasoning_tokens": (0, True), "reasoning_usage": (0, True),

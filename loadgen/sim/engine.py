@@ -13,10 +13,13 @@ and then delivers the events. TTFT and ITL are not configured, they emerge from 
 - Prefix caching (``prefix_cache_blocks`` > 0, see ``loadgen.sim.prefix``): at admission the
   prompt's leading blocks found in the cache count as already prefilled.
 - Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill
-  + step_per_context_token_s * context``, where ``batch`` = requests that decoded or prefilled in
-  the step, ``prefill`` = prompt tokens computed in the step and ``context`` = the context of the
-  requests that decoded (prompt + tokens generated so far, summed): the KV cache a decode step
-  reads. Its coefficient defaults to 0 (a step's cost independent of context length).
+  + step_per_prefill_pair_s * pairs + step_per_context_token_s * context``, where ``batch`` =
+  requests that decoded or prefilled in the step, ``prefill`` = prompt tokens computed in the step,
+  ``pairs`` = for each of those tokens, the tokens of its sequence before it (a prompt token at
+  position t attends over t earlier ones: a chunk of positions [s, e) adds (s + e - 1)(e - s) / 2)
+  and ``context`` = the context of the requests that decoded (prompt + tokens generated so far,
+  summed): the KV cache a decode step reads. Both coefficients default to 0 (a step's cost
+  independent of context length).
 
 KV cache, in tokens (rounded up to ``block_size`` per request): a request holds
 ``prompt + generated`` tokens. Admission needs ``prompt + generated + 1`` tokens free, plus
@@ -71,6 +74,7 @@ class EngineParams:
     step_per_seq_s: float = 0.0001
     step_per_prefill_token_s: float = 0.00002
     step_per_context_token_s: float = 0.0
+    step_per_prefill_pair_s: float = 0.0  # per (prompt token prefilled, earlier token of its sequence)
     spec_accept: tuple[float, ...] = (1.0,)
     admit_output_reserve: float = 0.0
     seed: int = 0
@@ -112,6 +116,7 @@ class Engine:
         self._spec_cum = cum
         self._spec = len(cum) > 1
         self._context = 0  # context tokens of the requests decoding in the step being computed
+        self._pairs = 0  # (prompt token, earlier token of its sequence) pairs prefilled in that step
         p = self.params
         self.prefix_cache = (PrefixCache(p.prefix_block_tokens, p.prefix_cache_blocks)
                              if p.prefix_cache_blocks else None)
@@ -188,7 +193,7 @@ class Engine:
             return 0.0, []
         events: list[tuple[SimRequest, int, bool]] = []
         self.admitted.clear()
-        self._context = 0
+        self._context = self._pairs = 0
         preempted = self._decode(events)
         batch = len(events)
         prefilled, prefill_seqs = self._prefill(events, admit=not preempted)
@@ -196,7 +201,7 @@ class Engine:
         p = self.params
         self.stats.steps_total += 1
         return (p.step_base_s + p.step_per_seq_s * batch + p.step_per_prefill_token_s * prefilled
-                + p.step_per_context_token_s * self._context), events
+                + p.step_per_prefill_pair_s * self._pairs + p.step_per_context_token_s * self._context), events
 
     def _draw_accept(self) -> int:
         if not self._spec:
@@ -283,6 +288,8 @@ class Engine:
 
     def _prefill_one(self, req: SimRequest, budget: int, events: list) -> int:
         n = min(budget, req.prefill_target - req.prefill_done)
+        start = req.prefill_done
+        self._pairs += (2 * start + n - 1) * n // 2  # positions start .. start + n - 1, each over those before it
         req.prefill_done += n
         if req.prefill_done >= req.prefill_target:
             if self.prefix_cache is not None:

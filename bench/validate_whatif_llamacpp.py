@@ -36,6 +36,7 @@ seed: ``loadgen.predict.scenario.whatif_of``, as ``llm-loadgen whatif PRESET --s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -143,7 +144,8 @@ def tables(out: Path) -> None:
                 runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
                 preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
                 # the step time's straight line fitted over the batches this configuration runs (1..slots)
-                predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
+                with contextlib.redirect_stdout(sys.stderr):  # its report, not inside the table's rows
+                    predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
                 presets[k, slots] = load(str(preset), {"max_running": slots})
             compare(k, presets[k, slots], summary(out, k, name)[1])
 

@@ -61,7 +61,7 @@ def test_decode_panel_plots_each_equation_s_measured_and_model_step(fit_doc):
         eqs = sorted((r for r in fit_doc["step_residuals"] if r["what"] == "decode step" and r["input_tokens"] == n_in),
                      key=lambda r: r["batch"])
         measured, model = got[f"measured I={n_in}"], got[f"model I={n_in}"]
-        # x: the batch a decode step holds, 1 + (C - 1) n / (n + 1) (loadgen.predict.calibrate.occupied_batch)
+        # x: the step's batch as the fit counts it, below C (loadgen.predict.calibrate.decode_step)
         assert list(measured.get_xdata()) == [r["batch"] for r in eqs]
         assert [r["concurrency"] for r in eqs] == LOADS and eqs[0]["batch"] == 1
         assert all(c - 1 < r["batch"] < c for c, r in zip(LOADS[1:], eqs[1:], strict=True))

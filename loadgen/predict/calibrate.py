@@ -11,13 +11,18 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
 
 - L = (N - 1) / (N / tokens_per_chunk - 1)  (a request's first token comes from its prefill step
   alone, so an N-token output takes 1 + (N - 1) / L chunks); 1 without speculative decoding
-- decode step time d = TPOT p50 x L
-- prefill tokens per step x = request rate x (C - 1) / C x I x d, request rate = output tok/s / N
-  (the prompts a request's decode steps share: the other C - 1 users'; none at C = 1)
-- batch = 1 + (C - 1) x n / (n + 1), n = 1 + (N - 1) / L (``occupied_batch``: the request itself,
-  and each other user's request in the n steps of every n + 1 it is in the engine: its successor
-  joins the engine a step after the one that sent its last chunk), C the server's running_max when
-  it said less. With batch = C, b came out ~6 % low on the virtual engine's own rows
+- the step d, the prompt tokens x it carries and its batch (``decode_step``), by counting: each
+  user's cycle is n + 1 engine steps (n = 1 + (N - 1) / L with its request in the batch, its
+  prefill step and its decode steps, and one without: the successor, sent when the last chunk
+  arrives, joins a step later), holding N of its tokens and its prompt once, and at C >= 2 another
+  user keeps the engine busy, so over the window's steps d = C x N / ((n + 1) x output tok/s),
+  x = C x I / (n + 1) and batch = C x n / (n + 1). Where prompts are rare (request rate x step
+  below ``RARE_PROMPTS``) the median chunk gap is a step without one instead (x = 0, batch
+  1 + (C - 1) x n / (n + 1): the decoding request and the others' in n of n + 1 steps); at C = 1
+  without that gap, or with requests waiting in the server's queue (its running_max below C, the
+  batch then its running_max), d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d.
+  batch = C and d = TPOT p50 x L everywhere took b 6 % low on the virtual engine's own rows
+  (docs/whatif.md 'The model the calibration fits')
 - context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on
   average I + N / 2 tokens)
 
@@ -176,11 +181,10 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
         for r in good:
-            batch = occupied_batch(min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"]),
-                                   n_out, accept)
+            users = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            d, x, batch = decode_step(r, n_in, n_out, accept, users)
             if max_batch is not None and batch > max_batch:
                 continue
-            d, x = decode_step(r, n_in, n_out, accept)
             eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
             known.append(c * batch * (n_in + n_out / 2) + q * x * (n_in - 1) / 2)  # x tokens at mean position (I-1)/2
@@ -210,33 +214,55 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
                float(coef[3]) if overhead else None, c, q)
 
 
+def cycle_steps(n_out: int, accept: float) -> float:
+    """The engine steps of one closed-loop user's cycle while others keep the engine busy:
+    n = 1 + (N - 1) / L with its request in the batch (its prefill step, then its decode steps),
+    and one without: the successor, sent when the last chunk arrives, reaches the engine while the
+    next step runs and joins the one after. n + 1."""
+    return 2.0 + (n_out - 1) / accept
+
+
 def occupied_batch(users: float, n_out: int, accept: float) -> float:
     """The batch a request's decode step holds with ``users`` closed-loop users: itself, and each
-    other user's request in the n_c of every n_c + 1 steps it is in the engine. A request is in
-    n_c = 1 + (N - 1) / L steps (its prefill step, then its decode steps); its successor, sent when
-    the last chunk arrives, reaches the engine while the next step runs and joins the one after:
-    one step of each user's cycle holds no request of it. 1 + (users - 1) x n_c / (n_c + 1)."""
-    chunks = 1.0 + (n_out - 1) / accept
-    return 1.0 + (users - 1) * chunks / (chunks + 1.0)
+    other user's request in the n of every n + 1 steps of its cycle (``cycle_steps``):
+    1 + (users - 1) x n / (n + 1)."""
+    cycle = cycle_steps(n_out, accept)
+    return 1.0 + (users - 1) * (cycle - 1.0) / cycle
 
 
-def decode_step(row: dict, n_in: int, n_out: int, accept: float) -> tuple[float, float]:
-    """(d, x): a stage's decode step and the prompt tokens it carries. Where prompts are rare
-    (prompts per step = request rate x step < ``RARE_PROMPTS``), the median gap between a request's
-    chunks, ``itl_chunk_p50_s``, is a step without one (x = 0), whatever the users' phase. Else, or
-    without that figure: d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d, the other
-    users' prompts spread evenly over a request's decode steps. That average fails where users that
-    started together keep their prompts together: on llama.cpp at 512 prompt tokens and C = 4 the
-    four prompts shared one batch and the TPOT held no prompt step (the TPOT-based d came out 27 %
-    below the model's, the chunk gap is the step itself); with prompts in a third of the steps a
-    cohort can also put one in every step of a short window, so the gap is used only well below
-    half (``RARE_PROMPTS``)."""
+def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | None = None) -> tuple[float, float, float]:
+    """(d, x, batch): a stage's step, the prompt tokens it carries and the requests in it, for the
+    equation d = a + b x batch + p x x. ``users``: the requests the server runs (C, or its
+    running_max when it said less: the rest wait in its queue). Three cases:
+
+    - Prompts rare (prompts per step = request rate x step < ``RARE_PROMPTS``) and the median gap
+      between a request's chunks, ``itl_chunk_p50_s``, known: that gap is a step without a prompt,
+      whatever the users' phase (d = the gap, x = 0, batch = ``occupied_batch``). A TPOT fails
+      there where users that started together keep their prompts together: on llama.cpp at 512
+      prompt tokens and C = 4 the four prompts shared one batch and the TPOT held no prompt step
+      (the TPOT-based d came out 27 % below the model's); with prompts in a third of the steps a
+      cohort can also put one in every step of a short window, so the gap is used only well below
+      half.
+    - Else, C >= 2 and no request queued: the mean over all the window's steps, by counting. Each
+      user's cycle is n + 1 steps (``cycle_steps``) holding its N tokens, its prompt once and its
+      request in n of them, and the engine never idles (another user's request is in every step),
+      so d = C x N / ((n + 1) x output tok/s), x = C x I / (n + 1), batch = C x n / (n + 1). No
+      TPOT: its median sits below the mean step a decoding request sees (a step with a long prompt
+      is rare and long: 2-6 % on the hidden-parameter bench's stages), which took b 3-4 % low.
+    - Else (C = 1 without the gap, or requests queued): d = TPOT p50 x L, x = request rate x
+      (C - 1) / C x I x d, the other users' prompts spread evenly over a request's decode steps,
+      batch = C."""
     rate = row["output_tokens_per_s"] / n_out
     gap = row.get("itl_chunk_p50_s")
+    c = row["concurrency"]
+    users = c if users is None else users
     if gap and rate * gap < RARE_PROMPTS:
-        return gap, 0.0
+        return gap, 0.0, occupied_batch(users, n_out, accept)
+    if 2 <= c <= users:
+        cycle = cycle_steps(n_out, accept)
+        return c * n_out / (cycle * row["output_tokens_per_s"]), c * n_in / cycle, c * (cycle - 1.0) / cycle
     d = row["tpot_p50_s"] * accept
-    return d, rate * (row["concurrency"] - 1) / row["concurrency"] * n_in * d
+    return d, rate * (c - 1) / c * n_in * d, float(users)
 
 
 def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:

@@ -82,9 +82,11 @@ def test_a_users_cycle_holds_one_step_without_its_request():
     # 100 tokens at L = 2.3: 1 + 99 / 2.3 = 44.04 steps in the engine, then one without a request
     n = 1 + 99 / 2.3
     assert cycle_steps(100, 2.3) == pytest.approx(n + 1)
+    # the median step's batch: 1 + the median of a binomial (users - 1, n / (n + 1)), its mean rounded
     assert occupied_batch(1, 100, 2.3) == 1.0
-    assert occupied_batch(64, 100, 2.3) == pytest.approx(1 + 63 * n / (n + 1))
-    assert occupied_batch(16, 2, 1.0) == pytest.approx(1 + 15 * 2 / 3)
+    assert occupied_batch(4, 100, 2.3) == 4.0  # 3 x 0.978 = 2.93 others
+    assert occupied_batch(64, 100, 2.3) == 63.0  # 63 x 0.978 = 61.6 others
+    assert occupied_batch(16, 2, 1.0) == 11.0  # n = 2: 15 x 2 / 3 = 10 others
 
 
 def test_residuals_are_zero_against_itself_and_name_the_measured_value():
@@ -176,8 +178,9 @@ def test_the_decode_step_is_the_median_chunk_gap_where_prompts_are_rare():
     # llama.cpp, 512 in / 64 out, C = 4: the four users' prompts shared one batch, so no request's
     # TPOT held a prompt step; the even spread would put 1.37 req/s x 3/4 x 512 x d tokens in each step
     cohort = {"concurrency": 4, "output_tokens_per_s": 87.8, "tpot_p50_s": 0.01758, "itl_chunk_p50_s": 0.01718}
-    # the batch: the decoding request and each other user's in 64 of every 65 steps of its cycle
-    assert decode_step(cohort, 512, 64, 1.0) == (0.01718, 0.0, pytest.approx(1 + 3 * 64 / 65))
+    # the batch of the median step: the decoding request and each other user's, in 64 of every 65
+    # steps of its cycle: all four (a mean of 3.95)
+    assert decode_step(cohort, 512, 64, 1.0) == (0.01718, 0.0, 4.0)
     # prompts in a third of the steps: a cohort may put one in every step of a window; the steps'
     # mean by counting: each user's cycle is 64 + 1 steps holding its 64 tokens and its prompt once
     busy = dict(cohort, output_tokens_per_s=1250.0, itl_chunk_p50_s=0.0455)  # 19.5 req/s x 45.5 ms = 0.89

@@ -18,7 +18,8 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
   user keeps the engine busy, so over the window's steps d = C x N / ((n + 1) x output tok/s),
   x = C x I / (n + 1) and batch = C x n / (n + 1). Where prompts are rare (request rate x step
   below ``RARE_PROMPTS``) the median chunk gap is a step without one instead (x = 0, batch
-  1 + (C - 1) x n / (n + 1): the decoding request and the others' in n of n + 1 steps); at C = 1
+  1 + round((C - 1) x n / (n + 1)): the decoding request and the others', each in n of n + 1
+  steps, at the median step, ``occupied_batch``); at C = 1
   without that gap, or with requests waiting in the server's queue (its running_max below C, the
   batch then its running_max), d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d.
   batch = C and d = TPOT p50 x L everywhere took b 6 % low on the virtual engine's own rows
@@ -223,11 +224,13 @@ def cycle_steps(n_out: int, accept: float) -> float:
 
 
 def occupied_batch(users: float, n_out: int, accept: float) -> float:
-    """The batch a request's decode step holds with ``users`` closed-loop users: itself, and each
-    other user's request in the n of every n + 1 steps of its cycle (``cycle_steps``):
-    1 + (users - 1) x n / (n + 1)."""
+    """The batch of a decode step at the median step time, the step the median chunk gap is, with
+    ``users`` closed-loop users: the decoding request itself, and each other user's request in the n
+    of every n + 1 steps of its cycle (``cycle_steps``) independently, a binomial count whose median
+    is its mean (users - 1) x n / (n + 1) rounded: 1 + round((users - 1) x n / (n + 1)). (At C = 4
+    and n = 44 most steps hold all four requests: 4, not the mean 3.93.)"""
     cycle = cycle_steps(n_out, accept)
-    return 1.0 + (users - 1) * (cycle - 1.0) / cycle
+    return 1.0 + round((users - 1) * (cycle - 1.0) / cycle)
 
 
 def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | None = None) -> tuple[float, float, float]:
@@ -237,8 +240,8 @@ def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | No
 
     - Prompts rare (prompts per step = request rate x step < ``RARE_PROMPTS``) and the median gap
       between a request's chunks, ``itl_chunk_p50_s``, known: that gap is a step without a prompt,
-      whatever the users' phase (d = the gap, x = 0, batch = ``occupied_batch``). A TPOT fails
-      there where users that started together keep their prompts together: on llama.cpp at 512
+      whatever the users' phase (d = the gap, x = 0, batch = the median step's, ``occupied_batch``).
+      A TPOT fails there where users that started together keep their prompts together: on llama.cpp at 512
       prompt tokens and C = 4 the four prompts shared one batch and the TPOT held no prompt step
       (the TPOT-based d came out 27 % below the model's); with prompts in a third of the steps a
       cohort can also put one in every step of a short window, so the gap is used only well below

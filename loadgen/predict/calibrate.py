@@ -11,19 +11,17 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
 
 - L = (N - 1) / (N / tokens_per_chunk - 1)  (a request's first token comes from its prefill step
   alone, so an N-token output takes 1 + (N - 1) / L chunks); 1 without speculative decoding
-- the step d, the prompt tokens x it carries and its batch (``decode_step``), by counting: each
-  user's cycle is n + 1 engine steps (n = 1 + (N - 1) / L with its request in the batch, its
-  prefill step and its decode steps, and one without: the successor, sent when the last chunk
-  arrives, joins a step later), holding N of its tokens and its prompt once, and at C >= 2 another
-  user keeps the engine busy, so over the window's steps d = C x N / ((n + 1) x output tok/s),
-  x = C x I / (n + 1) and batch = C x n / (n + 1). Where prompts are rare (request rate x step
-  below ``RARE_PROMPTS``) the median chunk gap is a step without one instead (x = 0, batch
-  1 + round((C - 1) x n / (n + 1)): the decoding request and the others', each in n of n + 1
-  steps, at the median step, ``occupied_batch``); at C = 1
-  without that gap, or with requests waiting in the server's queue (its running_max below C, the
-  batch then its running_max), d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d.
-  batch = C and d = TPOT p50 x L everywhere took b 6 % low on the virtual engine's own rows
-  (docs/whatif.md 'The model the calibration fits')
+- decode step time d = TPOT p50 x L
+- prefill tokens per step x = request rate x (C - 1) / C x I x d, request rate = output tok/s / N
+  (the prompts a request's decode steps share: the other C - 1 users'; none at C = 1)
+- batch = 1 + (C - 1) x n / (n + 1), n = 1 + (N - 1) / L (``occupied_batch``): the request
+  itself, and each other user's request in n of every n + 1 steps, its cycle (``cycle_steps``):
+  n steps in the engine (its prefill step, then its decode steps) and one without, as the
+  successor, sent when the last chunk arrives, reaches the engine while the next step runs and
+  joins the one after; the server's running_max when it said less than C (every step full). With
+  batch = C, b came out 5.4-6.4 % low on the virtual engine's own rows, 3.3-4.4 % with this
+- where prompts are rare (request rate x step below ``RARE_PROMPTS``) the median chunk gap is the
+  step instead (x = 0, batch 1 + round((C - 1) x n / (n + 1)), the median step's: ``decode_step``)
 - context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on
   average I + N / 2 tokens)
 
@@ -223,49 +221,40 @@ def cycle_steps(n_out: int, accept: float) -> float:
     return 2.0 + (n_out - 1) / accept
 
 
-def occupied_batch(users: float, n_out: int, accept: float) -> float:
-    """The batch of a decode step at the median step time, the step the median chunk gap is, with
-    ``users`` closed-loop users: the decoding request itself, and each other user's request in the n
-    of every n + 1 steps of its cycle (``cycle_steps``) independently, a binomial count whose median
-    is its mean (users - 1) x n / (n + 1) rounded: 1 + round((users - 1) x n / (n + 1)). (At C = 4
-    and n = 44 most steps hold all four requests: 4, not the mean 3.93.)"""
+def occupied_batch(users: float, n_out: int, accept: float, median: bool = False) -> float:
+    """The batch of a decoding request's step with ``users`` closed-loop users: itself, and each
+    other user's request in the n of every n + 1 steps of its cycle (``cycle_steps``): on average
+    1 + (users - 1) x n / (n + 1). ``median``: the batch of the median step (the step the median
+    chunk gap is), 1 + the median of that binomial count, its mean rounded (at C = 4 and n = 44 most
+    steps hold all four requests: 4, not the mean 3.93)."""
     cycle = cycle_steps(n_out, accept)
-    return 1.0 + round((users - 1) * (cycle - 1.0) / cycle)
+    others = (users - 1) * (cycle - 1.0) / cycle
+    return 1.0 + (round(others) if median else others)
 
 
 def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | None = None) -> tuple[float, float, float]:
-    """(d, x, batch): a stage's step, the prompt tokens it carries and the requests in it, for the
-    equation d = a + b x batch + p x x. ``users``: the requests the server runs (C, or its
-    running_max when it said less: the rest wait in its queue). Three cases:
+    """(d, x, batch): a stage's decode step, the prompt tokens it carries and the requests in it,
+    for the equation d = a + b x batch + p x x. ``users``: the requests the server runs (C, or its
+    running_max when it said less: the rest wait in its queue, and every step holds ``users``).
 
-    - Prompts rare (prompts per step = request rate x step < ``RARE_PROMPTS``) and the median gap
-      between a request's chunks, ``itl_chunk_p50_s``, known: that gap is a step without a prompt,
-      whatever the users' phase (d = the gap, x = 0, batch = the median step's, ``occupied_batch``).
-      A TPOT fails there where users that started together keep their prompts together: on llama.cpp at 512
-      prompt tokens and C = 4 the four prompts shared one batch and the TPOT held no prompt step
-      (the TPOT-based d came out 27 % below the model's); with prompts in a third of the steps a
-      cohort can also put one in every step of a short window, so the gap is used only well below
-      half.
-    - Else, C >= 2 and no request queued: the mean over all the window's steps, by counting. Each
-      user's cycle is n + 1 steps (``cycle_steps``) holding its N tokens, its prompt once and its
-      request in n of them, and the engine never idles (another user's request is in every step),
-      so d = C x N / ((n + 1) x output tok/s), x = C x I / (n + 1), batch = C x n / (n + 1). No
-      TPOT: its median sits below the mean step a decoding request sees (a step with a long prompt
-      is rare and long: 2-6 % on the hidden-parameter bench's stages), which took b 3-4 % low.
-    - Else (C = 1 without the gap, or requests queued): d = TPOT p50 x L, x = request rate x
-      (C - 1) / C x I x d, the other users' prompts spread evenly over a request's decode steps,
-      batch = C."""
+    Where prompts are rare (prompts per step = request rate x step < ``RARE_PROMPTS``), the median
+    gap between a request's chunks, ``itl_chunk_p50_s``, is a step without one (x = 0, batch the
+    median step's, ``occupied_batch``), whatever the users' phase. Else, or without that figure:
+    d = TPOT p50 x L, x = request rate x (C - 1) / C x I x d (the other users' prompts spread evenly
+    over a request's decode steps) and batch = ``occupied_batch``'s mean. That average fails where
+    users that started together keep their prompts together: on llama.cpp at 512 prompt tokens and
+    C = 4 the four prompts shared one batch and the TPOT held no prompt step (the TPOT-based d came
+    out 27 % below the model's, the chunk gap is the step itself); with prompts in a third of the
+    steps a cohort can also put one in every step of a short window, so the gap is used only well
+    below half (``RARE_PROMPTS``)."""
     rate = row["output_tokens_per_s"] / n_out
     gap = row.get("itl_chunk_p50_s")
     c = row["concurrency"]
     users = c if users is None else users
     if gap and rate * gap < RARE_PROMPTS:
-        return gap, 0.0, occupied_batch(users, n_out, accept)
-    if 2 <= c <= users:
-        cycle = cycle_steps(n_out, accept)
-        return c * n_out / (cycle * row["output_tokens_per_s"]), c * n_in / cycle, c * (cycle - 1.0) / cycle
+        return gap, 0.0, occupied_batch(users, n_out, accept, median=True)
     d = row["tpot_p50_s"] * accept
-    return d, rate * (c - 1) / c * n_in * d, float(users)
+    return d, rate * (c - 1) / c * n_in * d, occupied_batch(users, n_out, accept) if c <= users else float(users)
 
 
 def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:

@@ -191,6 +191,7 @@ def test_the_decode_step_is_the_median_chunk_gap_where_prompts_are_rare():
     assert decode_step({k: v for k, v in cohort.items() if k != "itl_chunk_p50_s"}, 512, 64, 1.0)[1] > 0
     # requests waiting in the server's queue (2 slots for 4 users): every step holds both slots
     assert decode_step(busy, 512, 64, 1.0, users=2)[2] == 2.0
+    assert decode_step(dict(cohort, concurrency=8), 512, 64, 1.0, users=4)[2] == 4.0
 
 
 def test_one_prompt_length_leaves_the_context_cost_at_zero():

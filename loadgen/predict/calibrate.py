@@ -19,7 +19,9 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
   n steps in the engine (its prefill step, then its decode steps) and one without, as the
   successor, sent when the last chunk arrives, reaches the engine while the next step runs and
   joins the one after; the server's running_max when it said less than C (every step full). With
-  batch = C, b came out 5.4-6.4 % low on the virtual engine's own rows, 3.3-4.4 % with this
+  batch = C, b came out 5.4-6.4 % low on the virtual engine's own rows, 3.3-4.4 % with this (the
+  rest: the TPOT p50 sits below the mean step a decoding request sees; docs/whatif.md 'The model
+  the calibration fits')
 - where prompts are rare (request rate x step below ``RARE_PROMPTS``) the median chunk gap is the
   step instead (x = 0, batch 1 + round((C - 1) x n / (n + 1)), the median step's: ``decode_step``)
 - context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on
@@ -251,10 +253,12 @@ def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | No
     gap = row.get("itl_chunk_p50_s")
     c = row["concurrency"]
     users = c if users is None else users
-    if gap and rate * gap < RARE_PROMPTS:
-        return gap, 0.0, occupied_batch(users, n_out, accept, median=True)
+    rare = bool(gap and rate * gap < RARE_PROMPTS)
+    batch = occupied_batch(users, n_out, accept, median=rare) if c <= users else float(users)
+    if rare:
+        return gap, 0.0, batch
     d = row["tpot_p50_s"] * accept
-    return d, rate * (c - 1) / c * n_in * d, occupied_batch(users, n_out, accept) if c <= users else float(users)
+    return d, rate * (c - 1) / c * n_in * d, batch
 
 
 def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:

@@ -61,7 +61,10 @@ def test_decode_panel_plots_each_equation_s_measured_and_model_step(fit_doc):
         eqs = sorted((r for r in fit_doc["step_residuals"] if r["what"] == "decode step" and r["input_tokens"] == n_in),
                      key=lambda r: r["batch"])
         measured, model = got[f"measured I={n_in}"], got[f"model I={n_in}"]
-        assert list(measured.get_xdata()) == LOADS == [r["batch"] for r in eqs]
+        # x: the step's batch as the fit counts it, at most C (loadgen.predict.calibrate.decode_step)
+        assert list(measured.get_xdata()) == [r["batch"] for r in eqs]
+        assert [r["concurrency"] for r in eqs] == LOADS and eqs[0]["batch"] == 1
+        assert all(c - 1 < r["batch"] <= c for c, r in zip(LOADS[1:], eqs[1:], strict=True))
         assert list(measured.get_ydata()) == pytest.approx([r["measured_s"] * 1e3 for r in eqs])
         # the model's value is the fitted right-hand side a + b x batch + p x prefill tokens + c x context
         c = fit_doc["preset"]["step_per_context_token_ns"] / 1e6  # ms per context token of a decoder
@@ -69,7 +72,7 @@ def test_decode_panel_plots_each_equation_s_measured_and_model_step(fit_doc):
             [a + b * r["batch"] + p * r["prefill_tokens"] + c * r["batch"] * (n_in + 100 / 2) for r in eqs], rel=1e-4)
     base = next(line for label, line in got.items() if label.startswith("a + b x batch"))
     xs, ys = base.get_xdata(), base.get_ydata()
-    assert xs[0] == 1 and xs[-1] == 16 and ys == pytest.approx([a + b * x for x in xs])
+    assert xs[0] == 1 and xs[-1] == eqs[-1]["batch"] and ys == pytest.approx([a + b * x for x in xs])
     labels = sorted(t.get_text() for t in ax.texts)
     assert labels == sorted(f"{r['rel']:+.1%}" for r in fit_doc["step_residuals"] if r["what"] == "decode step")
 

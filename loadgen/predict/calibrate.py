@@ -14,7 +14,16 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
 - decode step time d = TPOT p50 x L
 - prefill tokens per step x = request rate x (C - 1) / C x I x d, request rate = output tok/s / N
   (the prompts a request's decode steps share: the other C - 1 users'; none at C = 1)
-- batch = C (every user's request is in the engine; the server's running_max when it said less)
+- batch = 1 + (C - 1) x n / (n + 1), n = 1 + (N - 1) / L (``occupied_batch``): the request
+  itself, and each other user's request in n of every n + 1 steps, its cycle (``cycle_steps``):
+  n steps in the engine (its prefill step, then its decode steps) and one without, as the
+  successor, sent when the last chunk arrives, reaches the engine while the next step runs and
+  joins the one after; the server's running_max when it said less than C (every step full). With
+  batch = C, b came out 5.4-6.4 % low on the virtual engine's own rows, 3.3-4.4 % with this (the
+  rest: the TPOT p50 sits below the mean step a decoding request sees; docs/whatif.md 'The model
+  the calibration fits')
+- where prompts are rare (request rate x step below ``RARE_PROMPTS``) the median chunk gap is the
+  step instead (x = 0, batch 1 + round((C - 1) x n / (n + 1)), the median step's: ``decode_step``)
 - context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on
   average I + N / 2 tokens)
 
@@ -173,10 +182,10 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
         good = [r for r in rows if not set(r.get("flags") or ()) & set(SKIP_FLAGS)
                 and not (r.get("server") or {}).get("preemptions")] or rows
         for r in good:
-            batch = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            users = min(r["concurrency"], (r.get("server") or {}).get("running_max") or r["concurrency"])
+            d, x, batch = decode_step(r, n_in, n_out, accept, users)
             if max_batch is not None and batch > max_batch:
                 continue
-            d, x = decode_step(r, n_in, n_out, accept)
             eqs.append([1.0, batch, x] + ([0.0] if overhead else []))
             targets.append(d)
             known.append(c * batch * (n_in + n_out / 2) + q * x * (n_in - 1) / 2)  # x tokens at mean position (I-1)/2
@@ -206,23 +215,50 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
                float(coef[3]) if overhead else None, c, q)
 
 
-def decode_step(row: dict, n_in: int, n_out: int, accept: float) -> tuple[float, float]:
-    """(d, x): a stage's decode step and the prompt tokens it carries. Where prompts are rare
-    (prompts per step = request rate x step < ``RARE_PROMPTS``), the median gap between a request's
-    chunks, ``itl_chunk_p50_s``, is a step without one (x = 0), whatever the users' phase. Else, or
-    without that figure: d = TPOT p50 x L and x = request rate x (C - 1) / C x I x d, the other
-    users' prompts spread evenly over a request's decode steps. That average fails where users that
-    started together keep their prompts together: on llama.cpp at 512 prompt tokens and C = 4 the
-    four prompts shared one batch and the TPOT held no prompt step (the TPOT-based d came out 27 %
-    below the model's, the chunk gap is the step itself); with prompts in a third of the steps a
-    cohort can also put one in every step of a short window, so the gap is used only well below
-    half (``RARE_PROMPTS``)."""
+def cycle_steps(n_out: int, accept: float) -> float:
+    """The engine steps of one closed-loop user's cycle while others keep the engine busy:
+    n = 1 + (N - 1) / L with its request in the batch (its prefill step, then its decode steps),
+    and one without: the successor, sent when the last chunk arrives, reaches the engine while the
+    next step runs and joins the one after. n + 1."""
+    return 2.0 + (n_out - 1) / accept
+
+
+def occupied_batch(users: float, n_out: int, accept: float, median: bool = False) -> float:
+    """The batch of a decoding request's step with ``users`` closed-loop users: itself, and each
+    other user's request in the n of every n + 1 steps of its cycle (``cycle_steps``): on average
+    1 + (users - 1) x n / (n + 1). ``median``: the batch of the median step (the step the median
+    chunk gap is), 1 + the median of that binomial count, its mean rounded (at C = 4 and n = 44 most
+    steps hold all four requests: 4, not the mean 3.93)."""
+    cycle = cycle_steps(n_out, accept)
+    others = (users - 1) * (cycle - 1.0) / cycle
+    return 1.0 + (round(others) if median else others)
+
+
+def decode_step(row: dict, n_in: int, n_out: int, accept: float, users: int | None = None) -> tuple[float, float, float]:
+    """(d, x, batch): a stage's decode step, the prompt tokens it carries and the requests in it,
+    for the equation d = a + b x batch + p x x. ``users``: the requests the server runs (C, or its
+    running_max when it said less: the rest wait in its queue, and every step holds ``users``).
+
+    Where prompts are rare (prompts per step = request rate x step < ``RARE_PROMPTS``), the median
+    gap between a request's chunks, ``itl_chunk_p50_s``, is a step without one (x = 0, batch the
+    median step's, ``occupied_batch``), whatever the users' phase. Else, or without that figure:
+    d = TPOT p50 x L, x = request rate x (C - 1) / C x I x d (the other users' prompts spread evenly
+    over a request's decode steps) and batch = ``occupied_batch``'s mean. That average fails where
+    users that started together keep their prompts together: on llama.cpp at 512 prompt tokens and
+    C = 4 the four prompts shared one batch and the TPOT held no prompt step (the TPOT-based d came
+    out 27 % below the model's, the chunk gap is the step itself); with prompts in a third of the
+    steps a cohort can also put one in every step of a short window, so the gap is used only well
+    below half (``RARE_PROMPTS``)."""
     rate = row["output_tokens_per_s"] / n_out
     gap = row.get("itl_chunk_p50_s")
-    if gap and rate * gap < RARE_PROMPTS:
-        return gap, 0.0
+    c = row["concurrency"]
+    users = c if users is None else users
+    rare = bool(gap and rate * gap < RARE_PROMPTS)
+    batch = occupied_batch(users, n_out, accept, median=rare) if c <= users else float(users)
+    if rare:
+        return gap, 0.0, batch
     d = row["tpot_p50_s"] * accept
-    return d, rate * (row["concurrency"] - 1) / row["concurrency"] * n_in * d
+    return d, rate * (c - 1) / c * n_in * d, batch
 
 
 def prompt_square_cost(prompts: list[tuple[int, float]], fixed_s: float) -> float:

@@ -7,7 +7,9 @@ series). With a = step_base_ms, b = step_per_seq_ms, p = step_per_prefill_token_
 token), q = step_per_prefill_pair_ns / 1e6 (ms per prompt token and earlier token of its sequence, 0
 unless fitted) of the fitted preset and d0 the client's TTFT overhead (0 unless the fit separated it):
 
-- ``decode step time vs running batch``: per prompt length I, the measured step d = TPOT p50 x L
+- ``decode step time vs running batch`` (the batch as the fit counts it, 1 + (C - 1) n / (n + 1):
+  ``loadgen.predict.calibrate.occupied_batch``): per prompt length I, the measured step d (TPOT p50
+  x L, or the median chunk gap where prompts are rare: ``loadgen.predict.calibrate.decode_step``)
   (``measured I=..``, one point per fitted stage, labelled with its residual (model - measured) /
   measured) and the model's value there, a + b x batch + p x x (``model I=..``; x: the stage's
   prefill tokens per step); the line a + b x batch (``a + b x batch``, the step without prefill);

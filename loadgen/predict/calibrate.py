@@ -20,8 +20,8 @@ From each closed-loop stage at concurrency C with N output and I input tokens pe
   successor, sent when the last chunk arrives, reaches the engine while the next step runs and
   joins the one after; the server's running_max when it said less than C (every step full). With
   batch = C, b came out 5.4-6.4 % low on the virtual engine's own rows, 3.3-4.4 % with this (the
-  rest: the TPOT p50 sits below the mean step a decoding request sees; docs/whatif.md 'The model
-  the calibration fits')
+  rest: the TPOT p50 sits below the mean step a decoding request sees;
+  docs/whatif.md 'The model the calibration fits')
 - where prompts are rare (request rate x step below ``RARE_PROMPTS``) the median chunk gap is the
   step instead (x = 0, batch 1 + round((C - 1) x n / (n + 1)), the median step's: ``decode_step``)
 - context tokens read per step K = batch x (I + N / 2) (a decoder reads its context's KV, on

@@ -64,7 +64,7 @@ def concurrency_axis(ax, concurrencies: list, label: str = "concurrency (request
     ticks = sorted({c for c in concurrencies if c and c > 0})
     if ticks:
         ax.xaxis.set_major_locator(FixedLocator(ticks))
-        ax.set_xticklabels([f"{c:g}" for c in ticks])
+        ax.set_xticklabels([f"{c:g}" if float(c).is_integer() else f"{c:.4g}" for c in ticks])  # 62.61, not 62.6102
         ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(label)
     ax.grid(True, alpha=0.3)

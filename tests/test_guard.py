@@ -629,3 +629,20 @@ def test_rate_guard_off_without_capacity_or_duration():
     assert decide_rate(8.0, None, 400_000, 1000, 1000, 0.0, "abort").allowed
     d = decide_rate(8.0, 10.0, None, 1000, 1000, 0.0, "abort")
     assert d.allowed and not d.breach and "capacity unknown" in d.message
+
+
+def test_the_summary_s_kv_ceiling_is_the_last_stage_the_guard_lets_run_for_a_mix_of_lengths():
+    """summary.json's guard.max_concurrency projects as the guard's stage decisions do: with output
+    lengths drawn from a distribution, per request = the mix's figure at C, not input + output."""
+    from types import SimpleNamespace
+
+    from loadgen.config import build_scenario
+    from loadgen.run.results import kv_ceiling
+    from loadgen.workload.mix import scenario_mix
+
+    sc = build_scenario({"input_tokens": 1000, "output": {"dist": "uniform", "min": 100, "max": 1900}})
+    mix = scenario_mix(sc)
+    c = kv_ceiling(SimpleNamespace(tokens=1_570_000), sc)
+    assert decide(c, 1_570_000, *mix.split(c), sc.guard.margin, "abort").allowed
+    assert not decide(c + 1, 1_570_000, *mix.split(c + 1), sc.guard.margin, "abort").allowed
+    assert kv_ceiling(SimpleNamespace(tokens=1_570_000), build_scenario({})) == 785  # 1000 + 1000, the demo's

@@ -14,8 +14,8 @@ import pytest
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, StageRecord, Timing, run_sweep, spawn_offsets
 from loadgen.predict.vworkload import VirtualWorkload
-from loadgen.predict.whatif import WhatIf, kv_ceiling, predict
-from loadgen.run.kv_guard import max_fitting_concurrency
+from loadgen.predict.whatif import WhatIf, predict
+from loadgen.run.kv_guard import decide, max_fitting_concurrency, max_fitting_concurrency_of
 from loadgen.sim.config import load
 from loadgen.sim.engine import EngineParams
 from loadgen.workload.arrivals import ArrivalSpec
@@ -162,10 +162,13 @@ def test_a_request_above_max_model_len_is_answered_400_and_its_user_pauses():
 
 def test_the_kv_ceiling_is_the_guard_s_projection():
     fixed = VirtualWorkload.fixed(1000, 1000).mix()
-    assert kv_ceiling(131_072, fixed) == max_fitting_concurrency(131_072, 1000, 1000, 0.0)
+    for margin in (0.0, 0.1):
+        assert max_fitting_concurrency_of(131_072, fixed, margin) == max_fitting_concurrency(131_072, 1000, 1000, margin)
     mixed = VirtualWorkload(LOGNORMAL_IN, UNIFORM_OUT).mix()
-    c = kv_ceiling(131_072, mixed)
-    assert c * sum(mixed.split(c)) <= 131_072 < (c + 1) * sum(mixed.split(c + 1))
+    c = max_fitting_concurrency_of(131_072, mixed, 0.1)
+    # the last concurrency the run's guard lets run, projecting each stage with the same mix
+    assert decide(c, 131_072, *mixed.split(c), 0.1, "abort").allowed
+    assert not decide(c + 1, 131_072, *mixed.split(c + 1), 0.1, "abort").allowed
 
 
 def test_predict_without_a_workload_is_the_fixed_prediction():

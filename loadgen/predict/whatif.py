@@ -7,7 +7,8 @@ predicted: ``predicted`` at the top and on every row, the flag ``predicted``, an
 Replicas behind a round-robin router: each replica is its own engine (the preset's), and the
 users (or the rate) are split evenly, the first ``C mod R`` replicas taking one user more; stage
 throughput is the replicas' sum, latency figures are over the union of their requests. The KV
-ceiling is the run guard's projection (``kv_ceiling``: ``loadgen.workload.mix`` per request) over R x kv_tokens.
+ceiling is the run's own (``loadgen.run.kv_guard.max_fitting_concurrency_of``: ``loadgen.workload.mix``
+per request) over R x kv_tokens.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, StageRecord, run_sweep
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.report.knee import find_knee, find_rate_knee
+from loadgen.run.kv_guard import max_fitting_concurrency_of
 from loadgen.sim.config import SimConfig
 from loadgen.stats.slo import Objectives, slo_answer
-from loadgen.workload.mix import KvMix
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
         "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
@@ -145,7 +146,7 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     if w.objectives.enabled:
         outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
         slo = slo_answer(outcomes, w.objectives, [], "rate_per_s" if w.open_loop else "concurrency")
-    ceiling = kv_ceiling(kv_total, wl.mix())
+    ceiling = max_fitting_concurrency_of(kv_total, wl.mix(), 0.0)
     name = f"{w.input_tokens}-{w.output_tokens}" if not wl.varied else (w.scenario or {}).get("name", "mixed")
     return {
         "schema": 1,
@@ -178,20 +179,6 @@ def _scenario(w: WhatIf, wl: VirtualWorkload) -> dict:
             "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
             "rate": {"list": list(w.loads), "arrival": wl.arrival} if w.open_loop else None,
             "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}}
-
-
-def kv_ceiling(capacity: int, mix: KvMix) -> int:
-    """The largest concurrency C whose KV projection fits, as the run's guard projects it:
-    C x per_request(C) <= capacity (``KvMix.split``: whole tokens; fixed lengths: C x (in + out),
-    ``loadgen.run.kv_guard.max_fitting_concurrency``)."""
-    lo, hi = 0, max(1, capacity)
-    while lo < hi:  # C x per_request(C) grows with C: the last C that fits
-        mid = (lo + hi + 1) // 2
-        if mid * sum(mix.split(mid)) <= capacity:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,

@@ -45,6 +45,22 @@ def max_fitting_concurrency(capacity: int, input_tokens: int, output_tokens: int
     return math.floor(Fraction(capacity) / per_request)
 
 
+def max_fitting_concurrency_of(capacity: int, mix, margin: float) -> int:
+    """``max_fitting_concurrency`` for a mix of lengths (``loadgen.workload.mix.KvMix``), projected
+    as ``decide`` projects each stage: C x (in + out) x (1 + margin) with (in, out) =
+    ``mix.split(C)``, whose per-request figure shrinks towards the mean as C grows. The largest C
+    that fits (C x per_request(C) rises with C: bisection); fixed lengths give exactly
+    ``max_fitting_concurrency``."""
+    lo, hi = 0, max(1, int(capacity))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _exact(mid, *mix.split(mid), margin) <= capacity:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 @dataclass(frozen=True)
 class GuardDecision:
     """What to do with one stage. ``run_concurrency`` is None when the stage must not run.

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from loadgen.report.breakdown import breakdown, client_figures, disagreement
 from loadgen.report.files import SCHEMA
 from loadgen.run.cache_report import missing_cache_detail
-from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency
+from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency_of
 from loadgen.stats.cost import CostConfig, stage_cost
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.slo import Objectives, slo_answer, stage_slo
@@ -22,6 +22,7 @@ from loadgen.stats.slo_early import EarlyVerdict
 from loadgen.stats.slo_limits import failed_text, stage_limits
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
+from loadgen.workload.mix import scenario_mix
 
 TOOL = {"name": "llm-loadgen", "version": "0.1.0"}
 
@@ -315,20 +316,22 @@ def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concu
                       [r[load_key] for r in rows if r.get("search")], load)
 
 
-def kv_ceiling(capacity, scenario) -> int | None:
-    """The largest concurrency whose KV projection fits (``guard.max_fitting_concurrency``)."""
+def kv_ceiling(capacity, scenario, dataset=None) -> int | None:
+    """The largest concurrency whose KV projection fits, projected as the run's guard projects its
+    stages (``kv_guard.max_fitting_concurrency_of`` over ``loadgen.workload.mix.scenario_mix``)."""
     if capacity is None or not capacity.tokens:
         return None
-    return max_fitting_concurrency(capacity.tokens, scenario.input_tokens, scenario.output_tokens,
-                                   scenario.guard.margin)
+    return max_fitting_concurrency_of(capacity.tokens, scenario_mix(scenario, dataset), scenario.guard.margin)
 
 
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
-                  knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None)) -> dict:
+                  knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None),
+                  dataset=None) -> dict:
     """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
     ``knee``: a concurrency, or in open-loop mode an offered rate (``knee.rate_per_s``).
     ``compat``: loadgen.wire.compat.Compat of the start check; ``probes``: (outcome of each probe request,
-    their StageStats): ``preflight``, a part of ``totals`` that no worker sent."""
+    their StageStats): ``preflight``, a part of ``totals`` that no worker sent; ``dataset``: the
+    run's dataset lines (the KV ceiling's mix of lengths), None for synthetic lengths."""
     sc, cap = scenario, capacity
     load_key = RATE if sc.open_loop else CONCURRENCY
     return {
@@ -363,7 +366,7 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: l
             "stopped_before": guard.stopped_before,
             "clamped_to": guard.clamped_to,
             "breaches": guard.breaches,
-            "max_concurrency": kv_ceiling(cap, sc),
+            "max_concurrency": kv_ceiling(cap, sc, dataset),
         },
         "knee": {"concurrency": None if sc.open_loop else knee, "threshold": sc.knee.threshold,
                  **({"rate_per_s": knee} if sc.open_loop else {})},

@@ -378,7 +378,7 @@ class Session:
                        self.tags.run_name(run_name(rt.scenario)))
         return self.tags.into_summary(build_summary(
             run, rt.scenario, self.capacity, self.guard_record, self.rows, self.knee(), rt.collector.totals,
-            self.server.compat if self.server else None, (self.unstaged.outcomes, self.unstaged.stats)))
+            self.server.compat if self.server else None, (self.unstaged.outcomes, self.unstaged.stats), rt.dataset))
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)

@@ -17,6 +17,7 @@ from loadgen.predict.calibrate import (
     fit,
     occupied_batch,
     residuals,
+    stage_accept_length,
 )
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, run_sweep
@@ -46,6 +47,30 @@ def test_accept_length_inverts_tokens_per_chunk():
     a = (6.2 ** 0.5 - 1) / 2
     assert probs == pytest.approx([1 - a, a * (1 - a), a * a], abs=1e-5)
     assert accept_distribution(1.0) == [1.0] and len(accept_distribution(3.0)) == 4
+
+
+def test_a_server_that_reports_no_speculation_steps_one_token_at_a_time():
+    """llama-server without a draft model sent 1.0107 tokens per chunk (it holds back a token that
+    ends inside a UTF-8 character): its /metrics, read in the window, reported no speculative step,
+    so L = 1 and the preset draws no 2-token steps. A server that reports speculation, or whose
+    metrics were not read, gets L from tokens per chunk."""
+    n = 64
+    watched = {"polls": 30, "flavor": "llamacpp", "disabled": None, "spec_accept_length": None}
+    row = {"tokens_per_chunk": 1.0107, "server": watched}
+    assert stage_accept_length(row, n) == 1.0
+    from_chunks = accept_length(1.0107, n)
+    assert from_chunks > 1.01
+    assert stage_accept_length({"tokens_per_chunk": 1.0107}, n) == from_chunks  # no server figures
+    assert stage_accept_length({**row, "server": {**watched, "polls": 0}}, n) == from_chunks
+    assert stage_accept_length({**row, "server": {**watched, "disabled": "--no-watch"}}, n) == from_chunks
+    assert stage_accept_length({**row, "server": {**watched, "flavor": "openai"}}, n) == from_chunks
+    spec = {"tokens_per_chunk": 2.25, "server": {**watched, "flavor": "sglang", "spec_accept_length": 2.29}}
+    assert stage_accept_length(spec, 100) == accept_length(2.25, 100)
+    # the fit takes it: a llama.cpp run's preset draws one token per step
+    assert fit({"scenario": {"input_tokens": 128, "output_tokens": n}, "guard": {},
+                "stages": [{"concurrency": c, "requests": 20, "tpot_p50_s": 0.006 * c, "ttft_p50_s": 0.1,
+                            "output_tokens_per_s": 100.0, "itl_chunk_p50_s": 0.006 * c, **row}
+                           for c in (1, 2, 4)]}).accept_length == 1.0
 
 
 def test_fit_recovers_hidden_engine_parameters_within_ten_percent():

@@ -6,6 +6,7 @@ requests themselves."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import numpy as np
@@ -147,8 +148,22 @@ def test_rows_count_each_request_s_own_tokens():
     row = stage_row(rec, 10_000)
     assert row["input_tokens"] == 2600 and row["output_tokens"] == 25 and row["requests"] == 2
     assert row["errors"] == {"overload_503": 1}
-    # TPOT per request: (E2E - TTFT) / (N - 1): 0.1 / 4 and 0.2 / 19; the p50 is their mean
-    assert row["tpot_p50_s"] == pytest.approx((0.1 / 4 + 0.2 / 19) / 2)
+    # TPOT per request: (E2E - TTFT) / (N - 1): 0.1 / 4 and 0.2 / 19; the p50 is the client's, the
+    # sample of rank ceil(0.5 x 2) = 1 (the middle of its log bucket: within 1.16 %), not the two's mean
+    assert row["tpot_p50_s"] == pytest.approx(0.2 / 19, rel=0.0117)
+
+
+def test_a_two_mode_ttft_p50_is_a_value_a_request_had_as_a_run_reports_it():
+    """Half the prompts alone in their step (1.07 s), half behind another's (2.16 s): a run's p50 is
+    the sample of rank ceil(0.5 x 20) = 10, the slowest of the fast half; numpy's interpolated
+    median (1.6 s) is a TTFT no request had (llama.cpp, 1024-token prompts on 4 slots at C = 4)."""
+    fast, slow = [1.0 + 0.007 * i for i in range(10)], [2.1 + 0.006 * i for i in range(10)]
+    rec = StageRecord(0, 4, None, window_s=30.0, window_tokens=1280,
+                      requests=[Timing(0.0, 0, chunk_t=[t, t + 0.5], chunk_n=[1, 63], done=True, input_tokens=1024)
+                                for t in slow + fast])
+    row = stage_row(rec, 16_384)
+    assert row["ttft_p50_s"] == pytest.approx(fast[-1], rel=0.0117)
+    assert row["ttft_p90_s"] == pytest.approx(slow[7], rel=0.0117)  # rank ceil(0.9 x 20) = 18
 
 
 def test_a_request_above_max_model_len_is_answered_400_and_its_user_pauses():
@@ -158,6 +173,25 @@ def test_a_request_above_max_model_len_is_answered_400_and_its_user_pauses():
     too_long = [t for t in rec.requests if t.too_long]
     assert too_long and all(t.tokens == 0 for t in too_long)
     assert row["errors"]["http_4xx"] == len(too_long) and row["requests"] == len(rec.requests) - len(too_long)
+
+
+@pytest.mark.parametrize("pause_s", [0.25, 2.5])
+def test_after_a_refused_request_the_user_pauses_as_the_scenario_says(pause_s, tmp_path):
+    """One user: a request refused 400 at once, and the next one sent request.client_error_pause_s
+    later (the scenario's value, as a run's user sleeps it), not a fixed second."""
+    from loadgen.config.build import build_scenario
+    from loadgen.predict.scenario import whatif_of
+
+    sc = build_scenario({"output": {"dist": "uniform", "min": 10, "max": 300},
+                         "request": {"client_error_pause_s": pause_s}})
+    w, _ = whatif_of(sc)
+    assert w.plan.client_error_pause_s == pause_s
+    wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("uniform", min=10, max=300))
+    (rec,) = run_sweep(PARAMS, [1], plan=dataclasses.replace(PLAN, client_error_pause_s=pause_s), workload=wl,
+                       max_model_len=300)
+    sent = sorted(rec.requests, key=lambda t: t.sent_s)
+    gaps = [b.sent_s - a.sent_s for a, b in itertools.pairwise(sent) if a.too_long]
+    assert gaps and gaps == pytest.approx([pause_s] * len(gaps))
 
 
 def test_the_kv_ceiling_is_the_guard_s_projection():

@@ -109,6 +109,33 @@ def test_max_running_caps_the_batch():
     assert engine.num_running == 2 and engine.num_waiting == 3
 
 
+
+@pytest.mark.parametrize("limit", ["slots", "kv"])
+def test_a_finished_requests_slot_and_kv_are_free_only_after_its_step(limit):
+    """A request waiting for a slot (or for KV) is admitted in the step after the one that
+    emitted the last token of the request it replaces, never in that step: a real scheduler
+    learns a request finished once the step's tokens are sampled (llama.cpp releases the slot
+    after the batch, and launches the deferred task in the next one). Admitted in the same step,
+    the newcomer's prompt would be computed inside the finisher's last decode step, delaying the
+    finisher's last token by a whole prompt (at 4 slots and 1024-token prompts every request's
+    E2E held four prompts instead of three)."""
+    params = EngineParams(max_running=1, kv_tokens=100_000, prefill_chunk_tokens=1000, step_base_s=0.01,
+                          step_per_seq_s=0.0, step_per_prefill_token_s=0.001)
+    if limit == "kv":
+        params = dataclasses.replace(params, max_running=8, kv_tokens=110, block_size=1)
+    engine = Engine(params)
+    first, second = SimRequest(100, 3), SimRequest(100, 3)
+    engine.submit(first)
+    engine.submit(second)
+    steps = [engine.step() for _ in range(3)]
+    # prefill of first (0.11 s), two decode steps; its last token ends a plain decode step
+    assert [[(r is first, n, done) for r, n, done in events] for _, events in steps] == \
+        [[(True, 1, False)], [(True, 1, False)], [(True, 1, True)]]
+    assert [round(d, 6) for d, _ in steps] == [0.11, 0.01, 0.01]
+    assert first.state == FINISHED and second.state == WAITING and engine.kv_used == 0
+    duration, events = engine.step()  # the next step admits second and computes its prompt
+    assert second.state == RUNNING and events == [(second, 1, False)] and round(duration, 6) == 0.11
+    assert engine.kv_used == second.kv_held
 def test_queue_cap_refuses_new_requests():
     engine = Engine(EngineParams(max_queued=2))
     engine.submit(SimRequest(10, 10))

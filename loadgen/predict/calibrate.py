@@ -10,7 +10,8 @@ with runs of two prompt lengths, a context term c x (context tokens of the decod
 From each closed-loop stage at concurrency C with N output and I input tokens per request:
 
 - L = (N - 1) / (N / tokens_per_chunk - 1)  (a request's first token comes from its prefill step
-  alone, so an N-token output takes 1 + (N - 1) / L chunks); 1 without speculative decoding
+  alone, so an N-token output takes 1 + (N - 1) / L chunks); 1 without speculative decoding, and 1
+  when the server's /metrics were read and said it ran none (``stage_accept_length``)
 - decode step time d = TPOT p50 x L
 - prefill tokens per step x = request rate x (C - 1) / C x I x d, request rate = output tok/s / N
   (the prompts a request's decode steps share: the other C - 1 users'; none at C = 1)
@@ -120,6 +121,25 @@ class Fit:
         }
 
 
+# flavors whose /metrics say whether speculative decoding ran (loadgen.server.window_spec)
+SPEC_REPORTING = ("vllm", "sglang", "llamacpp")
+
+
+def stage_accept_length(row: dict, output_tokens: int) -> float:
+    """A stage's tokens per engine step. The server's word first: when its /metrics were read in
+    the window (``server.polls``) and its flavor reports speculative decoding (vLLM and llama.cpp
+    with counters, SGLang with a gauge) but it reported none, 1: chunks of more than one token then
+    come from the stream, not from a step (llama.cpp holds back a token that ends inside a UTF-8
+    character and sends it with the next one: 1.01 tokens per chunk from a random-weight model, which
+    read as speculation would draw 2-token steps that break up users the server keeps in lockstep).
+    Otherwise L from tokens per chunk (``accept_length``)."""
+    server = row.get("server") or {}
+    if (server.get("polls") and not server.get("disabled") and server.get("flavor") in SPEC_REPORTING
+            and not server.get("spec_accept_length")):
+        return 1.0
+    return accept_length(row.get("tokens_per_chunk"), output_tokens)
+
+
 def accept_length(tokens_per_chunk: float | None, output_tokens: int) -> float:
     """L = (N - 1) / (N / tokens_per_chunk - 1); 1 when chunks carry one token (or nothing said)."""
     if not tokens_per_chunk or tokens_per_chunk <= 1.0001 or output_tokens < 2:
@@ -163,7 +183,7 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     runs = [summaries] if isinstance(summaries, dict) else list(summaries)
     per_run = [(s, int(s["scenario"]["input_tokens"]), int(s["scenario"]["output_tokens"]), _fit_rows(s))
                for s in runs]
-    lengths = [accept_length(r.get("tokens_per_chunk"), n_out) for _, _, n_out, rows in per_run for r in rows]
+    lengths = [stage_accept_length(r, n_out) for _, _, n_out, rows in per_run for r in rows]
     weights = [r["requests"] for *_, rows in per_run for r in rows]
     accept = float(np.average(lengths, weights=weights))
     firsts = [(n_in, n_out, min(rows, key=lambda r: r["concurrency"])) for _, n_in, n_out, rows in per_run]

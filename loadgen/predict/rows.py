@@ -15,7 +15,11 @@ to the simulated timings of the requests *sent* in the window (``loadgen.predict
 - SLO: ``loadgen.stats.slo.request_verdict`` per request, ``stage_slo`` per stage; percentile limits
   (``loadgen.stats.slo_limits.stage_limits``) on LogHistograms of the stage's ok requests, as a run
 
-Quantiles are exact (numpy, linear interpolation), not the client's log histogram (within ~1 %).
+Quantiles are the client's: each figure of ``loadgen.stats.metrics.STAGE_METRICS`` drawn from a
+per-request histogram is that metric's ``value`` on LogHistograms of the stage's requests (the
+sample of rank ceil(q x count), within one fine bucket), as a run's stage row. Not numpy's linear
+interpolation: where a stage's TTFTs fall in two modes (half the prompts alone, half behind
+another), the middle of the gap between them is a value no request had and no run reports.
 Each row carries ``predicted: true`` and the flag ``predicted``.
 """
 
@@ -29,8 +33,9 @@ import numpy as np
 from loadgen.errors import HTTP_4XX, OVERLOAD_503
 from loadgen.predict.vsweep import StageRecord, Timing
 from loadgen.stats.hist import LogHistogram
+from loadgen.stats.metrics import DECODE_TPS, E2E, ITL_CHUNK, ITL_TOKEN, STAGE_METRICS, TPOT, TTFT
 from loadgen.stats.slo import Objectives, SloCounts, stage_slo
-from loadgen.stats.slo_limits import HISTOGRAM_OF, stage_limits
+from loadgen.stats.slo_limits import stage_limits
 
 PREDICTED_FLAG = "predicted"
 
@@ -47,17 +52,22 @@ class _Result:
     completion_tokens: int
 
 
-def _q(values, q: float) -> float | None:
-    return float(np.quantile(values, q)) if len(values) else None
+# the per-request histograms of a stage (loadgen.stats.metrics), filled from the simulated timings
+SAMPLED = (TTFT, TPOT, E2E, DECODE_TPS, ITL_TOKEN, ITL_CHUNK)
 
 
-def _wq(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
-    """Weighted quantile: the smallest value whose cumulative weight reaches q of the total."""
-    if not len(values):
-        return None
-    order = np.argsort(values)
-    cum = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cum, q * cum[-1])])
+def _histograms(ok: list[_Result], chunk_gaps: np.ndarray, chunk_n: np.ndarray) -> SimpleNamespace:
+    """The stage's LogHistograms as a run fills them (loadgen.stats.records): one TTFT, E2E, TPOT
+    and decode-rate sample per ok request (TPOT and decode rate of requests with N > 1), one chunk
+    gap per gap, and per-token ITL gap_i / n_i weighted by n_i."""
+    hists = {h.attr: LogHistogram() for h in SAMPLED}
+    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
+    for h, values in ((TTFT, [r.ttft_s for r in ok]), (E2E, [r.e2e_s for r in ok]), (TPOT, tpot),
+                      (DECODE_TPS, [1.0 / x for x in tpot if x > 0]), (ITL_CHUNK, chunk_gaps)):
+        hists[h.attr].add_many(values)
+    n = np.maximum(chunk_n, 1).astype(np.int64)
+    hists[ITL_TOKEN.attr].add_many(chunk_gaps / n, n)
+    return SimpleNamespace(**hists)
 
 
 def _result(t: Timing) -> _Result:
@@ -72,10 +82,7 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
     gaps = [(np.diff(np.asarray(t.chunk_t)), np.asarray(t.chunk_n[1:])) for t in rec.requests if len(t.chunk_t) > 1]
     chunk_gaps = np.concatenate([g for g, _ in gaps]) if gaps else np.empty(0)
     chunk_n = np.concatenate([n for _, n in gaps]) if gaps else np.empty(0)
-    ttft = [r.ttft_s for r in ok]
-    e2e = [r.e2e_s for r in ok]
-    tpot = [r.tpot_s for r in ok if r.tpot_s is not None]
-    decode = [1.0 / x for x in tpot if x > 0]
+    hists = _histograms(ok, chunk_gaps, chunk_n)
     tokens = sum(r.completion_tokens for r in ok)
     chunks = sum(len(t.chunk_t) for t in rec.requests if t.done)
     w = rec.window_s
@@ -93,13 +100,7 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
         "input_tokens": sum(t.input_tokens for t, r in zip(rec.requests, results, strict=True) if r.ok),
         "output_tokens": tokens,
         "output_tokens_per_s": rec.window_tokens / w if w else None,
-        "decode_tps_p50": _q(decode, 0.5),
-        **{f"ttft_p{p}_s": _q(ttft, p / 100) for p in (50, 90, 95, 99)},
-        **{f"itl_p{p}_s": _wq(chunk_gaps / np.maximum(chunk_n, 1), chunk_n, p / 100) for p in (50, 90, 95, 99)},
-        "itl_chunk_p50_s": _q(chunk_gaps, 0.5),
-        "tpot_p50_s": _q(tpot, 0.5),
-        "e2e_p50_s": _q(e2e, 0.5),
-        "e2e_p99_s": _q(e2e, 0.99),
+        **{m.key: m.value(hists, w) for m in STAGE_METRICS if m.source in SAMPLED},
         "tokens_per_chunk": tokens / chunks if chunks else None,
         "token_mismatch": {"input": 0, "output": 0, "estimated": 0},
     }
@@ -118,11 +119,7 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
             counts.add(r, objectives)
         row["slo"] = stage_slo(counts, len(results), objectives, row["output_tokens_per_s"], tokens)
         if objectives.limits:  # judged as a run judges them: on the stage's LogHistograms
-            hists = {name: LogHistogram() for name in HISTOGRAM_OF.values()}
-            for name, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
-                hists[name].add_many(values)
-            hists["itl_token_s"].add_many(chunk_gaps / np.maximum(chunk_n, 1), np.maximum(chunk_n, 1))
-            row["slo"] = stage_limits(row["slo"], SimpleNamespace(**hists), objectives.limits)
+            row["slo"] = stage_limits(row["slo"], hists, objectives.limits)
         row["slo_attainment"] = row["slo"]["attainment"]
         row["goodput_output_tokens_per_s"] = row["slo"]["goodput_output_tokens_per_s"]
         if not row["slo"]["pass"]:

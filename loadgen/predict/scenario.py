@@ -8,6 +8,7 @@ resolves it), and a timestamped dataset becomes the run's one rate stage at the 
 
 - the stages (``stages.*``: list or geometric series, ramp_s, warmup_s, duration_s, turnover,
   max_warmup_s, max_window_s, min_requests) or the rate stages (``rate.*``: arrival, burstiness, seed);
+  a user's pause after a refused request (``request.client_error_pause_s``);
 - the requests: ``input:`` / ``output:`` distributions, or the dataset's lines (``workload.dataset``,
   ``dataset_order``), seeded by ``prompt.seed`` (``loadgen.predict.vworkload``);
 - the SLO objectives (``slo.*``: isolated stages, each stage's attainment and the SLO maximum) and
@@ -48,7 +49,8 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     st = sc.stages
     plan = StagePlan(float(st.warmup_s), float(st.duration_s), bool(st.turnover), float(st.max_warmup_s),
                      float(st.max_window_s), isolated=sc.slo.enabled, ramp_s=float(st.ramp_s),
-                     min_requests=int(st.min_requests))
+                     min_requests=int(st.min_requests),
+                     client_error_pause_s=float(sc.request.client_error_pause_s))
     workload = VirtualWorkload(sc.length_dist("input"), sc.length_dist("output"), sc.prompt.seed,
                                tuple(dataset or ()), sc.workload.dataset, sc.workload.dataset_order == "shuffled",
                                sc.rate.arrival, sc.rate.burstiness, sc.rate.seed, sc.workload.trace_speedup,

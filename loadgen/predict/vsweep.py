@@ -34,12 +34,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from loadgen.config.schema import DEFAULTS
 from loadgen.predict.vworkload import Sender, VirtualWorkload
 from loadgen.sim.engine import EngineParams, SimRequest
 from loadgen.sim.virtual import VirtualServer
 from loadgen.workload.trace import TraceSchedule
-
-CLIENT_ERROR_PAUSE_S = 1.0  # request.client_error_pause_s's default: a user's pause after a 4xx
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,8 @@ class StagePlan:
     tick_s: float = 1.0  # the sweep shape's tick (SweepShape: 1 s): rules are checked on it; 0: at every step
     ramp_s: float = 0.0  # stages.ramp_s: a stage's new users start spread over it (0: together)
     min_requests: int = 0  # stages.min_requests: a window also holds this many finished measured requests
+    # request.client_error_pause_s: a closed-loop user's pause after a refused request (a 4xx)
+    client_error_pause_s: float = DEFAULTS["request"]["client_error_pause_s"]
 
 
 @dataclass
@@ -133,8 +134,8 @@ class _Sweep:
     """The virtual clients and the stage bookkeeping around one VirtualServer."""
 
     def __init__(self, params: EngineParams, workload: VirtualWorkload, jitter_s: float = 0.0,
-                 part: int = 0, parts: int = 1, max_model_len: int | None = None):
-        self.rng, self.jitter_s = random.Random(params.seed), jitter_s
+                 part: int = 0, parts: int = 1, max_model_len: int | None = None, error_pause_s: float = 1.0):
+        self.rng, self.jitter_s, self.error_pause_s = random.Random(params.seed), jitter_s, error_pause_s
         self.server = VirtualServer(params, self._on_chunk)
         self.workload, self.part, self.parts, self.max_model_len = workload, part, parts, max_model_len
         self.cursor = workload.cursor(part, parts)  # the dataset, shared by every sender
@@ -198,7 +199,7 @@ class _Sweep:
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             if timing.too_long:  # a refused request: the user pauses (request.client_error_pause_s)
-                bisect.insort(self.starts, (t + CLIENT_ERROR_PAUSE_S, user))
+                bisect.insort(self.starts, (t + self.error_pause_s, user))
             else:
                 self.send(t, user)
 
@@ -290,7 +291,7 @@ def run_sweep(params: EngineParams, loads: list[float], input_tokens: int = 1000
     uniform 0 .. jitter_s after it was sent (a client's turnaround; 0: at once). ``max_model_len``:
     a request longer than it (input + output) is answered 400 at once, as the server does."""
     workload = workload or VirtualWorkload.fixed(input_tokens, output_tokens)
-    sw = _Sweep(params, workload, jitter_s, part, parts, max_model_len)
+    sw = _Sweep(params, workload, jitter_s, part, parts, max_model_len, plan.client_error_pause_s)
     server = sw.server
     records = [_play_stage(sw, index, load, plan, open_loop) for index, load in enumerate(loads)]
     # the drain: no new requests; the last stage's measured ones finish (their figures need their ends)

@@ -9,7 +9,10 @@ and then delivers the events. TTFT and ITL are not configured, they emerge from 
   (``spec_accept[i]`` = probability that ``i + 1`` tokens are accepted in one step).
 - The same step spends a chunked-prefill budget of ``prefill_chunk_tokens`` on requests still
   prefilling (oldest first), then admits waiting requests (FIFO) into that budget. A request whose
-  prefill completes emits its first token at the end of that step.
+  prefill completes emits its first token at the end of that step. A request that emits its last
+  token in a step keeps its slot (``max_running``) and its KV until that step ends: a waiting
+  request takes them in the next step (a real scheduler learns a request finished once the step's
+  tokens are sampled; llama-server launches the deferred task in the batch after the release).
 - Prefix caching (``prefix_cache_blocks`` > 0, see ``loadgen.sim.prefix``): at admission the
   prompt's leading blocks found in the cache count as already prefilled.
 - Step duration = ``step_base_s + step_per_seq_s * batch + step_per_prefill_token_s * prefill
@@ -116,6 +119,9 @@ class Engine:
         self._spec_cum = cum
         self._spec = len(cum) > 1
         self._context = 0  # context tokens of the requests decoding in the step being computed
+        # requests that finished in the step being computed: their slots and KV are free only after
+        # it (a real scheduler learns a request finished once the step's tokens are sampled)
+        self._done_slots = self._done_kv = 0
         self._pairs = 0  # (prompt token, earlier token of its sequence) pairs prefilled in that step
         p = self.params
         self.prefix_cache = (PrefixCache(p.prefix_block_tokens, p.prefix_cache_blocks)
@@ -170,7 +176,7 @@ class Engine:
         need = self._blocks(tokens) - req.kv_held
         if need <= 0:
             return True
-        if self.kv_used + need > self.params.kv_tokens:
+        if self.kv_used + self._done_kv + need > self.params.kv_tokens:
             return False
         self.kv_used += need
         req.kv_held += need
@@ -193,7 +199,7 @@ class Engine:
             return 0.0, []
         events: list[tuple[SimRequest, int, bool]] = []
         self.admitted.clear()
-        self._context = self._pairs = 0
+        self._context = self._pairs = self._done_slots = self._done_kv = 0
         preempted = self._decode(events)
         batch = len(events)
         prefilled, prefill_seqs = self._prefill(events, admit=not preempted)
@@ -249,6 +255,8 @@ class Engine:
         if done:
             req.state = FINISHED
             self.running.remove(req)
+            self._done_slots += 1
+            self._done_kv += req.kv_held
             self._free(req)
 
     def _prefill(self, events: list, admit: bool) -> tuple[int, int]:
@@ -263,11 +271,11 @@ class Engine:
             budget -= n
             computed += n
             seqs += 1
-        while admit and budget > 0 and self.waiting and len(self.running) < p.max_running:
+        while admit and budget > 0 and self.waiting and len(self.running) + self._done_slots < p.max_running:
             req = self.waiting[0]
             reserve = int(p.admit_output_reserve * (req.output_tokens - req.generated))
             need = self._blocks(req.prefill_target + 1 + (reserve if self.running else 0))
-            if self.kv_used + need > p.kv_tokens:
+            if self.kv_used + self._done_kv + need > p.kv_tokens:
                 break  # FIFO: the head waits for room, nobody overtakes it
             self.waiting.popleft()
             req.state = RUNNING

@@ -1,11 +1,15 @@
-"""Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict changed configurations
-(longer prompts beyond the calibrated lengths; fewer slots; each with 64 output tokens, and with
-output lengths drawn uniformly from 32-96 as real outputs vary; 256-token prompts, within the
-calibrated lengths, with ``--only mid``), run them for real, print predicted vs measured output
-tok/s and TTFT p50 per stage. Everything runs ``--passes`` times (default 2) on fresh servers, so
-the tables also show how far two measurements of the same stage lie apart. Every run keeps its
-requests.jsonl, and each pass llama-server's log with timestamps (bench/llamacpp_timeline.py joins
-them: how the server scheduled each request).
+"""Issue 29's llama.cpp check: calibrate on real llama-server sweeps, predict changed configurations,
+run them for real, print predicted vs measured output tok/s and TTFT p50 per stage.
+
+The calibration is a sweep at 128 prompt tokens (C = 1, 2, 4, 8) and a short one at the longest
+prompt asked about (1024 tokens, C = 1, 4), as docs/whatif.md advises. The changed configurations:
+longer prompts (768 tokens: 6x the sweep's, at no concurrency measured) and fewer slots (2 instead
+of 4), each with 64 output tokens and with output lengths drawn uniformly from 32-96 as real outputs
+vary; ``--only mid`` adds 256-token prompts. ``--only base,second512,beyond,beyond_dist`` measures
+the extrapolation instead: calibrated at 128 and 512 tokens, prompts of 1024. Everything runs
+``--passes`` times (default 2) on fresh servers, so the tables also show how far two measurements of
+the same stage lie apart. Every run keeps its requests.jsonl, and each pass llama-server's log with
+timestamps (bench/llamacpp_timeline.py joins them: how the server scheduled each request).
 
     nice -n -5 .venv/bin/python bench/validate_whatif_llamacpp.py --out /tmp/vl   # ~30 min, 2 passes
     .venv/bin/python bench/validate_whatif_llamacpp.py --tables-from /tmp/vl      # tables again, no runs
@@ -57,27 +61,36 @@ from tests.runlocust import run_dir, run_locust  # noqa: E402
 OUT, CTX = 64, 16384
 WARMUP_S, WINDOW_S, MAX_WINDOW_S = 5, 30, 90
 SERVER_CPU, CLIENT_CPU = 0, 1
-# name: (slots, input tokens, stages, output lengths); the first two calibrate, the others are predicted.
-# Output lengths: OUT fixed, or drawn uniformly from [OUT_MIN, OUT_MAX] (mean OUT) per request, as real
-# outputs vary: users then do not finish in lockstep (docs/whatif.md 'Against llama.cpp').
+# name: (slots, input tokens, stages, output lengths). base + a calibration run calibrate; the others
+# are predicted. Output lengths: OUT fixed, or drawn uniformly from [OUT_MIN, OUT_MAX] (mean OUT) per
+# request, as real outputs vary: users then do not finish in lockstep (docs/whatif.md 'Against llama.cpp').
 OUT_MIN, OUT_MAX = 32, 96
 FIXED, UNIFORM = "fixed", "uniform"
 RUNS = {
     "base": (4, 128, "1,2,4,8", FIXED),
-    "second": (4, 512, "1,4", FIXED),
-    "longer": (4, 1024, "1,2,4,8", FIXED),
+    "second": (4, 1024, "1,4", FIXED),  # the calibration's second prompt length: the longest asked about
+    "longer": (4, 768, "1,2,4,8", FIXED),
     "fewer": (2, 128, "1,2,4,8", FIXED),
-    "longer_dist": (4, 1024, "1,2,4,8", UNIFORM),
+    "longer_dist": (4, 768, "1,2,4,8", UNIFORM),
     "fewer_dist": (2, 128, "1,2,4,8", UNIFORM),
     "mid": (4, 256, "1,2,4,8", FIXED),
+    # extrapolation: calibrated on 128 + 512, prompts of 1024 (--only base,second512,beyond,beyond_dist)
+    "second512": (4, 512, "1,4", FIXED),
+    "beyond": (4, 1024, "1,2,4,8", FIXED),
+    "beyond_dist": (4, 1024, "1,2,4,8", UNIFORM),
 }
-DEFAULT_RUNS = ("base", "second", "longer", "fewer", "longer_dist", "fewer_dist")  # mid: --only mid
+DEFAULT_RUNS = ("base", "second", "longer", "fewer", "longer_dist", "fewer_dist")
 SPREAD = 8  # predicted with 8 more seeds and a 0-2 ms client jitter: the range a cohort's phase spans
-CHANGED = {"longer": "longer prompts beyond the calibrated ones (1024 in, 4 slots)",
-           "mid": "longer prompts within the calibrated ones (256 in, 4 slots)",
-           "fewer": "fewer slots (128 in, 2 slots)",
-           "longer_dist": f"longer prompts, output lengths uniform {OUT_MIN}-{OUT_MAX} (1024 in, 4 slots)",
-           "fewer_dist": f"fewer slots, output lengths uniform {OUT_MIN}-{OUT_MAX} (128 in, 2 slots)"}
+# changed run: (title, the calibration's second run; the first is base)
+CHANGED = {"longer": ("longer prompts (768 in, 4 slots; calibrated at 128 and 1024)", "second"),
+           "longer_dist": (f"longer prompts, output lengths uniform {OUT_MIN}-{OUT_MAX} (768 in, 4 slots)", "second"),
+           "fewer": ("fewer slots (128 in, 2 slots)", "second"),
+           "fewer_dist": (f"fewer slots, output lengths uniform {OUT_MIN}-{OUT_MAX} (128 in, 2 slots)", "second"),
+           "mid": ("prompts of 256 (4 slots)", "second"),
+           "beyond": ("prompts beyond the calibrated lengths (1024 in, 4 slots; calibrated at 128 and 512)",
+                      "second512"),
+           "beyond_dist": (f"beyond the calibrated lengths, output lengths uniform {OUT_MIN}-{OUT_MAX} "
+                           "(1024 in, 4 slots; calibrated at 128 and 512)", "second512")}
 
 
 def sweep(url: str, results: Path, input_tokens: int, stages: str, output: str) -> None:
@@ -128,26 +141,27 @@ def tables(out: Path) -> None:
     calibration) vs measured; the passes' rows one under the other show how far two measurements
     of the same stage lie apart."""
     passes = sorted(int(p.name[4:]) for p in out.glob("pass*") if p.is_dir())
-    presets: dict[tuple[int, int], object] = {}
-    for name, title in CHANGED.items():
-        done = [k for k in passes if (out / f"pass{k}" / name).is_dir()]
+    presets: dict[tuple[int, int, str], object] = {}
+    for name, (title, second) in CHANGED.items():
+        done = [k for k in passes if (out / f"pass{k}" / name).is_dir() and (out / f"pass{k}" / second).is_dir()]
         if not done:
-            print(f"\n(no {name} run in {out}; measure it with --only {name})")
+            print(f"\n(no {name} run with its calibration in {out}; measure it with --only base,{second},{name})")
             continue
         slots = RUNS[name][0]
-        print(f"\n{title}: predicted vs measured (calibrated on base (128 in) + second (512 in) of the same "
-              f"pass, batches up to {slots})")
+        lengths = [summary(out, done[0], run)[1]["scenario"]["input_tokens"] for run in ("base", second)]
+        print(f"\n{title}: predicted vs measured (calibrated on base ({lengths[0]} in) + {second} "
+              f"({lengths[1]} in) of the same pass, batches up to {slots})")
         print("| C | pass | out tok/s predicted (range) | measured | error | TTFT p50 predicted (range) | measured | error |")
         print("|---|---|---|---|---|---|---|---|")
         for k in done:
-            if (k, slots) not in presets:
-                runs = [str(summary(out, k, "base")[0]), str(summary(out, k, "second")[0])]
-                preset = out / f"pass{k}" / f"llamacpp-{slots}slots.yaml"
+            if (k, slots, second) not in presets:
+                runs = [str(summary(out, k, "base")[0]), str(summary(out, k, second)[0])]
+                preset = out / f"pass{k}" / f"llamacpp-{slots}slots-{second}.yaml"
                 # the step time's straight line fitted over the batches this configuration runs (1..slots)
                 with contextlib.redirect_stdout(sys.stderr):  # its report, not inside the table's rows
                     predict_main(["calibrate", *runs, "-o", str(preset), "--max-batch", str(slots)])
-                presets[k, slots] = load(str(preset), {"max_running": slots})
-            compare(k, presets[k, slots], summary(out, k, name)[1])
+                presets[k, slots, second] = load(str(preset), {"max_running": slots})
+            compare(k, presets[k, slots, second], summary(out, k, name)[1])
 
 
 def compare(k: int, cfg, measured: dict) -> None:

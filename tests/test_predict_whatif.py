@@ -75,9 +75,26 @@ def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
             runs = row["spread_runs"][key]
             assert len(runs) == 4 and runs == sorted(runs) and [lo, hi] == [runs[0], runs[-1]]
             assert row[key] == runs[1]  # the median over the runs: the lower middle of 4
-    # where the cohort's prompts land: TTFT p50 alone in its step or behind another prompt
     lo, hi = s["stages"][1]["spread"]["ttft_p50_s"]
-    assert hi > 1.2 * lo
+    assert hi > lo
+
+
+def test_each_spread_run_moves_the_engine_s_speed_by_one_seeded_factor():
+    """A spread run scales every step cost by one factor within 1 +- SPREAD_SPEED (the same server
+    ran a few % faster or slower between runs), seeded: the same run k draws the same factor."""
+    from loadgen.predict.whatif import SPREAD_SPEED, STEP_COSTS, _reseeded
+
+    cfg = load("qwen35-397b-8gpu")
+    factors = set()
+    for k in range(1, 9):
+        run = _reseeded(cfg, k)
+        assert run.seed == cfg.seed + k and run == _reseeded(cfg, k)
+        ratios = {key: getattr(run, key) / getattr(cfg, key) for key in STEP_COSTS if getattr(cfg, key)}
+        assert len(ratios) >= 3 and max(ratios.values()) == pytest.approx(min(ratios.values()))
+        factor = next(iter(ratios.values()))
+        assert abs(factor - 1) <= SPREAD_SPEED
+        factors.add(round(factor, 9))
+    assert len(factors) == 8
 
 
 def test_open_loop_rates_below_capacity_are_achieved_and_above_it_not():

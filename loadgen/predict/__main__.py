@@ -289,7 +289,8 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
     wi.add_argument("--max-warmup-s", type=float, help="stages.max_warmup_s (default 600)")
     wi.add_argument("--max-window-s", type=float, help="stages.max_window_s (default 900)")
     wi.add_argument("--spread", type=int, default=0, metavar="K",
-                    help="K more runs with other seeds and a 0-2 ms client jitter: each stage's range (how sure)")
+                    help="K more runs with other seeds, the engine speed within +-3 %% and a 0-2 ms client jitter: "
+                    "each stage's range (how sure)")
     wi.add_argument("--out", help="write summary.json, stages.csv and report.html (predicted) here")
     wi.add_argument("--no-plots", action="store_true", help="report.html without plots (no matplotlib)")
     return ap

@@ -14,6 +14,7 @@ per request) over R x kv_tokens.
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ class WhatIf:
     plan: StagePlan = StagePlan()
     objectives: Objectives = field(default_factory=Objectives)
     knee_threshold: float = 0.10
-    spread: int = 0  # extra runs with other seeds and a 0-2 ms client jitter: how sure the prediction is
+    spread: int = 0  # extra runs with other seeds, engine speeds and client jitters: how sure the prediction is
     # what each request asks for and when open-loop requests arrive; None: input_tokens / output_tokens
     # fixed, constant gaps (loadgen.predict.vworkload)
     workload: VirtualWorkload | None = None
@@ -83,8 +84,9 @@ SPREAD_JITTER_S = 0.002  # the client turnaround of the spread runs: a few ms, a
 def predict(cfg: SimConfig, w: WhatIf) -> dict:
     """The predicted summary (summary.json's shape, ``predicted: true`` everywhere).
 
-    With ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws) and a
-    seeded 0-2 ms client jitter play the same sweep: where users that start together form a cohort,
+    With ``w.spread`` = K, K more runs with other engine seeds (speculative accept draws), the
+    engine's speed moved by a seeded factor within 1 +- SPREAD_SPEED (``_reseeded``) and a seeded
+    0-2 ms client jitter play the same sweep: where users that start together form a cohort,
     which phase of it a window catches is a draw, and so are figures such as TTFT p50 that take a
     few discrete levels (a prompt's prefill alone, or behind one or two others'). Then, per row and
     for output tok/s, TTFT p50 and TPOT p50: the figure is the median over the K + 1 runs (the lower
@@ -111,8 +113,20 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
 SPREAD_KEYS = ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s")
 
 
+SPREAD_SPEED = 0.03  # the spread runs' engine speed: each run's step costs x a seeded 1 +- this
+STEP_COSTS = ("step_base_ms", "step_per_seq_ms", "step_per_prefill_token_us", "step_per_context_token_ns",
+              "step_per_prefill_pair_ns")
+
+
 def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
-    return dataclasses.replace(cfg, seed=cfg.seed + k)
+    """Spread run k: another engine seed, and every step cost scaled by one factor drawn uniformly
+    from 1 +- SPREAD_SPEED. The same server ran 3-8 % faster or slower between two runs of the
+    llama.cpp bench (docs/whatif.md 'Against llama.cpp'), and over a stage's tens of request cycles
+    that much moves where the running users stand when the next stage's users start: whether a new
+    user's prompt lands beside another's, which decides a locked cohort's TTFT levels. Without it a
+    server with no speculative decoding has no draw left and every spread run plays the same phase."""
+    factor = 1.0 + random.Random(cfg.seed * 1_000_003 + k).uniform(-SPREAD_SPEED, SPREAD_SPEED)
+    return dataclasses.replace(cfg, seed=cfg.seed + k, **{key: getattr(cfg, key) * factor for key in STEP_COSTS})
 
 
 def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:

@@ -11,6 +11,7 @@ from loadgen.predict.calibrate import (
     MIN_STEP_BASE_MS,
     accept_distribution,
     accept_length,
+    batch_knots,
     context_cost,
     cycle_steps,
     decode_step,
@@ -21,7 +22,7 @@ from loadgen.predict.calibrate import (
 )
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StagePlan, run_sweep
-from loadgen.sim.engine import EngineParams
+from loadgen.sim.engine import EngineParams, batch_cost_s
 
 HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
                       step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,
@@ -239,6 +240,27 @@ def test_max_batch_fits_only_the_stages_up_to_that_batch():
         assert f.step_base_s + batch * f.step_per_seq_s == pytest.approx(
             READING.step_base_s + batch * READING.step_per_seq_s, rel=0.05)
     assert f.step_per_context_token_s == pytest.approx(READING.step_per_context_token_s, rel=0.10)
+
+
+def test_a_step_no_line_fits_is_kept_as_measured_knots():
+    """An engine whose step is 6.1, 12.2 and 14.3 ms at batch 1, 2 and 4 (llama.cpp on a CPU): the
+    line through them misses the batch-2 step by ~20 %, so the preset carries the measured steps as
+    knots, within 5 % of the engine's at each batch; an engine whose step is one line gets none."""
+    truth = ((1.0, 0.0061), (2.0, 0.0122), (4.0, 0.0143))
+    bent = dataclasses.replace(READING, step_batch_s=truth, step_per_seq_s=0.001)
+    runs = [_summary(bent, n_in=n, n_out=64, loads=[1, 2, 4]) for n in (128, 512)]
+    f = fit(runs, max_batch=4)
+    knots = f.preset(runs[0])["step_batch_ms"]
+    assert len(knots) == 3
+    for (b, ms), (_, true_s) in zip(knots, truth, strict=True):
+        engine_ms = batch_cost_s(bent, b) * 1e3  # the engine's batch part at the knot's (occupied) batch
+        assert ms == pytest.approx(engine_ms, rel=0.05), (b, ms, true_s)
+    straight = fit([_summary(READING, n_in=n, n_out=64, loads=[1, 2, 4]) for n in (128, 512)], max_batch=4)
+    assert straight.step_batch_s == [] and "step_batch_ms" not in straight.preset(runs[0])
+    # the rule: knots only where the line misses a step by more than 10 % of it
+    assert batch_knots([(1, 6.0, 6.0), (2, 12.0, 12.0), (4, 14.0, 14.0)], 5.0, 2.5) == \
+        [(1.0, 6.0), (2.0, 12.0), (4.0, 14.0)]
+    assert batch_knots([(1, 6.0, 6.0), (2, 8.4, 8.4)], 3.5, 2.5) == []
 
 
 def test_a_fitted_step_base_of_zero_is_written_as_the_smallest_valid_step():

@@ -76,6 +76,13 @@ def test_decode_panel_plots_each_equation_s_measured_and_model_step(fit_doc):
     labels = sorted(t.get_text() for t in ax.texts)
     assert labels == sorted(f"{r['rel']:+.1%}" for r in fit_doc["step_residuals"] if r["what"] == "decode step")
 
+    assert not any(label.startswith("step_batch_ms") for label in got)  # one line fits: no knots
+
+
+def test_decode_panel_draws_the_preset_s_batch_knots_where_no_line_fits(fit_doc):
+    doc = {**fit_doc, "preset": {**fit_doc["preset"], "step_batch_ms": [[1.0, 6.1], [1.98, 12.2], [3.9, 14.3]]}}
+    knots = next(line for label, line in lines(fit_figure(doc).axes[0]).items() if label.startswith("step_batch_ms"))
+    assert list(knots.get_xdata()) == [1.0, 1.98, 3.9] and list(knots.get_ydata()) == [6.1, 12.2, 14.3]
 
 def test_ttft_panel_draws_the_prompt_line_through_the_fitted_intercept(fit_doc):
     ax = fit_figure(fit_doc).axes[1]

@@ -45,6 +45,8 @@ def test_options_override_preset_fields():
     ("faults: {oom: 0.1}\n", "faults.oom: unknown fault kind"),
     ("timing: engine\nkv_tokens: 1000\nmax_model_len: 4096\n", "max_model_len: must leave room"),
     ("- just a list\n", "must be a YAML mapping"),
+    ("step_batch_ms: [[2, 12], [1, 6]]\n", "step_batch_ms: needs batches > 0 in ascending order"),
+    ("step_batch_ms: [1, 6]\n", "step_batch_ms: must be a list of batch:ms pairs"),
 ])
 def test_bad_preset_values_name_key_and_value(tmp_path, yaml_text, fragment):
     path = tmp_path / "p.yaml"
@@ -71,6 +73,17 @@ def test_cli_bad_option_exits_2_with_one_line(argv, fragment):
 
 
 @pytest.mark.integration
+def test_step_batch_knots_from_yaml_or_an_option_reach_the_engine(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("timing: engine\nstep_batch_ms: [[1, 6.1], [2, 12.2], [4, 14.3]]\n")
+    knots = load(str(path)).engine_params().step_batch_s
+    assert [b for b, _ in knots] == [1, 2, 4] and [s for _, s in knots] == pytest.approx([0.0061, 0.0122, 0.0143])
+    assert load(str(path), {"step_batch_ms": "1:5,3:9"}).step_batch_ms == [[1, 5], [3, 9]]
+    assert load(str(path), {"step_batch_ms": "none"}).engine_params().step_batch_s == ()
+    with pytest.raises(SimConfigError, match="step_batch_ms: needs batches > 0 in ascending order"):
+        load(str(path), {"step_batch_ms": "1:5,1:9"})
+
+
 def test_listening_line_and_clean_sigterm():
     with running_sim("--preset", "fixed") as sim:
         url, proc = sim.url, sim.proc

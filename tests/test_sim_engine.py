@@ -7,7 +7,16 @@ import dataclasses
 import pytest
 
 from loadgen.sim.config import load
-from loadgen.sim.engine import FINISHED, RUNNING, WAITING, Engine, EngineParams, QueueFull, SimRequest
+from loadgen.sim.engine import (
+    FINISHED,
+    RUNNING,
+    WAITING,
+    Engine,
+    EngineParams,
+    QueueFull,
+    SimRequest,
+    batch_cost_s,
+)
 from loadgen.sim.fixed import FixedSchedule
 
 QWEN = load("qwen35-397b-8gpu").engine_params()
@@ -98,6 +107,20 @@ def test_a_prompt_token_costs_the_earlier_tokens_of_its_sequence():
     whole = Engine(dataclasses.replace(p, prefill_chunk_tokens=2048))
     whole.submit(SimRequest(250, 2))
     assert whole.step()[0] == pytest.approx(0.01 + 0.001 + 0.025 + 1e-7 * 31125)
+
+
+def test_a_steps_batch_part_follows_measured_knots():
+    """Knots (batch, s) replace step_base + step_per_seq x batch: straight lines between them,
+    step_per_seq's slope beyond the first and the last (llama.cpp on a CPU: 6, 12, 14 ms)."""
+    p = EngineParams(step_base_s=0.5, step_per_seq_s=0.001, step_batch_s=((1, 0.006), (2, 0.012), (4, 0.014)))
+    for batch, ms in ((1, 6), (1.5, 9), (2, 12), (3, 13), (4, 14), (6, 16), (0.5, 5.5)):
+        assert batch_cost_s(p, batch) == pytest.approx(ms / 1e3), batch
+    assert batch_cost_s(dataclasses.replace(p, step_batch_s=()), 3) == pytest.approx(0.503)
+    engine = Engine(dataclasses.replace(p, step_per_prefill_token_s=0.0))
+    for r in (SimRequest(10, 5), SimRequest(10, 5)):
+        engine.submit(r)
+    assert engine.step()[0] == pytest.approx(0.012)  # two prefills, batch 2
+    assert engine.step()[0] == pytest.approx(0.012)  # two decodes
 
 
 def test_max_running_caps_the_batch():

@@ -59,7 +59,11 @@ memory-bound engine needs it: on llama.cpp on one CPU core a decode step at 1,10
 context costs ~25 % more than at 200. Stages flagged
 server_over_capacity or with preemptions are left out of the fit (their figures are not the
 engine's steady state) but get residuals like the rest; client_bound stages stay in (their medians
-hold; their tails are the client's). KV capacity: the run's ``guard.capacity_tokens``;
+hold; their tails are the client's). Where the line a + b x batch misses a fitted decode step by
+more than ``STEP_LINE_TOLERANCE`` (10 %) of it, the preset also carries the steps as measured
+(``step_batch_ms``: each stage's d less its prompt and context shares, at its batch; the engine
+interpolates between them, ``batch_knots``): llama.cpp on one CPU core steps 6.1, 12.2 and 14.3 ms
+at batch 1, 2 and 4, which no line fits. KV capacity: the run's ``guard.capacity_tokens``;
 max_running: the server's slots (llama.cpp) else at least the largest C; prefill chunk: llama.cpp's
 default batch of 2048 tokens (``-b``: prompt tokens join the running decodes in one batch of at most
 n_batch tokens), else at least I (the data cannot see chunking when a prompt fits in one chunk).
@@ -67,7 +71,7 @@ n_batch tokens), else at least I (the data cannot see chunking when a prompt fit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -97,6 +101,7 @@ class Fit:
     client_overhead_s: float | None = None  # TTFT the engine does not see (two prompt lengths at C=1)
     step_per_context_token_s: float = 0.0  # per context token of a decoding request (two prompt lengths)
     step_per_prefill_pair_s: float = 0.0  # per (prompt token, earlier token of its sequence) (server prompt times)
+    step_batch_s: list[tuple[float, float]] = field(default_factory=list)  # (batch, s) knots (``batch_knots``)
 
     def preset(self, summary: dict) -> dict:
         """The fit as simulator preset keys (``loadgen.sim.config.SimConfig`` names and units)."""
@@ -118,9 +123,12 @@ class Fit:
             "prefill_chunk_tokens": LLAMACPP_N_BATCH if server.get("flavor") == "llamacpp"
             else int(max(8192, sc["input_tokens"])),
             "spec_accept": accept_distribution(self.accept_length), "admit_output_reserve": 0.0,
+            **({"step_batch_ms": [[round(b, 4), round(g * 1e3, 6)] for b, g in self.step_batch_s]}
+               if self.step_batch_s else {}),
         }
 
 
+STEP_LINE_TOLERANCE = 0.10  # the batch line may miss a fitted decode step by this much before knots replace it
 # flavors whose /metrics say whether speculative decoding ran (loadgen.server.window_spec)
 SPEC_REPORTING = ("vllm", "sglang", "llamacpp")
 
@@ -229,10 +237,29 @@ def fit(summaries: dict | list[dict], max_batch: int | None = None) -> Fit:
     coef = _nonneg_lstsq(a_mat * scale[:, None], (y - k) * scale)
     resid = [float((np.asarray(e) @ coef + kk - t) / t) for e, t, kk in zip(eqs, targets, known, strict=True)]
     kv = (runs[0].get("guard") or {}).get("capacity_tokens")
+    steps = [(lab["batch"], t - coef[2] * e[2] - kk, t) for lab, e, t, kk in zip(labels, eqs, targets, known, strict=True)
+             if lab["what"] == "decode step"]
     return Fit(float(coef[0]), float(coef[1]), float(coef[2]), accept, kv, fitted,
                [dict(label, measured_s=t, model_s=float(np.asarray(e) @ coef + kk), rel=r)
                 for label, e, t, kk, r in zip(labels, eqs, targets, known, resid, strict=True)],
-               float(coef[3]) if overhead else None, c, q)
+               float(coef[3]) if overhead else None, c, q, batch_knots(steps, float(coef[0]), float(coef[1])))
+
+
+def batch_knots(steps: list[tuple[float, float, float]], a: float, b: float) -> list[tuple[float, float]]:
+    """The step's batch part as measured, where the straight line ``a + b x batch`` misses it.
+    ``steps``: (batch, g, d) per fitted decode step, g = d less its prompt and context shares (what
+    the line should give). When the line misses some g by more than ``STEP_LINE_TOLERANCE`` of its
+    step d, the knots are the g's, stages of about the same batch (the same rounded batch) averaged:
+    the engine then interpolates between them (``loadgen.sim.engine.batch_cost_s``). Else none: the
+    line holds within what a TPOT moves between two runs. llama.cpp on a CPU: 6.1, 12.2, 14.3 ms at
+    batch 1, 2, 4, which no line fits (the batch-2 step 22 % above it)."""
+    if not steps or all(abs(a + b * x - g) <= STEP_LINE_TOLERANCE * d for x, g, d in steps):
+        return []
+    groups: dict[int, list[tuple[float, float]]] = {}
+    for x, g, _ in steps:
+        groups.setdefault(round(x), []).append((x, g))
+    knots = [(float(np.mean([x for x, _ in v])), float(np.mean([g for _, g in v]))) for _, v in sorted(groups.items())]
+    return knots if all(g > 0 for _, g in knots) else []
 
 
 def cycle_steps(n_out: int, accept: float) -> float:

@@ -126,7 +126,8 @@ def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
     user's prompt lands beside another's, which decides a locked cohort's TTFT levels. Without it a
     server with no speculative decoding has no draw left and every spread run plays the same phase."""
     factor = 1.0 + random.Random(cfg.seed * 1_000_003 + k).uniform(-SPREAD_SPEED, SPREAD_SPEED)
-    return dataclasses.replace(cfg, seed=cfg.seed + k, **{key: getattr(cfg, key) * factor for key in STEP_COSTS})
+    return dataclasses.replace(cfg, seed=cfg.seed + k, **{key: getattr(cfg, key) * factor for key in STEP_COSTS},
+                               step_batch_ms=[[b, ms * factor] for b, ms in cfg.step_batch_ms])
 
 
 def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:

@@ -12,7 +12,9 @@ unless fitted) of the fitted preset and d0 the client's TTFT overhead (0 unless 
   x L, or the median chunk gap where prompts are rare: ``loadgen.predict.calibrate.decode_step``)
   (``measured I=..``, one point per fitted stage, labelled with its residual (model - measured) /
   measured) and the model's value there, a + b x batch + p x x (``model I=..``; x: the stage's
-  prefill tokens per step); the line a + b x batch (``a + b x batch``, the step without prefill);
+  prefill tokens per step); the line a + b x batch (``a + b x batch``, the step without prefill)
+  and, where no line fits the measured steps, the preset's ``step_batch_ms`` knots the engine
+  interpolates instead (``step_batch_ms knots``; ``loadgen.predict.calibrate.batch_knots``);
 - ``TTFT at C=1 vs prompt length``: the measured TTFT p50 at C=1 per prompt length
   (``measured TTFT``, labelled with residuals), the server's own prompt time there when the fit
   used it (``server prompt``, llama.cpp's counters) and the model's curve
@@ -81,6 +83,9 @@ def _decode_panel(ax, fit_doc: dict) -> None:
         grid = [batches[0] * (batches[-1] / batches[0]) ** (k / 64) for k in range(65)]  # straight, on a log x
         ax.plot(grid, [a + b * x for x in grid], linestyle="--", color="gray",
                 label=f"a + b x batch ({a:.3g} + {b:.3g} x batch ms)")
+        if knots := fit_doc["preset"].get("step_batch_ms"):  # where no line fits: the preset's step as measured
+            ax.plot([k[0] for k in knots], [k[1] for k in knots], linestyle=":", color="black", marker="s",
+                    markersize=3, label="step_batch_ms knots (the preset's batch part)")
         concurrency_axis(ax, batches, "running batch (requests)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)

@@ -55,6 +55,7 @@ class SimConfig:
     step_per_prefill_token_us: float = 20.0
     step_per_context_token_ns: float = 0.0
     step_per_prefill_pair_ns: float = 0.0
+    step_batch_ms: list[list[float]] = field(default_factory=list)  # [[batch, ms], ...] measured knots
     prefill_chunk_tokens: int = 8192
     spec_accept: list[float] = field(default_factory=lambda: [1.0])
     admit_output_reserve: float = 0.0
@@ -90,6 +91,7 @@ class SimConfig:
             step_per_prefill_token_s=self.step_per_prefill_token_us / 1e6,
             step_per_context_token_s=self.step_per_context_token_ns / 1e9,
             step_per_prefill_pair_s=self.step_per_prefill_pair_ns / 1e9,
+            step_batch_s=tuple((float(b), ms / 1e3) for b, ms in self.step_batch_ms),
             spec_accept=tuple(self.spec_accept), admit_output_reserve=self.admit_output_reserve,
             seed=self.seed, prefix_cache_blocks=self.prefix_cache_tokens // self.prefix_block_tokens,
             prefix_block_tokens=self.prefix_block_tokens)
@@ -124,6 +126,9 @@ HELP = {
     "step_per_prefill_pair_ns": "engine: added step time per prompt token prefilled in the step, per "
                                 "earlier token of its sequence (attention over the prompt so far: a "
                                 "prompt's cost grows with its square), ns; 0 = each prompt token costs alike",
+    "step_batch_ms": "engine: the step's batch part as measured, comma-separated batch:time knots in ms "
+                     "(e.g. 1:6.1,2:12.2,4:14.3) used instead of step_base_ms + step_per_seq_ms x batch: "
+                     "straight lines between them, step_per_seq_ms beyond; none = the one line",
     "prefill_chunk_tokens": "engine: prompt tokens prefilled per step at most (chunked prefill), tokens",
     "spec_accept": "engine: speculative decoding, comma-separated P(1, 2, ... tokens accepted per step) "
                    "summing to 1; 1.0 = no speculation",
@@ -189,6 +194,8 @@ def default_text(key: str) -> str:
     """The default of a setting as an option takes it (``spec_accept`` comma-separated)."""
     f = FIELDS[key]
     value = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    if key == "step_batch_ms":
+        return ",".join(f"{b:g}:{ms:g}" for b, ms in value) or "none"
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     return "none" if value == "" else str(value)
@@ -205,6 +212,8 @@ def set_value(cfg: SimConfig, key: str, value: object) -> None:
         if not isinstance(value, list) or not value:
             raise SimConfigError(key, value, "must be a list of probabilities", "e.g. 0.2,0.3,0.5")
         value = [_coerce(key, v, float) for v in value]
+    elif key == "step_batch_ms":
+        value = _knots(key, value)
     elif key == "faults":
         if not isinstance(value, dict):
             raise SimConfigError(key, value, "must be a mapping kind -> rate", "e.g. {http_500: 0.01}")
@@ -215,6 +224,22 @@ def set_value(cfg: SimConfig, key: str, value: object) -> None:
         typ = {"int": int, "float": float, "str": str}[FIELDS[key].type]
         value = _coerce(key, value, typ)
     setattr(cfg, key, value)
+
+
+def _knots(key: str, value: object) -> list[list[float]]:
+    """[[batch, ms], ...] from YAML pairs or a CLI ``1:6.1,2:12.2`` (``none``: no knots); batches
+    ascending and > 0, times > 0."""
+    fix = "batch:ms pairs with batches ascending, e.g. 1:6.1,2:12.2,4:14.3 (none: step_base_ms + step_per_seq_ms x batch)"
+    if isinstance(value, str):
+        if value.strip().lower() in ("", "none"):
+            return []
+        value = [v.split(":") for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, list | tuple) and len(v) == 2 for v in value):
+        raise SimConfigError(key, value, "must be a list of batch:ms pairs", fix)
+    knots = [[_coerce(key, b, float), _coerce(key, ms, float)] for b, ms in value]
+    if any(b <= 0 or ms <= 0 for b, ms in knots) or any(a[0] >= b[0] for a, b in zip(knots, knots[1:], strict=False)):
+        raise SimConfigError(key, value, "needs batches > 0 in ascending order and times > 0 ms", fix)
+    return knots
 
 
 def set_fault(cfg: SimConfig, kind: str, rate: object) -> None:

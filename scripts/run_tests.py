@@ -3,16 +3,25 @@
 Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
 on the CPU, so two files run at once take about half the wall time. pytest-xdist cannot be used:
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
-forever. Instead, each integration file runs in its own pytest process, ``--jobs`` processes at
-once: the unit tests first (they fail fastest), beside them the integration files slowest first
-(per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
-first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they measure
-timing against a known answer), each with no other process beside it.
+forever. Instead, each integration file runs in its own pytest process, in two lanes:
 
-Each file's output is printed whole when it fails, and as one line when it passes. The exit code
-is 0 only when every pytest process passed (or had no test to run).
+- the shared lane, ``--jobs`` processes at once: the unit tests first (they fail fastest), beside
+  them the integration files slowest first (per-file times from the last run, kept in
+  ``.pytest_cache``; on a fresh clone the largest files first);
+- the solo lane, beside it from the start: the files marked ``solo`` (``pytestmark`` with
+  ``pytest.mark.solo``: they time against a known answer), one at a time, slowest first.
 
-    .venv/bin/python scripts/run_tests.py [--jobs 2] [test files] [pytest args, e.g. -k ttft]
+A solo file needs the CPU at the instants its client and simulator wake, not much of it: the
+shared lane's processes, and every process they start, run ``SHARED_NICE`` nicer (``os.nice``),
+so the scheduler hands a waking solo process a core within a slice. (A process that starts a
+session of its own, ``setsid``, gets an autogroup of its own at the default weight where the kernel
+groups by session: that part of the shared lane is not lowered.) ``--solo-last`` runs the solo
+files after the others instead, each with no other process beside it.
+
+Each file's output is printed whole when it fails, and as one line (wall and CPU seconds) when it
+passes. The exit code is 0 only when every pytest process passed (or had no test to run).
+
+    .venv/bin/python scripts/run_tests.py [--jobs 2] [--solo-last] [test files] [pytest args, e.g. -k ttft]
 
 Test files named on the command line (``tests/test_tls.py``) limit the run to them, each still in
 its own process; other arguments go to every pytest process.
@@ -24,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -33,6 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / ".pytest_cache" / "llm-loadgen-file-seconds.json"
 EXCLUDED = ("test_deploy_docker",)  # make test-deploy runs these
 NO_TESTS = 5  # pytest's exit code when nothing was collected (a file whose tests are all unit tests)
+# The shared lane's processes (and every process they start) run this much nicer than the solo
+# lane's: a solo file's client and simulator get a core within a scheduler slice of waking.
+SHARED_NICE = 10
 
 
 def integration_files() -> list[Path]:
@@ -46,7 +59,7 @@ def is_solo(path: Path) -> bool:
 
 def run_order(files: list[Path], seconds: dict[str, float]) -> list[Path]:
     """The shared files slowest first (known files by their last time, unknown ones by size: a fair
-    proxy), then the solo files (one after the other, alone), slowest first too."""
+    proxy), then the solo files, slowest first too."""
     return sorted(files, key=lambda f: (not is_solo(f), seconds.get(f.name, -1.0), f.stat().st_size), reverse=True)
 
 
@@ -55,26 +68,72 @@ def summary_line(output: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+def to_start(queued: list[str], running: list[str], solo: set[str], jobs: int, solo_last: bool) -> list[str]:
+    """The queued names (in queue order) to start now, given the running ones.
+
+    Two lanes (the default): the solo files one at a time from the start, and beside them up to
+    ``jobs`` shared processes (the unit tests, the shared files). ``solo_last``: up to ``jobs``
+    shared processes, then each solo file once nothing else runs."""
+    start: list[str] = []
+    if solo_last:
+        busy = len(running)
+        for name in queued:
+            if busy >= jobs or any(r in solo for r in [*running, *start]) or (name in solo and busy):
+                break
+            start.append(name)
+            busy += 1
+        return start
+    solo_busy = any(r in solo for r in running)
+    shared_busy = sum(r not in solo for r in running)
+    for name in queued:
+        if name in solo and not solo_busy:
+            start.append(name)
+            solo_busy = True
+        elif name not in solo and shared_busy < jobs:
+            start.append(name)
+            shared_busy += 1
+    return start
+
+
 class Job:
-    def __init__(self, name: str, args: list[str]):
+    def __init__(self, name: str, args: list[str], nice: int = 0):
         self.name, self.args = name, args
         self.log = (ROOT / ".pytest_cache" / f"run-{name.replace('/', '_')}.log").open("w+")
-        self.started = time.monotonic()
+        self.started = self.ended = time.monotonic()
+        self.cpu_s = 0.0  # CPU seconds of the process and the descendants it waited for, once reaped
         self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
+
+    def poll(self) -> bool:
+        """Whether the process ended; if so, reap it and keep its CPU time (the children's
+        rusage grows by exactly this process's when it is reaped here, in this one thread)."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if self.proc.poll() is None:
+            return False
+        self.ended = time.monotonic()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return True
 
     def finish(self) -> tuple[bool, float, str]:
-        seconds = time.monotonic() - self.started
         self.log.seek(0)
         output = self.log.read()
         self.log.close()
-        return self.proc.returncode in (0, NO_TESTS), seconds, output
+        return self.proc.returncode in (0, NO_TESTS), self.ended - self.started, output
+
+
+def lane_seconds(jobs: list[Job]) -> float:
+    """From the lane's first start to its last end (0 for an empty lane)."""
+    return max(j.ended for j in jobs) - min(j.started for j in jobs) if jobs else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
-                    help="integration files at once (default 2, or $TEST_JOBS)")
+                    help="shared processes at once (default 2, or $TEST_JOBS)")
+    ap.add_argument("--solo-last", action="store_true",
+                    help="the solo files after the others, each alone (not beside the shared lane)")
     opts, extra = ap.parse_known_args(argv)
     if opts.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {opts.jobs}")
@@ -89,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     def report(job: Job) -> None:
         ok, took, output = job.finish()
         seconds[Path(job.name).name] = round(took, 1)
-        print(f"{'ok  ' if ok else 'FAIL'} {job.name:<46} {took:6.1f} s  {summary_line(output)}", flush=True)
+        print(f"{'ok  ' if ok else 'FAIL'} {job.name:<46} {took:6.1f} s  cpu {job.cpu_s:5.1f} s  "
+              f"{summary_line(output)}", flush=True)
         if not ok:
             failed.append(job.name)
             print(output, flush=True)
@@ -97,25 +157,35 @@ def main(argv: list[str] | None = None) -> int:
     only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/{e}*" for e in EXCLUDED]
     files = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
     solo = {f"tests/{f.name}" for f in files if is_solo(f)}
-    queue = [("unit", [*common, "-m", "not integration", *only])]
-    queue += [(f"tests/{f.name}", [*common, "-m", "integration", f"tests/{f.name}"]) for f in files]
-    print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
-          f"({len(solo)} solo files last, alone):", flush=True)
+    args = {"unit": [*common, "-m", "not integration", *only]}
+    args.update({f"tests/{f.name}": [*common, "-m", "integration", f"tests/{f.name}"] for f in files})
+    queue = list(args)
+    nice = 0 if opts.solo_last else SHARED_NICE
+    if opts.solo_last:
+        print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
+              f"({len(solo)} solo files last, alone):", flush=True)
+    else:
+        print(f"unit tests in one process and {len(files) - len(solo)} shared integration files, {opts.jobs} "
+              f"processes at a time at nice +{nice}, beside them {len(solo)} solo files one at a time:", flush=True)
     running: list[Job] = []
+    done: list[Job] = []
     while queue or running:
-        for job in [j for j in running if j.proc.poll() is not None]:
+        for job in [j for j in running if j.poll()]:
             running.remove(job)
+            done.append(job)
             report(job)
-        while queue and len(running) < opts.jobs and not any(j.name in solo for j in running):
-            name, args = queue[0]
-            if name in solo and running:
-                break  # wait until the others finished
-            queue.pop(0)
-            running.append(Job(name, args))
+        for name in to_start(queue, [j.name for j in running], solo, opts.jobs, opts.solo_last):
+            queue.remove(name)
+            running.append(Job(name, args[name], 0 if name in solo else nice))
         time.sleep(0.2)
 
     TIMES.write_text(json.dumps(seconds, indent=1, sort_keys=True))
     took = time.monotonic() - t0
+    shared_s = lane_seconds([j for j in done if j.name not in solo])
+    solo_s = lane_seconds([j for j in done if j.name in solo])
+    cpu_s = sum(j.cpu_s for j in done)
+    print(f"shared {'phase' if opts.solo_last else 'lane'} {shared_s:.0f} s, solo "
+          f"{'files' if opts.solo_last else 'lane'} {solo_s:.0f} s, {cpu_s:.0f} CPU seconds in all", flush=True)
     if failed:
         print(f"FAILED after {took:.0f} s: {', '.join(failed)}", flush=True)
         return 1

@@ -3,25 +3,18 @@
 Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
 on the CPU, so two files run at once take about half the wall time. pytest-xdist cannot be used:
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
-forever. Instead, each integration file runs in its own pytest process, in two lanes:
-
-- the shared lane, ``--jobs`` processes at once: the unit tests first (they fail fastest), beside
-  them the integration files slowest first (per-file times from the last run, kept in
-  ``.pytest_cache``; on a fresh clone the largest files first);
-- the solo lane, beside it from the start: the files marked ``solo`` (``pytestmark`` with
-  ``pytest.mark.solo``: they time against a known answer), one at a time, slowest first.
-
-A solo file needs the CPU at the instants its client and simulator wake, not much of it: the
-shared lane's processes, and every process they start, run ``SHARED_NICE`` nicer (``os.nice``),
-so the scheduler hands a waking solo process a core within a slice. (A process that starts a
-session of its own, ``setsid``, gets an autogroup of its own at the default weight where the kernel
-groups by session: that part of the shared lane is not lowered.) ``--solo-last`` runs the solo
-files after the others instead, each with no other process beside it.
+forever. Instead, each integration file runs in its own pytest process, ``--jobs`` processes at
+once: the unit tests first (they fail fastest), beside them the integration files slowest first
+(per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
+first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time
+against a known answer), ``--solo-jobs`` at a time with nothing else beside them. A solo file needs
+the CPU at the instants its client and simulator wake, not much of it (a tenth to a half of one
+core, the CPU seconds printed for each file say), so two of them leave a core free at most instants.
 
 Each file's output is printed whole when it fails, and as one line (wall and CPU seconds) when it
 passes. The exit code is 0 only when every pytest process passed (or had no test to run).
 
-    .venv/bin/python scripts/run_tests.py [--jobs 2] [--solo-last] [test files] [pytest args, e.g. -k ttft]
+    .venv/bin/python scripts/run_tests.py [--jobs 2] [--solo-jobs 2] [test files] [pytest args, e.g. -k ttft]
 
 Test files named on the command line (``tests/test_tls.py``) limit the run to them, each still in
 its own process; other arguments go to every pytest process.
@@ -43,9 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / ".pytest_cache" / "llm-loadgen-file-seconds.json"
 EXCLUDED = ("test_deploy_docker",)  # make test-deploy runs these
 NO_TESTS = 5  # pytest's exit code when nothing was collected (a file whose tests are all unit tests)
-# The shared lane's processes (and every process they start) run this much nicer than the solo
-# lane's: a solo file's client and simulator get a core within a scheduler slice of waking.
-SHARED_NICE = 10
 
 
 def integration_files() -> list[Path]:
@@ -68,42 +58,32 @@ def summary_line(output: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def to_start(queued: list[str], running: list[str], solo: set[str], jobs: int, solo_last: bool) -> list[str]:
-    """The queued names (in queue order) to start now, given the running ones.
-
-    Two lanes (the default): the solo files one at a time from the start, and beside them up to
-    ``jobs`` shared processes (the unit tests, the shared files). ``solo_last``: up to ``jobs``
-    shared processes, then each solo file once nothing else runs."""
+def to_start(queued: list[str], running: list[str], solo: set[str], jobs: int, solo_jobs: int) -> list[str]:
+    """The queued names (in queue order: the shared ones first) to start now, given the running
+    ones: up to ``jobs`` shared processes; once none is left, up to ``solo_jobs`` solo files."""
     start: list[str] = []
-    if solo_last:
-        busy = len(running)
-        for name in queued:
-            if busy >= jobs or any(r in solo for r in [*running, *start]) or (name in solo and busy):
-                break
-            start.append(name)
-            busy += 1
-        return start
+    busy = len(running)
     solo_busy = any(r in solo for r in running)
-    shared_busy = sum(r not in solo for r in running)
     for name in queued:
-        if name in solo and not solo_busy:
-            start.append(name)
+        if name in solo:
+            if (busy and not solo_busy) or busy >= solo_jobs:
+                break  # the shared processes first; then the solo files, solo_jobs at a time
             solo_busy = True
-        elif name not in solo and shared_busy < jobs:
-            start.append(name)
-            shared_busy += 1
+        elif busy >= jobs:
+            break
+        start.append(name)
+        busy += 1
     return start
 
 
 class Job:
-    def __init__(self, name: str, args: list[str], nice: int = 0):
+    def __init__(self, name: str, args: list[str]):
         self.name, self.args = name, args
         self.log = (ROOT / ".pytest_cache" / f"run-{name.replace('/', '_')}.log").open("w+")
         self.started = self.ended = time.monotonic()
         self.cpu_s = 0.0  # CPU seconds of the process and the descendants it waited for, once reaped
         self.proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                     stdout=self.log, stderr=subprocess.STDOUT)
 
     def poll(self) -> bool:
         """Whether the process ended; if so, reap it and keep its CPU time (the children's
@@ -123,8 +103,8 @@ class Job:
         return self.proc.returncode in (0, NO_TESTS), self.ended - self.started, output
 
 
-def lane_seconds(jobs: list[Job]) -> float:
-    """From the lane's first start to its last end (0 for an empty lane)."""
+def span_seconds(jobs: list[Job]) -> float:
+    """From the first start to the last end of ``jobs`` (0 for none)."""
     return max(j.ended for j in jobs) - min(j.started for j in jobs) if jobs else 0.0
 
 
@@ -132,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
                     help="shared processes at once (default 2, or $TEST_JOBS)")
-    ap.add_argument("--solo-last", action="store_true",
-                    help="the solo files after the others, each alone (not beside the shared lane)")
+    ap.add_argument("--solo-jobs", type=int, default=int(os.environ.get("TEST_SOLO_JOBS", "2")),
+                    help="solo files at once, after the others (default 2, or $TEST_SOLO_JOBS)")
     opts, extra = ap.parse_known_args(argv)
-    if opts.jobs < 1:
-        ap.error(f"--jobs must be at least 1, got {opts.jobs}")
+    if opts.jobs < 1 or opts.solo_jobs < 1:
+        ap.error(f"--jobs and --solo-jobs must be at least 1, got {opts.jobs} and {opts.solo_jobs}")
     chosen = {(ROOT / a).resolve() for a in extra if a.endswith(".py") and (ROOT / a).is_file()}
     extra = [a for a in extra if not (a.endswith(".py") and (ROOT / a).resolve() in chosen)]
     TIMES.parent.mkdir(exist_ok=True)
@@ -160,13 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     args = {"unit": [*common, "-m", "not integration", *only]}
     args.update({f"tests/{f.name}": [*common, "-m", "integration", f"tests/{f.name}"] for f in files})
     queue = list(args)
-    nice = 0 if opts.solo_last else SHARED_NICE
-    if opts.solo_last:
-        print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
-              f"({len(solo)} solo files last, alone):", flush=True)
-    else:
-        print(f"unit tests in one process and {len(files) - len(solo)} shared integration files, {opts.jobs} "
-              f"processes at a time at nice +{nice}, beside them {len(solo)} solo files one at a time:", flush=True)
+    print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
+          f"(then {len(solo)} solo files, {opts.solo_jobs} at a time, with nothing else beside them):", flush=True)
     running: list[Job] = []
     done: list[Job] = []
     while queue or running:
@@ -174,18 +149,17 @@ def main(argv: list[str] | None = None) -> int:
             running.remove(job)
             done.append(job)
             report(job)
-        for name in to_start(queue, [j.name for j in running], solo, opts.jobs, opts.solo_last):
+        for name in to_start(queue, [j.name for j in running], solo, opts.jobs, opts.solo_jobs):
             queue.remove(name)
-            running.append(Job(name, args[name], 0 if name in solo else nice))
+            running.append(Job(name, args[name]))
         time.sleep(0.2)
 
     TIMES.write_text(json.dumps(seconds, indent=1, sort_keys=True))
     took = time.monotonic() - t0
-    shared_s = lane_seconds([j for j in done if j.name not in solo])
-    solo_s = lane_seconds([j for j in done if j.name in solo])
+    shared_s = span_seconds([j for j in done if j.name not in solo])
+    solo_s = span_seconds([j for j in done if j.name in solo])
     cpu_s = sum(j.cpu_s for j in done)
-    print(f"shared {'phase' if opts.solo_last else 'lane'} {shared_s:.0f} s, solo "
-          f"{'files' if opts.solo_last else 'lane'} {solo_s:.0f} s, {cpu_s:.0f} CPU seconds in all", flush=True)
+    print(f"shared phase {shared_s:.0f} s, solo phase {solo_s:.0f} s, {cpu_s:.0f} CPU seconds in all", flush=True)
     if failed:
         print(f"FAILED after {took:.0f} s: {', '.join(failed)}", flush=True)
         return 1

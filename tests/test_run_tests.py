@@ -24,33 +24,24 @@ def test_shared_files_slowest_first_then_solo_files_and_unknown_files_by_size(tm
     assert order == ["c.py", "a.py", "e.py", "f.py", "d.py", "b.py"]
 
 
-SOLO = {"s1", "s2"}
+SOLO = {"s1", "s2", "s3"}
 
 
-def test_two_lanes_one_solo_file_at_a_time_beside_up_to_jobs_shared_processes():
-    queue = ["unit", "a", "b", "c", "s1", "s2"]
-    assert run_tests.to_start(queue, [], SOLO, 2, solo_last=False) == ["unit", "a", "s1"]
-    assert run_tests.to_start(["b", "c", "s2"], ["unit", "a", "s1"], SOLO, 2, solo_last=False) == []
-    # a shared slot freed: the next shared file, not the solo file while another solo file runs
-    assert run_tests.to_start(["b", "c", "s2"], ["a", "s1"], SOLO, 2, solo_last=False) == ["b"]
-    # the solo lane freed: its next file, whatever the shared lane does
-    assert run_tests.to_start(["c", "s2"], ["a", "b"], SOLO, 2, solo_last=False) == ["s2"]
-    assert run_tests.to_start(["s2"], [], SOLO, 3, solo_last=False) == ["s2"]
+def test_shared_processes_first_then_the_solo_files_solo_jobs_at_a_time():
+    queue = ["unit", "a", "b", "s1", "s2", "s3"]
+    assert run_tests.to_start(queue, [], SOLO, 2, 2) == ["unit", "a"]
+    assert run_tests.to_start(["b", "s1", "s2", "s3"], ["a"], SOLO, 2, 2) == ["b"]
+    assert run_tests.to_start(["s1", "s2", "s3"], ["b"], SOLO, 2, 2) == []  # a shared file still runs
+    assert run_tests.to_start(["s1", "s2", "s3"], [], SOLO, 2, 2) == ["s1", "s2"]
+    assert run_tests.to_start(["s3"], ["s2"], SOLO, 2, 2) == ["s3"]
+    assert run_tests.to_start(["s2", "s3"], ["s1"], SOLO, 3, 1) == []  # one at a time: each alone
+    assert run_tests.to_start(["s1", "s2"], [], SOLO, 3, 1) == ["s1"]
 
 
-def test_solo_last_runs_each_solo_file_alone_after_the_shared_ones():
-    queue = ["unit", "a", "b", "s1", "s2"]
-    assert run_tests.to_start(queue, [], SOLO, 2, solo_last=True) == ["unit", "a"]
-    assert run_tests.to_start(["b", "s1", "s2"], ["a"], SOLO, 2, solo_last=True) == ["b"]
-    assert run_tests.to_start(["s1", "s2"], ["b"], SOLO, 2, solo_last=True) == []  # waits for b
-    assert run_tests.to_start(["s1", "s2"], [], SOLO, 2, solo_last=True) == ["s1"]  # alone
-    assert run_tests.to_start(["s2"], ["s1"], SOLO, 2, solo_last=True) == []
-
-
-def test_a_lane_lasts_from_its_first_start_to_its_last_end():
+def test_a_span_lasts_from_the_first_start_to_the_last_end():
     class Ran:
         def __init__(self, started, ended):
             self.started, self.ended = started, ended
 
-    assert run_tests.lane_seconds([Ran(10.0, 50.0), Ran(12.0, 70.0), Ran(60.0, 65.0)]) == 60.0
-    assert run_tests.lane_seconds([]) == 0.0
+    assert run_tests.span_seconds([Ran(10.0, 50.0), Ran(12.0, 70.0), Ran(60.0, 65.0)]) == 60.0
+    assert run_tests.span_seconds([]) == 0.0

@@ -10,6 +10,8 @@ first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``
 against a known answer), ``--solo-jobs`` at a time with nothing else beside them. A solo file needs
 the CPU at the instants its client and simulator wake, not much of it (a tenth to a half of one
 core, the CPU seconds printed for each file say), so two of them leave a core free at most instants.
+A solo file also marked ``alone`` (``pytest.mark.alone``: it burns a core on purpose) runs last,
+with no other file beside it.
 
 Each file's output is printed whole when it fails, and as one line (wall and CPU seconds) when it
 passes. The exit code is 0 only when every pytest process passed (or had no test to run).
@@ -47,10 +49,16 @@ def is_solo(path: Path) -> bool:
     return re.search(r"pytest\.mark\.solo\b", path.read_text()) is not None
 
 
+def is_alone(path: Path) -> bool:
+    """A solo file that no other file may run beside (``pytest.mark.alone``: e.g. it burns a core)."""
+    return re.search(r"pytest\.mark\.alone\b", path.read_text()) is not None
+
+
 def run_order(files: list[Path], seconds: dict[str, float]) -> list[Path]:
     """The shared files slowest first (known files by their last time, unknown ones by size: a fair
-    proxy), then the solo files, slowest first too."""
-    return sorted(files, key=lambda f: (not is_solo(f), seconds.get(f.name, -1.0), f.stat().st_size), reverse=True)
+    proxy), then the solo files, slowest first too, those that must run alone last."""
+    return sorted(files, key=lambda f: (not is_solo(f), not is_alone(f), seconds.get(f.name, -1.0), f.stat().st_size),
+                  reverse=True)
 
 
 def summary_line(output: str) -> str:
@@ -58,16 +66,20 @@ def summary_line(output: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def to_start(queued: list[str], running: list[str], solo: set[str], jobs: int, solo_jobs: int) -> list[str]:
+def to_start(queued: list[str], running: list[str], solo: set[str], jobs: int, solo_jobs: int,
+             alone: frozenset[str] = frozenset()) -> list[str]:
     """The queued names (in queue order: the shared ones first) to start now, given the running
-    ones: up to ``jobs`` shared processes; once none is left, up to ``solo_jobs`` solo files."""
+    ones: up to ``jobs`` shared processes; once none is left, up to ``solo_jobs`` solo files, and
+    each of the ``alone`` ones (solo files too) with nothing beside it."""
     start: list[str] = []
     busy = len(running)
     solo_busy = any(r in solo for r in running)
     for name in queued:
         if name in solo:
-            if (busy and not solo_busy) or busy >= solo_jobs:
+            if (busy and not solo_busy) or busy >= solo_jobs or any(r in alone for r in [*running, *start]):
                 break  # the shared processes first; then the solo files, solo_jobs at a time
+            if name in alone and busy:
+                break
             solo_busy = True
         elif busy >= jobs:
             break
@@ -137,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/{e}*" for e in EXCLUDED]
     files = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
     solo = {f"tests/{f.name}" for f in files if is_solo(f)}
+    alone = frozenset(f"tests/{f.name}" for f in files if is_solo(f) and is_alone(f))
     args = {"unit": [*common, "-m", "not integration", *only]}
     args.update({f"tests/{f.name}": [*common, "-m", "integration", f"tests/{f.name}"] for f in files})
     queue = list(args)
     print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
-          f"(then {len(solo)} solo files, {opts.solo_jobs} at a time, with nothing else beside them):", flush=True)
+          f"(then {len(solo)} solo files, {opts.solo_jobs} at a time, with nothing else beside them; "
+          f"{len(alone)} of them alone):", flush=True)
     running: list[Job] = []
     done: list[Job] = []
     while queue or running:
@@ -149,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             running.remove(job)
             done.append(job)
             report(job)
-        for name in to_start(queue, [j.name for j in running], solo, opts.jobs, opts.solo_jobs):
+        for name in to_start(queue, [j.name for j in running], solo, opts.jobs, opts.solo_jobs, alone):
             queue.remove(name)
             running.append(Job(name, args[name]))
         time.sleep(0.2)

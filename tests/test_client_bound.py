@@ -20,7 +20,7 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.runlocust import ROOT, LocustRun, locust_cmd, run_locust
 
-pytestmark = [pytest.mark.integration, pytest.mark.solo]  # judges CPU and loop lag: alone
+pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.alone]  # judges CPU and loop lag; burns a core
 
 SIM = ("--preset", "fixed", "--ttft-ms", "50", "--itl-ms", "10")
 # 64 in / 32 out tokens: ~0.4 s per request, so each user makes ~15 requests in the window

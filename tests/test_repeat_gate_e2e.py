@@ -14,7 +14,7 @@ import pytest
 from loadgen.errors import EXIT_OK, EXIT_REGRESSION
 from loadgen.sim.launch import running_sim
 
-pytestmark = [pytest.mark.integration, pytest.mark.solo]  # throughput compared across runs: alone
+pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.alone]  # throughput compared across runs: a neighbour that comes and goes between them would move it
 
 ROOT = Path(__file__).resolve().parent.parent
 # 100 tokens at 5 ms: ~0.52 s a request, so a few ms of client delay is under 1 % of it. Output

@@ -7,9 +7,11 @@ forever. Instead, each integration file runs in its own pytest process, ``--jobs
 once: the unit tests first (they fail fastest), beside them the integration files slowest first
 (per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
 first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time
-against a known answer), ``--solo-jobs`` at a time with nothing else beside them. A solo file needs
-the CPU at the instants its client and simulator wake, not much of it (a tenth to a half of one
-core, the CPU seconds printed for each file say), so two of them leave a core free at most instants.
+against a known answer), ``--solo-jobs`` at a time (default one) with nothing else beside them. A
+solo file needs the CPU at the instants its client and simulator wake, not much of it (a tenth to a
+half of one core, the CPU seconds printed for each file say), so two of them leave a core free at
+most instants: ``--solo-jobs 2`` took the solo phase from 467 s to 305 s (docs/benchmarks.md 'The
+test suite'), not the default until more runs than two show it as safe as one at a time.
 A solo file also marked ``alone`` (``pytest.mark.alone``: it burns a core on purpose) runs last,
 with no other file beside it.
 
@@ -124,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
                     help="shared processes at once (default 2, or $TEST_JOBS)")
-    ap.add_argument("--solo-jobs", type=int, default=int(os.environ.get("TEST_SOLO_JOBS", "2")),
-                    help="solo files at once, after the others (default 2, or $TEST_SOLO_JOBS)")
+    ap.add_argument("--solo-jobs", type=int, default=int(os.environ.get("TEST_SOLO_JOBS", "1")),
+                    help="solo files at once, after the others (default 1, or $TEST_SOLO_JOBS)")
     opts, extra = ap.parse_known_args(argv)
     if opts.jobs < 1 or opts.solo_jobs < 1:
         ap.error(f"--jobs and --solo-jobs must be at least 1, got {opts.jobs} and {opts.solo_jobs}")

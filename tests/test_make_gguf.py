@@ -9,7 +9,8 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from tests.make_gguf import CONTROL_TOKENS, bpe_pieces, bpe_vocab, byte_symbols, write_tiny_llama
+from tests.make_gguf import write_tiny_llama
+from tests.support.bpe_vocab import CONTROL_TOKENS, bpe_pieces, bpe_vocab, byte_symbols
 
 
 def test_byte_symbols_are_gpt2s_byte_level_alphabet():
@@ -21,8 +22,8 @@ def test_byte_symbols_are_gpt2s_byte_level_alphabet():
 
 @pytest.mark.parametrize("vocab_size", [512, 8192])
 def test_vocabulary_has_exactly_the_size_asked_and_merges_only_join_tokens(vocab_size):
-    tokens, types, merges, words = bpe_vocab(vocab_size)
-    assert len(tokens) == len(types) == vocab_size and len(set(tokens)) == vocab_size
+    tokens, merges, words = bpe_vocab(vocab_size)
+    assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
     assert tokens[:len(CONTROL_TOKENS)] == list(CONTROL_TOKENS)
     known = set(tokens)
     for merge in merges:
@@ -36,7 +37,7 @@ def test_vocabulary_has_exactly_the_size_asked_and_merges_only_join_tokens(vocab
 
 
 def test_a_small_vocabulary_keeps_the_words_that_fit():
-    small, large = bpe_vocab(512)[3], bpe_vocab(8192)[3]
+    small, large = bpe_vocab(512)[2], bpe_vocab(8192)[2]
     assert 0 < len(small) < len(large)
     assert set(small) <= set(large)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import orjson
 import pytest
@@ -16,6 +18,7 @@ from loadgen.errors import (
     STREAM_ERROR,
     TRUNCATED,
     RequestError,
+    is_client_refusal,
 )
 from loadgen.stats.records import MAX_MESSAGE_CHARS, RequestRecord
 from loadgen.wire.sse import SSEDecoder
@@ -206,6 +209,28 @@ def test_mid_stream_error_event_is_stream_error_with_tokens_kept():
     assert r.completion_tokens == 2 and r.chunks == 2 and r.ttft_s == pytest.approx(0.1)
     assert r.e2e_s == pytest.approx(0.25)  # time of failure
     assert r.tpot_s is None and len(r.itl_token_s) == 0
+
+
+VLLM_REFUSAL = Path(__file__).parent / "fixtures" / "vllm" / "completion_refused.sse"
+
+
+def test_vllms_in_stream_refusal_is_a_client_refusal_with_its_status():
+    """vLLM 0.32 refuses a prompt with HTTP 200 and one error event carrying code 400 (recorded from
+    the real server): the result has error_status 400, so the start check and the fail-fast rule
+    treat it as the refusal it is, not as a server failure mid-stream."""
+    events = [(payload, 0.01) for payload in SSEDecoder().feed(VLLM_REFUSAL.read_bytes())]
+    r = run(events, endpoint=COMPLETIONS)
+    assert (r.error_kind, r.error_status) == (STREAM_ERROR, 400)
+    assert r.error_message == "Token id 29386 is out of vocabulary"
+    assert is_client_refusal(r.error_kind, r.error_status)
+
+
+@pytest.mark.parametrize(("code", "status"), [(500, 500), ("400", 400), ("invalid_prompt", None), (None, None),
+                                              (200, None), (True, None)])
+def test_an_error_events_code_is_its_status_only_when_it_is_an_http_error_status(code, status):
+    r = run([(orjson.dumps({"error": {"message": "m", "code": code}}), 0.1), (b"[DONE]", 0.1)])
+    assert (r.error_kind, r.error_status) == (STREAM_ERROR, status)
+    assert is_client_refusal(r.error_kind, r.error_status) is (status == 400)
 
 
 def test_old_vllm_top_level_error_object_and_string_error():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.server.edges import Edge
 from loadgen.server.window import window_figures
 from loadgen.server.window_spec import prefix_cache, spec_decode
 from tests.fake_edges import edge
@@ -28,7 +29,8 @@ def test_accept_length_and_rate_come_from_the_counters_deltas_over_the_window(fl
     b = edge(5.0, spec_text(p, 1860, 1200, 3600))
     assert spec_decode(flavor, a, b) == {"spec_accept_length": pytest.approx(2.8),
                                          "spec_acceptance_rate": pytest.approx(0.6),
-                                         "spec_drafts": 200, "spec_source": "counters"}
+                                         "spec_drafts": 200, "spec_source": "counters",
+                                         "spec_acceptance_by_position": None}  # no per-position counter here
 
 
 def test_no_draft_in_the_window_a_restart_or_no_counters_give_none():
@@ -79,3 +81,23 @@ def test_llamacpp_prefix_hit_rate_adds_the_cached_tokens_to_the_evaluated_ones()
     # the real server exports the spec counters at 0 without a draft model: no figure, not 1.0
     assert spec_decode("llamacpp", a, b)["spec_accept_length"] is None
     assert window_figures("llamacpp", a, b)["prefix_cache_hit_rate"] == pytest.approx(0.75)
+
+
+def test_vllms_per_position_acceptance_is_read_over_the_window():
+    """vLLM's ``..._num_accepted_tokens_per_pos_total{position}``: Δaccepted at k / Δdrafts, per
+    engine summed; 1 + the sum is the accept length (counts from tests/fixtures/vllm/metrics_spec.txt's shape)."""
+    name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+    def at(t, drafts, accepted, per_pos):
+        return Edge(t, {
+            "vllm:spec_decode_num_drafts_total": [({"engine": "0"}, drafts)],
+            "vllm:spec_decode_num_draft_tokens_total": [({"engine": "0"}, 3 * drafts)],
+            "vllm:spec_decode_num_accepted_tokens_total": [({"engine": "0"}, accepted)],
+            name: [({"engine": "0", "position": str(k)}, v) for k, v in enumerate(per_pos)],
+        })
+
+    out = spec_decode("vllm", at(0, 10, 5, [3, 1, 1]), at(1, 30, 35, [18, 11, 6]))
+    assert out["spec_acceptance_by_position"] == pytest.approx([15 / 20, 10 / 20, 5 / 20])
+    assert out["spec_accept_length"] == pytest.approx(1 + sum(out["spec_acceptance_by_position"]))
+    no_pos = spec_decode("vllm", at(0, 10, 5, []), at(1, 30, 35, []))
+    assert no_pos["spec_acceptance_by_position"] is None and no_pos["spec_accept_length"] == pytest.approx(2.5)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import numpy as np
 import orjson
 
 from loadgen import errors
@@ -37,14 +38,22 @@ from loadgen.server.answers import (
     slots_from_props,
 )
 from loadgen.wire.client import StreamClient, check_host
-from loadgen.wire.compat import Compat, adapt, initial, likely_fix
+from loadgen.wire.compat import (
+    Compat,
+    adapt,
+    initial,
+    likely_fix,
+    refused_token_id,
+    vocabulary_search,
+    with_vocabulary,
+)
 from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH
 from loadgen.wire.exchange import stream_ask
 from loadgen.wire.scheme import scheme_mismatch
 from loadgen.workload.asks import Ask
 from loadgen.workload.dataset import too_long
 from loadgen.workload.mix import known_input, scenario_mix, too_long_message
-from loadgen.workload.prompts import probe_prompt
+from loadgen.workload.prompts import TOKEN_ID_DTYPE, probe_prompt
 
 PROBE_OUTPUT_TOKENS = 2
 MAX_PROBES = 4  # the refusals we can adapt to, one at a time, and the try that works
@@ -330,15 +339,18 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
     question to the server, listed in summary.json ``preflight``), every other probe is."""
     path = PATHS[scenario.endpoint]
     results, refused_before = [], None
-    while len(results) < MAX_PROBES:
+    for _ in range(MAX_PROBES):
         ask = Ask(probe_prompt(scenario, compat.prompt_kind, compat.token_id_range), scenario.input_tokens,
                   PROBE_OUTPUT_TOKENS)
         result, _, _, body = stream_ask(client, scenario, model or "", compat, ask)
-        results.append([result, True])
+        probe = [result, True]
+        results.append(probe)
         if result.ok or not is_client_refusal(result.error_kind or "", result.error_status):
             return compat, _frozen(results)
         status, message = result.error_status, result.error_message
         nxt = adapt(compat, status, message, orjson.loads(body)) if scenario.request.compat == "auto" else None
+        if nxt is not None and nxt.prompt_kind != compat.prompt_kind and refused_token_id(message) is not None:
+            nxt = find_vocabulary(client, scenario, model, compat, refused_token_id(message), results) or nxt
         if nxt is None and refused_before != (result.error_kind, status):
             refused_before = (result.error_kind, status)
             continue
@@ -352,9 +364,48 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
                                f"{answer}); {likely_fix(status, reason, path, model)}", _frozen(results))
         say(f"llm-loadgen: adapting to the server: {nxt.adaptations[-1]}")
         compat, refused_before = nxt, None
-        results[-1][1] = False
+        probe[1] = False
     raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request {MAX_PROBES} times "
-                       f"(last: {results[-1][0].error_message}); see request.compat", _frozen(results))
+                       f"(last: {probe[0].error_message}); see request.compat", _frozen(results))
+
+
+def find_vocabulary(client: StreamClient, scenario, model: str | None, compat: Compat, refused_id: int,
+                    results: list) -> Compat | None:
+    """Token IDs inside a vocabulary the server does not report (vLLM) but whose refusal named an ID
+    outside it: one-token prompts (1 output token) bisect between the range's lowest ID and the
+    refused one (``compat.vocabulary_search``). Returns the Compat drawing inside it, or None (text
+    prompts then) when the lowest ID is refused too or a try fails for another reason. Each try is
+    appended to ``results``: those the server took are counted in the run's totals (they reach
+    its engine and its token counters), the refused ones are not (the start check's questions)."""
+    id_range = compat.token_id_range or tuple(scenario.prompt.token_id_range)
+    low = id_range[0]
+    if refused_id <= low:
+        return None
+
+    def takes(token_id: int) -> bool | None:
+        ask = Ask(np.array([token_id], dtype=TOKEN_ID_DTYPE), 1, 1)
+        result = stream_ask(client, scenario, model or "", compat, ask).result
+        results.append([result, result.ok])
+        if result.ok:
+            return True
+        if is_client_refusal(result.error_kind or "", result.error_status) and \
+                refused_token_id(result.error_message) is not None:
+            return False
+        return None
+
+    if not takes(low):
+        return None
+    search, tries = vocabulary_search(low, refused_id), 1
+    try:
+        token_id = next(search)
+        while True:
+            took = takes(token_id)
+            tries += 1
+            if took is None:
+                return None
+            token_id = search.send(took)
+    except StopIteration as end:
+        return with_vocabulary(compat, id_range, refused_id, end.value, tries)
 
 
 def _frozen(results: list) -> tuple:

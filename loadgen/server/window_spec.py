@@ -8,7 +8,10 @@ Speculative decoding (``spec_decode``):
 - vLLM and llama.cpp export counters; over the window
   ``spec_accept_length`` = 1 + Δaccepted_tokens / Δdrafts (tokens per verify step: the accepted
   drafts plus the token the target model adds) and
-  ``spec_acceptance_rate`` = Δaccepted_tokens / Δdraft_tokens.
+  ``spec_acceptance_rate`` = Δaccepted_tokens / Δdraft_tokens; vLLM also counts the accepted
+  drafts per draft position, and ``spec_acceptance_by_position`` = [Δaccepted at position k /
+  Δdrafts for k = 0, 1, ...] (the share of verify steps that kept the k-th draft token: it falls
+  with k, and 1 + its sum is ``spec_accept_length``).
 - SGLang exports only gauges of its recent batches (``sglang:spec_accept_length``, which counts the
   verified token too, and ``sglang:spec_accept_rate``); they are read at the window's close edge,
   not averaged over it, and ``spec_source`` says so (``gauge_at_close``; else ``counters``).
@@ -36,6 +39,8 @@ SPEC_COUNTERS = {
                  "llamacpp:spec_decode_num_draft_tokens_total"),
 }
 SGLANG_SPEC_GAUGES = ("sglang:spec_accept_length", "sglang:spec_accept_rate")
+# flavor -> accepted tokens per draft position (label ``position``)
+SPEC_PER_POSITION = {"vllm": "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
 
 # flavor -> (hit tokens, denominator counters whose deltas add up to the prompt tokens)
 PREFIX_COUNTERS = {
@@ -46,7 +51,7 @@ PREFIX_COUNTERS = {
 }
 SGLANG_CACHE_GAUGE = "sglang:cache_hit_rate"
 
-SPEC_KEYS = ("spec_accept_length", "spec_acceptance_rate", "spec_drafts", "spec_source")
+SPEC_KEYS = ("spec_accept_length", "spec_acceptance_rate", "spec_drafts", "spec_source", "spec_acceptance_by_position")
 PREFIX_KEYS = ("prefix_cache_hit_rate", "prefix_cache_hit_tokens", "prefix_cache_source")
 
 
@@ -82,8 +87,27 @@ def spec_decode(flavor: str | None, opened: Edge | None, closed: Edge | None) ->
     if accepted is None or not drafts:
         return out
     out.update(spec_accept_length=1 + accepted / drafts, spec_acceptance_rate=_ratio(accepted, draft_tokens),
-               spec_drafts=int(drafts), spec_source="counters")
+               spec_drafts=int(drafts), spec_source="counters",
+               spec_acceptance_by_position=_per_position(opened, closed, SPEC_PER_POSITION.get(flavor), drafts))
     return out
+
+
+def _per_position(opened: Edge, closed: Edge, name: str | None, drafts: float) -> list[float] | None:
+    """[Δaccepted at position k / Δdrafts, k = 0, 1, ...] from a counter labelled ``position``
+    (summed over its other label sets, e.g. engines); None when the server has no such counter."""
+    if name is None:
+        return None
+    positions = sorted({lb["position"] for lb, _ in _series(closed.samples, name) if lb.get("position", "").isdigit()},
+                       key=int)
+    accepted = [counter_delta(_at_position(opened, name, k), _at_position(closed, name, k), name) for k in positions]
+    if not accepted or None in accepted:
+        return None
+    return [a / drafts for a in accepted]
+
+
+def _at_position(edge: Edge, name: str, position: str) -> Edge:
+    """``edge`` with only counter ``name``'s series at draft position ``position``."""
+    return Edge(edge.t, {name: [(lb, v) for lb, v in _series(edge.samples, name) if lb.get("position") == position]})
 
 
 def prefix_cache(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:

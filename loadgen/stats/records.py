@@ -92,7 +92,9 @@ class RequestResult:
     itl_chunk_s: np.ndarray  # per-chunk gaps
     finish_reason: str | None
     chunks: int  # content chunks received; 0 for an ok request: textless (module docstring)
-    error_status: int | None = None  # the HTTP status of a failure answered before the stream
+    # the HTTP status of a failure answered before the stream, or the 4xx/5xx ``code`` an error
+    # event carried mid-stream (vLLM refuses a prompt with HTTP 200 and {"error": {"code": 400}})
+    error_status: int | None = None
     # loadgen.stats.answer: the answer after a reasoning model's thinking, and the prompt cache's share
     ttfat_s: float | None = None  # time to first answer token; == ttft_s without reasoning
     reasoning_tokens: int = 0
@@ -148,7 +150,7 @@ class RequestRecord:
         self._ct_at_chunk = 0  # usage.completion_tokens at the previous content chunk
         self._payloads = 0
         self._finish_t = 0.0
-        self._stream_error: tuple[str, float] | None = None  # (message, t) of an {"error"} event
+        self._stream_error: tuple[str, float, int | None] | None = None  # (message, t, code) of an {"error"} event
         self._raised: tuple[str, str, float] | None = None  # (kind, message, t) raised by on_payload
         self._first_answer_t: float | None = None  # loadgen.stats.answer
         self._last_answer_t = 0.0
@@ -248,7 +250,8 @@ class RequestRecord:
             if err is not None:
                 msg = err.get("message", err) if isinstance(err, dict) else err
                 if self._stream_error is None:
-                    self._stream_error = (str(msg)[:MAX_MESSAGE_CHARS], t)
+                    code = _http_code(err.get("code") if isinstance(err, dict) else None)
+                    self._stream_error = (str(msg)[:MAX_MESSAGE_CHARS], t, code)
                 return
             if isinstance(obj.get("usage"), dict):
                 self._on_usage(obj["usage"])
@@ -277,7 +280,10 @@ class RequestRecord:
         else EMPTY_STREAM if nothing arrived, else TRUNCATED).
         """
         kind, msg, t_fail = self._failure(t_end, eof, error)
-        status = error.status if error is not None and kind == error.kind else None
+        if kind == STREAM_ERROR and self._raised is None:
+            status = self._stream_error[2]
+        else:
+            status = error.status if error is not None and kind == error.kind else None
         n_chunks = len(self._times)
         times = np.frombuffer(self._times, dtype=np.float64) if n_chunks else _EMPTY_F
         estimated = self._usage_ct is None
@@ -319,7 +325,7 @@ class RequestRecord:
         if self._raised is not None:
             return self._raised
         if self._stream_error is not None:
-            return (STREAM_ERROR, *self._stream_error)
+            return (STREAM_ERROR, *self._stream_error[:2])
         if self.finish_reason == "abort":
             return ABORTED, "the server aborted the request (finish_reason 'abort')", self._finish_t
         if self.finish_reason or self.done:
@@ -354,6 +360,14 @@ class RequestRecord:
             times, n = times[has], n[has]
             gaps = np.diff(times)
         return gaps / n[1:], n[1:]
+
+
+def _http_code(code) -> int | None:
+    """An error event's ``code`` when it is an HTTP status (400-599, as an int or digits), else None:
+    SGLang and vLLM send the status there; other servers send names ("invalid_prompt")."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    return code if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600 else None
 
 
 def _preview(payload: bytes, limit: int = 120) -> str:

@@ -7,8 +7,10 @@ shaped exactly like the run's, and when the server refuses it asks ``adapt`` for
   ``continuous_usage_stats``, ``stream_options``) are dropped, exactly those; output length is
   then asked (``max_tokens``), not forced, and the token-mismatch counts show what the server did;
 - token-ID prompts refused (IDs outside a small vocabulary, or a server that takes only text):
-  IDs are drawn inside the vocabulary when the server reports it (llama.cpp ``meta.n_vocab``),
-  else prompts become text calibrated against the server's usage, like the chat path's.
+  IDs are drawn inside the vocabulary when the server reports it (llama.cpp ``meta.n_vocab``) or
+  when the start check can find its end (``vocabulary_search``: vLLM names the refused ID and does
+  not report its vocabulary), else prompts become text calibrated against the server's usage, like
+  the chat path's.
 
 ``Compat`` is what was decided: shown at start, written to summary.json (``compat``) and shipped to
 workers with the phase, so every process sends the same body.
@@ -28,6 +30,7 @@ FORCING_FIELDS = ("ignore_eos", "min_tokens")  # without them the output length 
 
 _TOKEN_REFUSAL = re.compile(r"invalid token|token id|out of (the )?vocab|vocab(ulary)? size|token.*out of range",
                             re.I)
+_REFUSED_ID = re.compile(r"token id\D{0,12}?(\d+)", re.I)  # vLLM: "Token id 29386 is out of vocabulary"
 _STRING_ONLY = re.compile(r"valid string|must be a string|str type expected|expected (a )?string|"
                           r"should be (a )?(valid )?str", re.I)
 
@@ -122,6 +125,37 @@ def adapt(compat: Compat, status: int | None, message: str, body: dict) -> Compa
         return replace(compat, prompt_kind="text", adaptations=compat.adaptations + (
             "text prompts calibrated on usage: the server refused token-ID prompts",))
     return None
+
+
+def refused_token_id(message: str) -> int | None:
+    """The token ID a refusal names as outside the vocabulary (vLLM), else None."""
+    if not _TOKEN_REFUSAL.search(message):
+        return None
+    m = _REFUSED_ID.search(message)
+    return int(m.group(1)) if m else None
+
+
+def vocabulary_search(good: int, bad: int):
+    """The vocabulary's end by bisection over one-token prompts: a generator that yields the ID to
+    try next and is sent whether the server took it (True) or refused it as out of vocabulary
+    (False); it returns n_vocab, the smallest refused ID once every smaller one tried was taken.
+    ``good`` is an ID the server takes, ``bad`` one it refused (``good < bad``); about
+    log2(bad - good) tries (15 for a refused ID near 30,000). Pure: the start check sends."""
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if (yield mid):
+            good = mid
+        else:
+            bad = mid
+    return bad
+
+
+def with_vocabulary(compat: Compat, id_range: tuple[int, int], refused_id: int, n_vocab: int, tries: int) -> Compat:
+    """``compat`` drawing token IDs inside a vocabulary of ``n_vocab`` found by ``vocabulary_search``."""
+    fitted = fit_range(id_range, n_vocab)
+    return replace(compat, token_id_range=fitted, adaptations=compat.adaptations + (
+        f"token IDs drawn from [{fitted[0]}, {fitted[1]}): the server refused token ID {refused_id}; "
+        f"one-token prompts found its vocabulary ends at {n_vocab} ({tries} tries)",))
 
 
 def likely_fix(status: int | None, message: str, path: str, model: str | None) -> str:

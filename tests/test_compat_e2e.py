@@ -96,3 +96,33 @@ def test_refusals_mid_start_trip_the_fail_fast(tmp_path):
     assert s["run"]["exit_code"] == EXIT_SERVER_UNUSABLE
     assert s["totals"]["failures"]["http_4xx"][0]["status"] == 400
     assert "failed request (http_400): HTTP 400: This model's maximum context length is 80" in run.stderr
+
+
+def test_a_vocabulary_that_vllm_does_not_report_is_found_and_the_run_works(tmp_path):
+    """The simulator refuses as vLLM 0.32 does (a 200 stream carrying a 400 error event naming the
+    ID); /v1/models gives no vocabulary. The start check bisects with one-token prompts, draws IDs
+    in [1000, 5000), and no request of the run fails; the refused tries are not in the totals."""
+    with running_sim("--preset", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--vocab-size", "5000") as sim:
+        run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--endpoint", "completions", "--stages", "2")
+        counts = served(sim.url)
+    assert run.code == 0, run.stderr[-2000:]
+    s = run.summary
+    assert s["server"]["compat"]["token_id_range"] == [1000, 5000] and s["server"]["compat"]["prompt_kind"] == "token_ids"
+    assert s["totals"]["errors"] == {} and s["stages"][0]["error_count"] == 0
+    probes = s["preflight"]["probes"]
+    assert probes[0] == "stream_error (adapted)" and probes[-1] == "ok"
+    assert counts["strict"] == probes.count("stream_error (adapted)") and 1 < counts["strict"] <= 16
+    assert "the server refused token ID" in run.stderr and "vocabulary ends at 5000" in run.stderr
+
+
+def test_an_in_stream_refusal_stops_the_run_in_seconds_when_compat_is_fixed(tmp_path):
+    """request.compat=vllm: nothing to adapt; vLLM's in-stream 400 stops the start check, quoted."""
+    with running_sim("--preset", "fixed", "--ttft-ms", "5", "--itl-ms", "2", "--vocab-size", "5000") as sim:
+        t0 = time.monotonic()
+        run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--endpoint", "completions", "--stages", "2",
+                         "--set", "request.compat=vllm")
+        took = time.monotonic() - t0
+        counts = served(sim.url)
+    assert run.code == EXIT_SERVER_UNUSABLE, run.stderr[-2000:]
+    assert took < 30 and counts["strict"] == 2 and counts.get("completed", 0) == 0
+    assert "is out of vocabulary" in run.stderr

@@ -176,7 +176,10 @@ class SimServer:
         refused = self._strict(http.body, chat)
         if refused is not None:
             self.metrics.rejected["strict"] += 1
-            sock.sendall(wire.json_response(*refused, keep))
+            if refused.in_stream:
+                sock.sendall(wire.sse_error_response(refused.body, keep))
+            else:
+                sock.sendall(wire.json_response(refused.status, refused.body, keep))
             return True
         try:
             p = genreq.parse(http.body, chat, cfg.max_model_len, cfg.default_max_tokens,
@@ -219,7 +222,7 @@ class SimServer:
             if stream.end is None:  # this greenlet died (client gone, server stopping)
                 self.runner.abort(sim)
 
-    def _strict(self, body: bytes, chat: bool) -> tuple[int, dict] | None:
+    def _strict(self, body: bytes, chat: bool) -> strict.Refusal | None:
         cfg = self.config
         if not (cfg.reject_fields or cfg.prompt_token_ids == "reject" or cfg.vocab_size):
             return None
@@ -227,8 +230,8 @@ class SimServer:
             obj = orjson.loads(body)
         except orjson.JSONDecodeError:
             return None  # parse() answers it
-        return strict.refusal(obj, chat, cfg.reject_fields, cfg.prompt_token_ids, cfg.vocab_size) if isinstance(
-            obj, dict) else None
+        return strict.refusal(obj, chat, cfg.reject_fields, cfg.prompt_token_ids, cfg.vocab_size,
+                              cfg.flavor) if isinstance(obj, dict) else None
 
     def _respond(self, stream: Stream, sock, keep: bool, rid: str, chat: bool, p, fmt) -> bool:
         if fmt is not None:

@@ -1,6 +1,7 @@
 """Refusals of servers stricter than vLLM and SGLang, so the client's adaptations can be tested.
 
-Pure: a request body (parsed JSON) in, ``(status, body)`` of the refusal out, or None to serve it.
+Pure: a request body (parsed JSON) in, a ``Refusal`` out (its status, body, and whether it is sent
+inside a 200 event stream), or None to serve it.
 Each mimics a real server's answer, as met by users (see issue "first contact with real servers"):
 
 - ``reject_fields`` (names, comma-separated): a server validating its schema strictly answers 422
@@ -8,20 +9,32 @@ Each mimics a real server's answer, as met by users (see issue "first contact wi
   present (top level, or inside ``stream_options``);
 - ``prompt_token_ids = "reject"``: a server that takes only string prompts answers 400 with a
   pydantic-style ``detail`` list ("Input should be a valid string");
-- ``vocab_size`` > 0: a token ID >= vocab_size gets llama.cpp's 400 "Prompt contains invalid tokens".
+- ``vocab_size`` > 0: a token ID >= vocab_size is refused as the flavor's server does: llama.cpp
+  (and SGLang) with HTTP 400 "Prompt contains invalid tokens"; vLLM 0.32 names the largest ID,
+  ``"Token id N is out of vocabulary"`` (``BadRequestError``, code 400), and a streamed request gets
+  it as **HTTP 200 with one error event then [DONE]** (tests/fixtures/vllm/completion_refused.sse).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
 
-def refusal(obj: dict, chat: bool, reject_fields: str, prompt_token_ids: str, vocab_size: int) -> tuple[int, dict] | None:
+
+class Refusal(NamedTuple):
+    status: int
+    body: dict
+    in_stream: bool = False  # HTTP 200, then the body as one SSE event and [DONE] (vLLM streaming)
+
+
+def refusal(obj: dict, chat: bool, reject_fields: str, prompt_token_ids: str, vocab_size: int,
+            flavor: str = "llamacpp") -> Refusal | None:
     banned = [f.strip() for f in reject_fields.split(",") if f.strip()]
     if banned:
         present = set(obj) | set(obj.get("stream_options") or {})
         named = sorted(f for f in banned if f in present)
         if named:
             listed = ", ".join(repr(f) for f in named)
-            return 422, {"detail": f"Unexpected fields in the request: {{{listed}}}"}
+            return Refusal(422, {"detail": f"Unexpected fields in the request: {{{listed}}}"})
     prompt = obj.get("prompt")
     if chat or not isinstance(prompt, list) or not prompt:
         return None
@@ -29,9 +42,13 @@ def refusal(obj: dict, chat: bool, reject_fields: str, prompt_token_ids: str, vo
     if not all(isinstance(t, int) for t in ids):
         return None
     if prompt_token_ids == "reject":
-        return 400, {"detail": [{"type": "string_type", "loc": ["body", "prompt"],
-                                 "msg": "Input should be a valid string", "input": ids[:3]}]}
+        return Refusal(400, {"detail": [{"type": "string_type", "loc": ["body", "prompt"],
+                                         "msg": "Input should be a valid string", "input": ids[:3]}]})
     if vocab_size and any(t >= vocab_size or t < 0 for t in ids):
-        return 400, {"error": {"code": 400, "message": "Prompt contains invalid tokens",
-                               "type": "invalid_request_error"}}
+        if flavor == "vllm":
+            return Refusal(400, {"error": {"message": f"Token id {max(ids)} is out of vocabulary",
+                                           "type": "BadRequestError", "param": None, "code": 400}},
+                           in_stream=bool(obj.get("stream")))
+        return Refusal(400, {"error": {"code": 400, "message": "Prompt contains invalid tokens",
+                                       "type": "invalid_request_error"}})
     return None

@@ -55,6 +55,13 @@ def json_response(status: int, obj: object, keep_alive: bool = True) -> bytes:
     return head(status, b"application/json", len(body), keep_alive) + body
 
 
+def sse_error_response(error: dict, keep_alive: bool = True) -> bytes:
+    """A whole HTTP 200 event stream that carries only ``error`` then [DONE]: how vLLM refuses a
+    streamed prompt it cannot take."""
+    body = b"data: %b\n\n" % json.dumps(error, separators=(",", ":")).encode() + DONE_EVENT
+    return (head(200, b"text/event-stream; charset=utf-8", None, keep_alive) + http_chunk(body) + LAST_CHUNK)
+
+
 def error_obj(status: int, message: str) -> dict:
     """The OpenAI-style error body both vLLM and SGLang send."""
     return {"error": {"message": message, "type": ERROR_TYPES.get(status, "APIError"),

@@ -196,3 +196,20 @@ def test_exporter_has_the_answer_histogram_and_the_chunk_and_cache_counters():
     assert got["llm_loadgen_cache_reported_prompt_tokens_total"] == 100
     assert got["llm_loadgen_time_to_first_answer_token_seconds_count"] == 1
     assert got["llm_loadgen_time_to_first_answer_token_seconds_sum"] == pytest.approx(0.5)
+
+
+def test_sglang_reports_reasoning_tokens_at_the_top_level_of_usage():
+    """SGLang's UsageInfo has ``reasoning_tokens`` beside prompt_tokens, not under
+    completion_tokens_details (sglang usage_processor.calculate_token_usage)."""
+    events = thinking_stream("reasoning_content", reasoning_usage=None)
+    top = orjson.dumps({"id": "x", "choices": [], "usage": {**usage(6), "reasoning_tokens": 3}})
+    events[-2] = (top, 0.8)
+    # a chunk of two thinking tokens, counted as one from the stream: usage must decide
+    events[1] = (delta_chunk({"reasoning_content": "Let us"}), 0.1)
+    r = replay_split(events, split=6)
+    assert (r.reasoning_tokens, r.reasoning_source) == (3, USAGE)
+    from loadgen.stats.answer import usage_reasoning_tokens
+
+    assert usage_reasoning_tokens({"reasoning_tokens": 5, "completion_tokens_details": {"accepted_prediction_tokens": 2}}) == 5
+    assert usage_reasoning_tokens({"reasoning_tokens": 0, "completion_tokens_details": {"reasoning_tokens": 4}}) == 4
+    assert usage_reasoning_tokens({"reasoning_tokens": 0}) == 0 and usage_reasoning_tokens({}) is None

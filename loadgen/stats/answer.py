@@ -12,7 +12,8 @@ Per request (t = arrival time of a chunk, N = completion tokens, R = reasoning t
 - TTFT (loadgen.stats.records) = t(first chunk of ANY kind, reasoning included) - t(sent)
 - time to first answer token, ``ttfat_s`` = t(first chunk carrying answer text) - t(sent); None
   when no answer text arrived (the output ended while thinking). Without reasoning it equals TTFT.
-- R = ``usage.completion_tokens_details.reasoning_tokens`` when the server reports it (> 0):
+- R = ``usage.completion_tokens_details.reasoning_tokens`` (SGLang: ``usage.reasoning_tokens``, at the
+  top level of usage) when the server reports it (> 0):
   source "usage"; else counted from the stream: source "stream", one token per chunk that carried
   reasoning text (with per-chunk cumulative usage: that chunk's token increase), a chunk that also
   carried answer text counting all its tokens but one. Source None when R = 0.
@@ -39,9 +40,13 @@ def delta_parts(delta: dict) -> tuple[str | None, str | None]:
 
 
 def usage_reasoning_tokens(usage: dict) -> int | None:
-    """``usage.completion_tokens_details.reasoning_tokens``, None when absent or null."""
+    """``usage.completion_tokens_details.reasoning_tokens`` (OpenAI, vLLM), else
+    ``usage.reasoning_tokens`` (SGLang puts it at the top level); None when both are absent or null."""
     details = usage.get("completion_tokens_details")
     value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if not isinstance(value, int) or not value:  # SGLang's details (spec decoding) lack it
+        top = usage.get("reasoning_tokens")
+        value = top if isinstance(top, int) and (top or not isinstance(value, int)) else value
     return value if isinstance(value, int) else None
 
 

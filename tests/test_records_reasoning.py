@@ -158,8 +158,8 @@ def test_stage_row_reasoning_chunks_and_cache_figures():
     assert row["reasoning_tokens_per_request"] == pytest.approx(6 / 3)  # over every ok request
     assert (row["reasoning_tokens"], row["reasoning_tokens_source"]) == (6, "mixed")
     assert row["tokens_per_chunk"] == pytest.approx((6 + 6 + 2) / (6 + 6 + 1))
-    # only the requests whose usage said count, on both sides of the share
-    assert row["cached_prompt_tokens"] == 100 and row["cached_share"] == pytest.approx(100 / 200)
+    # the detail was seen, so the plain request (none: SGLang omits a 0) counts as 0 of its 100 cached
+    assert row["cached_prompt_tokens"] == 100 and row["cached_share"] == pytest.approx(100 / 300)
 
 
 def test_stage_row_of_a_plain_model_shows_no_reasoning_figures():
@@ -213,3 +213,66 @@ def test_sglang_reports_reasoning_tokens_at_the_top_level_of_usage():
     assert usage_reasoning_tokens({"reasoning_tokens": 5, "completion_tokens_details": {"accepted_prediction_tokens": 2}}) == 5
     assert usage_reasoning_tokens({"reasoning_tokens": 0, "completion_tokens_details": {"reasoning_tokens": 4}}) == 4
     assert usage_reasoning_tokens({"reasoning_tokens": 0}) == 0 and usage_reasoning_tokens({}) is None
+
+
+def _cached_result(pt: int, cached: int | None):
+    """A one-chunk completions request whose final usage has ``cached`` (None: no prompt_tokens_details)."""
+    rec = RequestRecord(0.0, 1, "/v1/completions")
+    u = usage(1, cached=cached, pt=pt)
+    rec.on_payload(orjson.dumps({"choices": [{"text": "a", "finish_reason": "length"}], "usage": u}), 0.1)
+    return rec.finish(0.1, eof=True)
+
+
+def test_sglang_omitting_a_zero_cached_count_counts_as_zero_once_the_detail_was_seen():
+    """SGLang sends prompt_tokens_details only when cached > 0 (usage_processor._details_if_cached):
+    half the requests 90 % cached, half uncached is a 45 % share, not 90 %."""
+    from loadgen.stats.stage_stats import StageStats
+
+    s = StageStats()
+    for _ in range(5):
+        s.add_result(_cached_result(100, 90), 100, 1)
+        s.add_result(_cached_result(100, None), 100, 1)
+    assert s.row(10.0)["cached_share"] == pytest.approx(0.45)
+    vllm = StageStats()  # vLLM sends cached_tokens 0: the same figure
+    for _ in range(5):
+        vllm.add_result(_cached_result(100, 90), 100, 1)
+        vllm.add_result(_cached_result(100, 0), 100, 1)
+    assert vllm.row(10.0)["cached_share"] == pytest.approx(0.45)
+    never = StageStats()  # the detail never seen: unknown, not 0
+    never.add_result(_cached_result(100, None), 100, 1)
+    assert never.row(10.0)["cached_share"] is None and never.row(10.0)["cached_prompt_tokens"] is None
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_cached_share_merges_exactly_when_one_worker_never_saw_the_detail(order):
+    """Worker A's requests all lacked the detail (uncached, SGLang), worker B's had it: merged
+    through the wire, A's prompt tokens count as 0 cached, as if one process had seen them all."""
+    from loadgen.stats.stage_stats import Collector, StageStats
+
+    a, b = StageStats(), StageStats()
+    for _ in range(3):
+        a.add_result(_cached_result(200, None), 200, 1)
+        b.add_result(_cached_result(100, 80), 100, 1)
+    assert a.row(10.0)["cached_share"] is None  # alone, A cannot know
+    master = Collector()
+    workers = (a, b)
+    for i in order:
+        master.merge_delta({"totals": StageStats().to_wire(), "stages": [[0, workers[i].to_wire()]]})
+    merged = master.stages[0].row(10.0)
+    assert merged["cached_share"] == pytest.approx(3 * 80 / (3 * 100 + 3 * 200))
+    one = StageStats()
+    for _ in range(3):
+        one.add_result(_cached_result(200, None), 200, 1)
+        one.add_result(_cached_result(100, 80), 100, 1)
+    assert merged["cached_share"] == one.row(10.0)["cached_share"]
+
+
+def test_no_cache_warning_when_the_detail_was_seen_on_some_requests():
+    from loadgen.run.cache_report import missing_cache_detail, prefix_sharing
+    from loadgen.stats.stage_stats import StageStats
+
+    s = StageStats()
+    s.add_result(_cached_result(100, None), 100, 1)
+    s.add_result(_cached_result(100, 64), 100, 1)
+    row = {"index": 0, **s.row(10.0)}
+    assert missing_cache_detail(row, prefix_sharing(3, 0, False)) is None

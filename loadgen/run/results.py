@@ -267,7 +267,9 @@ def totals_of(t: StageStats) -> dict:
         # usage.prompt_tokens_details (loadgen.stats.answer): only when the server reported it
         **({"prompt_cache": {"cached_prompt_tokens": t.cached_prompt_tokens,
                              "reported_prompt_tokens": t.cache_reported_prompt_tokens,
-                             "reported_requests": t.cache_reported_requests}}
+                             "reported_requests": t.cache_reported_requests,
+                             # prompt tokens of requests without the detail (SGLang omits a 0): 0 cached
+                             "unreported_prompt_tokens": t.cache_unreported_prompt_tokens}}
            if t.cache_reported_requests else {}),
         "failures": t.failures.to_summary(),
         **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,

@@ -21,7 +21,9 @@ Per request (t = arrival time of a chunk, N = completion tokens, R = reasoning t
   chunk)) tokens/s; None if A < 2 or the span is 0. Without reasoning it equals the decode rate.
 - cached prompt tokens = ``usage.prompt_tokens_details.cached_tokens``; None when the server sent
   no such detail (vLLM without ``--enable-prompt-tokens-details``, SGLang without
-  ``--enable-cache-report``).
+  ``--enable-cache-report``, and SGLang with it when nothing was cached: it omits a 0, so a stage
+  that saw the detail on another request counts this one as 0 cached, loadgen.stats.metrics
+  ``cached_share``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.stats.answer import STREAM, USAGE, answer_figures, stream_reasoning_tokens
+from loadgen.stats.answer import (
+    APPORTIONED,
+    STREAM,
+    USAGE,
+    answer_figures,
+    apportioned_reasoning_tokens,
+    stream_reasoning_tokens,
+)
 from loadgen.stats.records import RequestRecord
 from loadgen.wire.sse import SSEDecoder
 
@@ -95,7 +102,8 @@ def test_a_delta_with_both_thinking_and_answer_is_the_first_answer_token():
           (delta_chunk({"content": "."}, finish="stop"), 0.4), (final_usage(4), 0.4), (b"[DONE]", 0.4)]
     r = replay_split(ev, split=4)
     assert r.ttft_s == pytest.approx(0.1) and r.ttfat_s == pytest.approx(0.3)
-    assert r.chunks == 3 and (r.reasoning_tokens, r.reasoning_source) == (1, STREAM)  # 2nd chunk: answer
+    # 4 tokens over 3 chunks, apportioned 1, 1, 2: the 2nd chunk's one token is answer
+    assert r.chunks == 3 and (r.reasoning_tokens, r.reasoning_source) == (1, APPORTIONED)
 
 
 def test_per_chunk_usage_counts_reasoning_tokens_of_multi_token_chunks():
@@ -276,3 +284,25 @@ def test_no_cache_warning_when_the_detail_was_seen_on_some_requests():
     s.add_result(_cached_result(100, 64), 100, 1)
     row = {"index": 0, **s.row(10.0)}
     assert missing_cache_detail(row, prefix_sharing(3, 0, False)) is None
+
+
+@pytest.mark.parametrize("key", SPELLINGS)
+def test_multi_token_chunks_with_only_a_final_usage_total_apportion_the_reasoning_tokens(key):
+    """Speculative decoding, usage only at the end (no per-chunk usage, no reasoning_tokens): 3 tokens
+    a chunk, 2 thinking chunks then 2 answer chunks. Counting one token per thinking chunk gave R = 2,
+    A = 10 and an answer decode rate of 9 / 0.1 s; the usage total spread over the chunks gives R = 6."""
+    ev = [(delta_chunk({key: "a b c"}), 0.1), (delta_chunk({key: "d e f"}), 0.2),
+          (delta_chunk({"content": "x y z"}), 0.3), (delta_chunk({"content": "u v w"}, finish="length"), 0.4),
+          (final_usage(12), 0.4), (b"[DONE]", 0.4)]
+    r = replay_split(ev, split=11)
+    assert (r.reasoning_tokens, r.reasoning_source) == (6, APPORTIONED)
+    assert r.answer_decode_tps == pytest.approx((12 - 6 - 1) / (0.4 - 0.3))
+    with_usage = ev[:4] + [(final_usage(12, reasoning=7), 0.4), (b"[DONE]", 0.4)]
+    assert (replay_split(with_usage).reasoning_tokens, replay_split(with_usage).reasoning_source) == (7, USAGE)
+
+
+def test_apportioned_reasoning_tokens_formula():
+    # N = 10 over C = 4 chunks: 2, 3, 2, 3 tokens; chunks 0 and 1 thinking, chunk 2 crossing
+    assert apportioned_reasoning_tokens(10, 4, [0, 2]) == 2 + 3
+    assert apportioned_reasoning_tokens(10, 4, [0, 2, 2 * 2 + 1]) == 2 + 3 + (2 - 1)
+    assert apportioned_reasoning_tokens(3, 4, [1]) == 0  # a chunk apportioned 0 tokens, answer in it

@@ -149,7 +149,8 @@ REASONING_REQUESTS = Counter("reasoning_requests", "Ok requests with reasoning t
 REASONING_TOKENS = Counter("reasoning_tokens", "Reasoning tokens of ok requests: usage.completion_tokens_details."
                            "reasoning_tokens, else counted from the stream's reasoning chunks.", "reasoning_tokens")
 REASONING_COUNTED = Counter("reasoning_counted_requests", "Ok requests with reasoning whose reasoning tokens were "
-                            "counted from the stream (the server's usage had no reasoning_tokens).")
+                            "counted from the stream, or apportioned from the usage total (the server's usage had "
+                            "no reasoning_tokens).")
 OUTPUT_CHUNKS = Counter("output_chunks", "Content chunks (answer or reasoning text) of ok requests.",
                         "output_chunks")
 OUTPUT_CHUNK_TOKENS = Counter("output_chunk_tokens", "Completion tokens of the ok requests that had content "

@@ -104,7 +104,7 @@ class StageStats:
         if result.reasoning_tokens:
             self.reasoning_requests += 1
             self.reasoning_tokens += result.reasoning_tokens
-            if result.reasoning_source == STREAM:
+            if result.reasoning_source != USAGE:  # stream or apportioned: not the server's count
                 self.reasoning_counted_requests += 1
         if result.chunks:
             self.output_chunks += result.chunks

@@ -306,3 +306,15 @@ def test_apportioned_reasoning_tokens_formula():
     assert apportioned_reasoning_tokens(10, 4, [0, 2]) == 2 + 3
     assert apportioned_reasoning_tokens(10, 4, [0, 2, 2 * 2 + 1]) == 2 + 3 + (2 - 1)
     assert apportioned_reasoning_tokens(3, 4, [1]) == 0  # a chunk apportioned 0 tokens, answer in it
+
+
+def test_both_reasoning_delta_spellings_are_read():
+    """vLLM's newest versions stream thinking as delta.reasoning (renamed from reasoning_content),
+    SGLang keeps delta.reasoning_content; either may share a delta with the answer's content."""
+    from loadgen.stats.answer import delta_parts
+
+    assert delta_parts({"reasoning": "hm"}) == ("hm", None)  # vLLM >= 0.19.1
+    assert delta_parts({"reasoning_content": "hm"}) == ("hm", None)  # SGLang
+    assert delta_parts({"reasoning": "a", "content": "b"}) == ("a", "b")
+    assert delta_parts({"reasoning_content": None, "reasoning": "a"}) == ("a", None)
+    assert delta_parts({"content": "b"}) == (None, "b") and delta_parts({"role": "assistant"}) == (None, None)

@@ -17,13 +17,25 @@ class Edge:
     samples: Samples
 
 
+# Counters a server creates only when they first count something: absent at a window's open and
+# present at its close means 0 at the open. SGLang's cached_tokens_total is a labelled Counter, which
+# prometheus_client shows only once first incremented: after the first prefix-cache hit
+# (docs/servers.md). "The server's other metrics" at the open: any series of the same prefix, so a
+# read of something else stays unknown.
+LAZY_COUNTERS = frozenset({"sglang:cached_tokens_total"})
+
+
 def counter_delta(opened: Edge | None, closed: Edge | None, name: str | None) -> float | None:
     """closed - opened of counter ``name`` (summed over label sets), None when either edge or
-    the series is missing or the counter went down (a restart in between)."""
+    the series is missing or the counter went down (a restart in between). A counter of
+    LAZY_COUNTERS absent at the open, while that read had the server's other metrics, started at 0."""
     if opened is None or closed is None or name is None:
         return None
     a, b = opened.samples.get(name), closed.samples.get(name)
     a, b = (series_total(a) if a else None), (series_total(b) if b else None)
+    if a is None and b is not None and name in LAZY_COUNTERS and opened.samples.get(name) is None and any(
+            key.startswith(name.split(":", 1)[0] + ":") for key in opened.samples):
+        a = 0.0
     if a is None or b is None or b < a:
         return None
     return b - a

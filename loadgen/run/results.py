@@ -138,6 +138,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["server"] = info.server
         if info.server.get("over_capacity"):
             flags.append("server_over_capacity")
+        if info.server.get("server_restarted"):
+            flags.append("server_restarted")
     row["client"] = client
     if client_bound:
         flags.append("client_bound")

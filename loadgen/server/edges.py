@@ -1,7 +1,8 @@
 """The edges of a measurement window: ``/metrics`` read as it opens and as it closes. Pure.
 
 ``Edge(t, samples)``: ``t`` the middle of the GET on the watch's clock; ``counter_delta`` the
-vocabulary every window reader (``loadgen.server.window``, ``window_spec``) shares.
+vocabulary every window reader (``loadgen.server.window``, ``window_spec``) shares; ``restarted``
+and ``as_reset``: a server restart inside the window, told by ``process_start_time_seconds``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,26 @@ class Edge:
 # (docs/servers.md). "The server's other metrics" at the open: any series of the same prefix, so a
 # read of something else stays unknown.
 LAZY_COUNTERS = frozenset({"sglang:cached_tokens_total"})
+
+
+START_TIME = "process_start_time_seconds"  # prometheus_client's process collector; vLLM and SGLang export it
+
+
+def restarted(opened: Edge | None, closed: Edge | None) -> bool | None:
+    """Whether the server restarted between the edges: its ``process_start_time_seconds`` values
+    (one per process exporting it) differ; None when an edge or the series is missing."""
+    if opened is None or closed is None:
+        return None
+    a, b = opened.samples.get(START_TIME), closed.samples.get(START_TIME)
+    if not a or not b:
+        return None
+    return sorted(v for _, v in a) != sorted(v for _, v in b)
+
+
+def as_reset(opened: Edge, closed: Edge) -> Edge:
+    """The open edge a restarted server's counters start from: every series of the close edge at
+    0 (so every counter's and histogram's delta over the window is its value at the close)."""
+    return Edge(opened.t, {name: [(labels, 0.0) for labels, _ in series] for name, series in closed.samples.items()})
 
 
 def counter_delta(opened: Edge | None, closed: Edge | None, name: str | None) -> float | None:

@@ -30,6 +30,8 @@ FLAGS: tuple[Flag, ...] = (
          "include client delays; add workers"),
     Flag("clocks_disagree", "the client's TTFT exceeds the server's own by more than network and client "
          "loop lag explain; likely cause in breakdown.disagreement"),
+    Flag("server_restarted", "the server's process_start_time_seconds changed in the window: its counters "
+         "restarted, and its window figures count from the restart"),
     Flag("worker_lost", "a worker stopped reporting during the stage; its running requests are "
          "missing (lost_requests)"),
     Flag("drain_timeout", "requests still ran when stages.drain_s ended; they are not counted "

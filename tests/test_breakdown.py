@@ -12,10 +12,13 @@ def part(mean: float, p50: float | None = None, count: int = 100) -> dict:
             "p50_bucket_s": None if p50 is None else 0.05}
 
 
-def client(ttft: float, e2e: float, itl: float) -> dict:
+def client(ttft: float, e2e: float, itl: float, itl_chunk: float | None = None) -> dict:
+    """The client's figures; ``itl`` per token, ``itl_chunk`` per chunk (default: one token a chunk)."""
+    chunk = itl if itl_chunk is None else itl_chunk
     return {"ttft": {"mean_s": ttft, "p50_s": ttft, "p90_s": None, "p99_s": None},
             "e2e": {"mean_s": e2e, "p50_s": e2e, "p90_s": None, "p99_s": None},
-            "itl": {"mean_s": itl, "p50_s": itl, "p90_s": None, "p99_s": None}}
+            "itl": {"mean_s": itl, "p50_s": itl, "p90_s": None, "p99_s": None},
+            "itl_chunk": {"mean_s": chunk, "p50_s": chunk, "p90_s": None, "p99_s": None}}
 
 
 def vllm_server(queue: float, prefill: float = 0.1, decode: float = 2.0, other: float = 0.01) -> dict:
@@ -97,3 +100,31 @@ def test_llamacpp_decode_seconds_per_token_stand_for_the_servers_itl_mean():
     b = breakdown(client(0.3, 2.0, 0.0105), server)
     assert set(b) == {"itl"} and b["itl"]["network_client_mean_s"] == pytest.approx(0.0005)
     assert b["itl"]["server_p50_s"] is None
+
+
+def test_vllm_itl_under_speculative_decoding_is_compared_per_chunk_and_sglang_per_token():
+    """vLLM records one ITL sample per engine step per request, whatever the tokens the step emitted;
+    with 3 tokens a step the client's per-token ITL (10 ms) is a third of the server's per-step 30 ms,
+    so only its per-chunk gap (31 ms) compares. SGLang divides a gap by the chunk's tokens."""
+    server = vllm_server(0.2)
+    server["itl"] = part(0.030, 0.030)
+    b = breakdown(client(0.33, 2.34, 0.0103, itl_chunk=0.031), server)
+    assert b["itl"]["client_itl"] == "per_chunk" and b["itl"]["client_mean_s"] == 0.031
+    assert b["itl"]["network_client_mean_s"] == pytest.approx(0.001)
+    sglang = {"flavor": "sglang", "ttft": part(0.3), "itl": part(0.010, 0.010)}
+    b = breakdown(client(0.33, 2.34, 0.0103, itl_chunk=0.031), sglang)
+    assert b["itl"]["client_itl"] == "per_token" and b["itl"]["network_client_mean_s"] == pytest.approx(0.0003)
+
+
+def test_a_proxy_buffering_the_stream_is_seen_on_vllm_under_speculative_decoding():
+    """TTFT 120 ms late and every chunk 12 ms late (a buffering proxy), 3 tokens a step: compared per
+    token (13 ms vs the server's 30 ms a step) the client looked early and the cause was missed."""
+    server = vllm_server(0.2)
+    server["itl"] = part(0.030, 0.030)
+    r = row(0, 8, client(0.43, 2.44, 0.014, itl_chunk=0.042), server)
+    assert "buffering the stream" in disagreement(r)["likely_cause"]
+    prev = row(0, 4, client(0.33, 2.34, 0.010, itl_chunk=0.030), server)
+    slower = vllm_server(0.2)
+    slower["itl"] = part(0.060, 0.060)
+    line = verdict(prev, row(1, 8, client(0.33, 2.34, 0.020, itl_chunk=0.060), slower))
+    assert line is not None and "ITL per chunk mean" in line

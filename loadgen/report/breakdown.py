@@ -1,7 +1,7 @@
 """Where the time goes: the client's and the server's clocks side by side, per stage. Pure.
 
-Inputs: the client's figures of a stage (``client_figures``: its TTFT, E2E and per-token ITL
-histograms) and the stage's ``server`` object (``loadgen.server.window_latency``: the server's
+Inputs: the client's figures of a stage (``client_figures``: its TTFT, E2E, per-token and per-chunk
+ITL histograms) and the stage's ``server`` object (``loadgen.server.window_latency``: the server's
 histograms over the same window). Output: the stage row's ``breakdown`` object, per metric
 (``ttft``, ``e2e``, ``itl``):
 
@@ -12,6 +12,14 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
   with server rest = the server's own TTFT (E2E) - the parts it times separately (the API
   server's share: tokenizing, detokenizing; with SGLang, which has no prefill histogram, prefill
   too) and network_client = client mean - server mean: the network, any proxy, and the client.
+- ITL: the client figure that counts what the server's histogram counts (``client_itl`` in the
+  row, ``CLIENT_ITL``): vLLM records one inter-token sample per engine step per request whatever
+  the tokens the step emitted (``vllm/v1/metrics/stats.py``), so under speculative decoding its
+  ITL is per step, i.e. per chunk: compared with the client's per-chunk gap (``itl_chunk_s``).
+  SGLang divides a gap by the chunk's tokens, and llama.cpp's decode seconds are per token:
+  compared with the client's per-token ITL (``itl_token_s``). Comparing vLLM's per-step figure
+  with a per-token one made the network + client part negative under speculation (k tokens a
+  step), which hid a proxy buffering the stream (``disagreement``).
 - percentiles side by side: ``client_pXX_s``, ``server_pXX_s`` and network_client_pXX_s = their
   difference. A difference of percentiles is not a percentile of differences, and the server's
   is interpolated within a bucket (``window_latency``): trust it to ``server_pXX_bucket_s``, the
@@ -36,7 +44,11 @@ PARTS = {
 PART_NAMES = {"queue": "server queue time", "prefill": "server prefill time", "decode": "server decode time",
               "server_rest": "the server's other time (API server, tokenizing)",
               "network_client": "network + client time"}
-CLIENT_HISTOGRAMS = {"ttft": "ttft_s", "e2e": "e2e_s", "itl": "itl_token_s"}  # StageStats attributes
+# StageStats attributes; "itl" is per token, "itl_chunk" per chunk
+CLIENT_HISTOGRAMS = {"ttft": "ttft_s", "e2e": "e2e_s", "itl": "itl_token_s", "itl_chunk": "itl_chunk_s"}
+# the client's ITL figure that counts what each server's ITL histogram counts (module docstring)
+CLIENT_ITL = {"vllm": "itl_chunk"}  # any other flavor: "itl" (per token)
+CLIENT_ITL_NAMES = {"itl": "per_token", "itl_chunk": "per_chunk"}
 DOMINANT = 0.6  # a part "dominates" a growth when it explains at least this share of it
 GROWTH_MIN_S = 0.001  # growths smaller than this are noise, not worth a verdict
 GROWTH_MIN_SHARE = 0.1  # ... or than this share of the previous stage's mean
@@ -66,13 +78,16 @@ def breakdown(client: dict, server: dict | None) -> dict | None:
     if not server:
         return None
     out = {}
+    itl_key = CLIENT_ITL.get(server.get("flavor") or "", "itl")
     for metric, parts in PARTS.items():
-        c, s = client.get(metric), server.get(metric)
+        c, s = client.get(itl_key if metric == "itl" else metric), server.get(metric)
         if metric == "itl" and s is None:  # llama.cpp: decode seconds per token, a mean only
             s = server.get("decode_per_token")
         if not c or not s or s.get("mean_s") is None or c.get("mean_s") is None:
             continue
         row = {"client_mean_s": c["mean_s"], "server_mean_s": s["mean_s"], "server_count": s["count"]}
+        if metric == "itl":
+            row["client_itl"] = CLIENT_ITL_NAMES[itl_key]  # which client figure was compared
         rest = s["mean_s"]
         for part in parts:
             mean = (server.get(part) or {}).get("mean_s")
@@ -114,6 +129,8 @@ def verdict(prev_row: dict | None, row: dict) -> str | None:
         prev, cur = prev_row["breakdown"].get(metric), row["breakdown"].get(metric)
         if not prev or not cur:
             continue
+        if cur.get("client_itl") == "per_chunk":  # vLLM (CLIENT_ITL): say which ITL was compared
+            name = "ITL per chunk"
         grew, parts = growth_parts(prev, cur)
         if grew < max(GROWTH_MIN_S, GROWTH_MIN_SHARE * prev["client_mean_s"]):
             continue
@@ -145,6 +162,7 @@ def disagreement(row: dict) -> dict | None:
     if "client_bound" in (row.get("flags") or []):
         cause = "client_bound: the load generator was short of CPU (see the stage's client object)"
     elif itl_gap is not None and itl.get("server_mean_s") and itl_gap > NETWORK_ALLOWANCE_SHARE * itl["server_mean_s"]:
+        # the ITL pair counts alike on every server (CLIENT_ITL), so this holds under speculative decoding too
         cause = ("a proxy or the client buffering the stream: every token arrives later than the server "
                  "sent it, not only the first")
     else:

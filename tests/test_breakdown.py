@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.report.breakdown import breakdown, clock_lines, disagreement, off_reason, stack, verdict
+from loadgen.report.breakdown import (
+    breakdown,
+    clock_lines,
+    disagreement,
+    off_reason,
+    populations_agree,
+    stack,
+    verdict,
+)
 
 
 def part(mean: float, p50: float | None = None, count: int = 100) -> dict:
@@ -12,10 +20,11 @@ def part(mean: float, p50: float | None = None, count: int = 100) -> dict:
             "p50_bucket_s": None if p50 is None else 0.05}
 
 
-def client(ttft: float, e2e: float, itl: float, itl_chunk: float | None = None) -> dict:
-    """The client's figures; ``itl`` per token, ``itl_chunk`` per chunk (default: one token a chunk)."""
+def client(ttft: float, e2e: float, itl: float, itl_chunk: float | None = None, count: int = 100) -> dict:
+    """The client's figures; ``itl`` per token, ``itl_chunk`` per chunk (default: one token a chunk);
+    ``count`` requests (the server's fake parts count 100)."""
     chunk = itl if itl_chunk is None else itl_chunk
-    return {"ttft": {"mean_s": ttft, "p50_s": ttft, "p90_s": None, "p99_s": None},
+    return {"ttft": {"count": count, "mean_s": ttft, "p50_s": ttft, "p90_s": None, "p99_s": None},
             "e2e": {"mean_s": e2e, "p50_s": e2e, "p90_s": None, "p99_s": None},
             "itl": {"mean_s": itl, "p50_s": itl, "p90_s": None, "p99_s": None},
             "itl_chunk": {"mean_s": chunk, "p50_s": chunk, "p90_s": None, "p99_s": None}}
@@ -128,3 +137,44 @@ def test_a_proxy_buffering_the_stream_is_seen_on_vllm_under_speculative_decoding
     slower["itl"] = part(0.060, 0.060)
     line = verdict(prev, row(1, 8, client(0.33, 2.34, 0.020, itl_chunk=0.060), slower))
     assert line is not None and "ITL per chunk mean" in line
+
+
+def test_clocks_disagree_only_when_both_windows_hold_about_the_same_requests():
+    """vLLM observes TTFT at the first token, the rest at the finish, from every client; the client's
+    stage holds the requests it sent in the window. A 120 ms gap over 100 server first tokens and
+    60 client requests compares different requests: said, not flagged."""
+    same = row(0, 8, client(0.43, 2.44, 0.0201, count=95), vllm_server(0.2))
+    gap = disagreement(same)
+    assert gap["populations"] == "agree" and (gap["server_count"], gap["client_count"]) == (100, 95)
+    assert "network or a proxy" in gap["likely_cause"]
+    other = row(0, 8, client(0.43, 2.44, 0.0201, count=60), vllm_server(0.2))
+    gap = disagreement(other)
+    assert gap["populations"] == "differ" and "different requests" in gap["likely_cause"]
+    other["breakdown"]["disagreement"] = gap
+    (line,) = clock_lines([{**other, "server": {"flavor": "vllm", "ttft": part(0.21)}}])
+    assert "not flagged: the populations differ (server 100 first tokens over the window, client 60" in line
+
+
+def test_population_tolerance():
+    assert populations_agree(100, 90) and not populations_agree(100, 89)  # 10 % of the larger
+    assert populations_agree(3, 1) and not populations_agree(4, 1)  # at least 2 apart allowed
+    assert populations_agree(None, 5) is None
+
+
+def test_the_stage_is_flagged_only_when_the_populations_agree():
+    from loadgen.run.results import GuardRecord, StageInfo, stage_row
+    from loadgen.stats.stage_stats import StageStats
+
+    late = StageStats()
+    for _ in range(10):
+        late.ttft_s.add(0.5)  # 400 ms after the server's clock
+    client_row = {"cpu_percent": 20.0, "loop_lag_p99_s": 0.001}
+
+    def flags(server_count: int) -> list[str]:
+        server = {"flavor": "vllm", "ttft": {"count": server_count, "mean_s": 0.1, "p50_s": 0.1, "p90_s": 0.1,
+                                             "p99_s": 0.1}}
+        return stage_row(StageInfo(0, 1, window_s=10.0, users=1, server=server), late, GuardRecord(), client_row,
+                         False)["flags"]
+
+    assert "clocks_disagree" in flags(11)
+    assert "clocks_disagree" not in flags(40)  # the server timed 40 first tokens: other requests too

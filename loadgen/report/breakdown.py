@@ -28,6 +28,15 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
 ``verdict`` names the part that dominates a stage's growth over the previous stage (on means,
 which add up); ``disagreement`` says when the client's TTFT exceeds the server's by more than the
 network allowance and the client's own loop lag explain (the stage's ``clocks_disagree`` flag).
+
+Populations: the two sides time different sets of requests. The client's figures are of the
+stage's ok requests, those *sent* in its window. The server's are of what it observed over the
+window, from every client: TTFT of the requests whose first token came in it; queue, prefill,
+decode and E2E of the requests that *finished* in it (vLLM observes them at the finish); ITL of
+the steps in it. A clock comparison means something only when the populations are about the same,
+so the flag is set only when the server's TTFT count over the window (``server_count``) and the
+client's (``client_count``) agree within max(COUNT_TOLERANCE_MIN, COUNT_TOLERANCE_SHARE x the
+larger count); otherwise the disagreement says the populations differ, without the flag.
 """
 
 from __future__ import annotations
@@ -56,16 +65,34 @@ GROWTH_MIN_SHARE = 0.1  # ... or than this share of the previous stage's mean
 # same-region round trip plus TLS and parsing, generously (the client's TTFT carries one round trip)
 NETWORK_ALLOWANCE_S = 0.05
 NETWORK_ALLOWANCE_SHARE = 0.1  # ... or this share of the server's own TTFT, whichever is larger
+# When the two TTFT counts agree (module docstring). At each edge of a steady window the requests
+# sent in its last TTFT have their first token after it closes, and the server's first TTFT after
+# it opens holds requests sent before: those edges shift the counts by about rate x TTFT each way,
+# which is a few per cent of a window while TTFT is short against it. Beyond 10 % the windows hold
+# different requests: TTFT (queueing) long against the window, a stage cut short, or other clients
+# of the same server. The absolute floor keeps a short, slow stage (a handful of requests) comparable.
+COUNT_TOLERANCE_SHARE = 0.1
+COUNT_TOLERANCE_MIN = 2
 
 
 def client_figures(stats) -> dict:
-    """{metric: {"mean_s", "p50_s", "p90_s", "p99_s"}} of a StageStats (None where no sample)."""
+    """{metric: {"count", "mean_s", "p50_s", "p90_s", "p99_s"}} of a StageStats (None where no
+    sample); ``count``: samples (requests for TTFT and E2E, gaps for ITL)."""
     out = {}
     for metric, attr in CLIENT_HISTOGRAMS.items():
         h = getattr(stats, attr)
-        out[metric] = ({"mean_s": h.mean, **{k: h.quantile(int(k[1:3]) / 100) for k in QUANTILE_KEYS}}
+        out[metric] = ({"count": h.count, "mean_s": h.mean, **{k: h.quantile(int(k[1:3]) / 100) for k in QUANTILE_KEYS}}
                        if h.count else None)
     return out
+
+
+def populations_agree(server_count: int | None, client_count: int | None) -> bool | None:
+    """|server - client| <= max(COUNT_TOLERANCE_MIN, COUNT_TOLERANCE_SHARE x the larger); None
+    when a count is unknown (a summary written before counts were kept)."""
+    if server_count is None or client_count is None:
+        return None
+    return abs(server_count - client_count) <= max(COUNT_TOLERANCE_MIN,
+                                                   COUNT_TOLERANCE_SHARE * max(server_count, client_count))
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -85,7 +112,8 @@ def breakdown(client: dict, server: dict | None) -> dict | None:
             s = server.get("decode_per_token")
         if not c or not s or s.get("mean_s") is None or c.get("mean_s") is None:
             continue
-        row = {"client_mean_s": c["mean_s"], "server_mean_s": s["mean_s"], "server_count": s["count"]}
+        row = {"client_mean_s": c["mean_s"], "server_mean_s": s["mean_s"], "server_count": s["count"],
+               "client_count": c.get("count")}
         if metric == "itl":
             row["client_itl"] = CLIENT_ITL_NAMES[itl_key]  # which client figure was compared
         rest = s["mean_s"]
@@ -147,7 +175,9 @@ def verdict(prev_row: dict | None, row: dict) -> str | None:
 def disagreement(row: dict) -> dict | None:
     """What was compared and the likely cause, when the client's TTFT mean exceeds the server's by
     more than max(NETWORK_ALLOWANCE_S, NETWORK_ALLOWANCE_SHARE x server TTFT mean) + the client's
-    event-loop lag p99; None when they agree (or cannot be compared)."""
+    event-loop lag p99; None when they agree (or cannot be compared). ``populations``: "agree"
+    when the TTFT counts do (``populations_agree``; only then is the stage flagged
+    ``clocks_disagree``), else "differ" (the cause says so) or "unknown"."""
     ttft = (row.get("breakdown") or {}).get("ttft")
     if not ttft:
         return None
@@ -167,8 +197,15 @@ def disagreement(row: dict) -> dict | None:
                  "sent it, not only the first")
     else:
         cause = "the network or a proxy in front of the server: a delay per request, not per token"
+    agree = populations_agree(ttft.get("server_count"), ttft.get("client_count"))
+    if agree is False:
+        cause = (f"none that the clocks can tell: the windows hold different requests (the server timed "
+                 f"{ttft['server_count']} first tokens over the window, the client {ttft['client_count']} of "
+                 f"the requests it sent in it): waits long against the window, or other clients of the server")
     return {"compared": "client TTFT mean - server TTFT mean (its histogram over the stage's window)",
-            "gap_s": gap, "allowed_s": allowed, "loop_lag_p99_s": lag, "likely_cause": cause}
+            "gap_s": gap, "allowed_s": allowed, "loop_lag_p99_s": lag, "likely_cause": cause,
+            "server_count": ttft.get("server_count"), "client_count": ttft.get("client_count"),
+            "populations": {True: "agree", False: "differ", None: "unknown"}[agree]}
 
 
 def off_reason(row: dict) -> str | None:
@@ -208,9 +245,14 @@ def clock_lines(rows: list[dict]) -> list[str]:
         row["breakdown"]["verdict"] = line
         out.append(f"llm-loadgen: stage {k} {line}")
     if (gap := (row.get("breakdown") or {}).get("disagreement")) is not None:
-        out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
-                   f"the server's (more than the {_dur(gap['allowed_s'])} network and loop lag explain); "
-                   f"likely {gap['likely_cause']}")
+        if gap.get("populations") != "differ":
+            out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
+                       f"the server's (more than the {_dur(gap['allowed_s'])} network and loop lag explain); "
+                       f"likely {gap['likely_cause']}")
+        else:
+            out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
+                       f"the server's, but not flagged: the populations differ (server {gap.get('server_count')} "
+                       f"first tokens over the window, client {gap.get('client_count')} requests sent in it)")
     return out
 
 

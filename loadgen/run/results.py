@@ -172,7 +172,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["breakdown"] = clocks
         if (gap := disagreement(row)) is not None:
             clocks["disagreement"] = gap
-            flags.append("clocks_disagree")
+            if gap["populations"] == "agree":  # else the windows hold different requests: no verdict
+                flags.append("clocks_disagree")
     return row
 
 

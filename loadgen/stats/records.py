@@ -50,6 +50,7 @@ from loadgen.errors import (
 )
 from loadgen.stats.answer import (
     APPORTIONED,
+    STREAM,
     answer_figures,
     apportioned_reasoning_tokens,
     delta_parts,
@@ -288,12 +289,12 @@ class RequestRecord:
         estimated = self._usage_ct is None
         n_tokens = n_chunks if estimated else self._usage_ct
         ttft = float(times[0]) - self.sent_s if n_chunks else None
-        seen, how = self._reasoning_seen, None
+        seen, how = self._reasoning_seen, STREAM
         # only a usage total, and chunks of several tokens (N = C: one token each, exact)
         if self._reasoning_at and n_tokens != n_chunks and len(self._tokens) != n_chunks:
             seen, how = apportioned_reasoning_tokens(n_tokens, n_chunks, self._reasoning_at), APPORTIONED
         a = answer_figures(self.sent_s, self._first_answer_t, self._last_answer_t, n_tokens, self._usage_rt,
-                           seen, *(how,) if how else ())
+                           seen, how)
         answer = (a.ttfat_s, a.reasoning_tokens, a.reasoning_source, a.answer_decode_tps, self._usage_cached)
         if kind is not None:
             return RequestResult(

@@ -30,7 +30,7 @@ def test_every_flag_a_row_can_get_is_declared():
     guard = GuardRecord()
     guard.record(decide(8, 10_000, 1000, 1000, 0.0, "clamp"))  # clamped to 5
     guard.record(decide(6, 10_000, 1000, 1000, 0.0, "warn"))
-    info = StageInfo(0, 5, window_s=1.0, users=4, server={"over_capacity": True})
+    info = StageInfo(0, 5, window_s=1.0, users=4, server={"over_capacity": True, "server_restarted": True})
     info.add_lost(1)
     seen = set(stage_row(info, None, guard, CLIENT, client_bound=True, unfinished=1)["flags"])
     seen |= set(stage_row(StageInfo(1, 6, window_s=1.0, users=6), None, guard, CLIENT, False, 1,

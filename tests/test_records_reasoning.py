@@ -7,7 +7,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.stats.answer import STREAM, USAGE, answer_figures, stream_reasoning_tokens
+from loadgen.stats.answer import (
+    APPORTIONED,
+    STREAM,
+    USAGE,
+    answer_figures,
+    apportioned_reasoning_tokens,
+    stream_reasoning_tokens,
+)
 from loadgen.stats.records import RequestRecord
 from loadgen.wire.sse import SSEDecoder
 
@@ -95,7 +102,8 @@ def test_a_delta_with_both_thinking_and_answer_is_the_first_answer_token():
           (delta_chunk({"content": "."}, finish="stop"), 0.4), (final_usage(4), 0.4), (b"[DONE]", 0.4)]
     r = replay_split(ev, split=4)
     assert r.ttft_s == pytest.approx(0.1) and r.ttfat_s == pytest.approx(0.3)
-    assert r.chunks == 3 and (r.reasoning_tokens, r.reasoning_source) == (1, STREAM)  # 2nd chunk: answer
+    # 4 tokens over 3 chunks, apportioned 1, 1, 2: the 2nd chunk's one token is answer
+    assert r.chunks == 3 and (r.reasoning_tokens, r.reasoning_source) == (1, APPORTIONED)
 
 
 def test_per_chunk_usage_counts_reasoning_tokens_of_multi_token_chunks():
@@ -158,8 +166,8 @@ def test_stage_row_reasoning_chunks_and_cache_figures():
     assert row["reasoning_tokens_per_request"] == pytest.approx(6 / 3)  # over every ok request
     assert (row["reasoning_tokens"], row["reasoning_tokens_source"]) == (6, "mixed")
     assert row["tokens_per_chunk"] == pytest.approx((6 + 6 + 2) / (6 + 6 + 1))
-    # only the requests whose usage said count, on both sides of the share
-    assert row["cached_prompt_tokens"] == 100 and row["cached_share"] == pytest.approx(100 / 200)
+    # the detail was seen, so the plain request (none: SGLang omits a 0) counts as 0 of its 100 cached
+    assert row["cached_prompt_tokens"] == 100 and row["cached_share"] == pytest.approx(100 / 300)
 
 
 def test_stage_row_of_a_plain_model_shows_no_reasoning_figures():
@@ -196,3 +204,117 @@ def test_exporter_has_the_answer_histogram_and_the_chunk_and_cache_counters():
     assert got["llm_loadgen_cache_reported_prompt_tokens_total"] == 100
     assert got["llm_loadgen_time_to_first_answer_token_seconds_count"] == 1
     assert got["llm_loadgen_time_to_first_answer_token_seconds_sum"] == pytest.approx(0.5)
+
+
+def test_sglang_reports_reasoning_tokens_at_the_top_level_of_usage():
+    """SGLang's UsageInfo has ``reasoning_tokens`` beside prompt_tokens, not under
+    completion_tokens_details (sglang usage_processor.calculate_token_usage)."""
+    events = thinking_stream("reasoning_content", reasoning_usage=None)
+    top = orjson.dumps({"id": "x", "choices": [], "usage": {**usage(6), "reasoning_tokens": 3}})
+    events[-2] = (top, 0.8)
+    # a chunk of two thinking tokens, counted as one from the stream: usage must decide
+    events[1] = (delta_chunk({"reasoning_content": "Let us"}), 0.1)
+    r = replay_split(events, split=6)
+    assert (r.reasoning_tokens, r.reasoning_source) == (3, USAGE)
+    from loadgen.stats.answer import usage_reasoning_tokens
+
+    assert usage_reasoning_tokens({"reasoning_tokens": 5, "completion_tokens_details": {"accepted_prediction_tokens": 2}}) == 5
+    assert usage_reasoning_tokens({"reasoning_tokens": 0, "completion_tokens_details": {"reasoning_tokens": 4}}) == 4
+    assert usage_reasoning_tokens({"reasoning_tokens": 0}) == 0 and usage_reasoning_tokens({}) is None
+
+
+def _cached_result(pt: int, cached: int | None):
+    """A one-chunk completions request whose final usage has ``cached`` (None: no prompt_tokens_details)."""
+    rec = RequestRecord(0.0, 1, "/v1/completions")
+    u = usage(1, cached=cached, pt=pt)
+    rec.on_payload(orjson.dumps({"choices": [{"text": "a", "finish_reason": "length"}], "usage": u}), 0.1)
+    return rec.finish(0.1, eof=True)
+
+
+def test_sglang_omitting_a_zero_cached_count_counts_as_zero_once_the_detail_was_seen():
+    """SGLang sends prompt_tokens_details only when cached > 0 (usage_processor._details_if_cached):
+    half the requests 90 % cached, half uncached is a 45 % share, not 90 %."""
+    from loadgen.stats.stage_stats import StageStats
+
+    s = StageStats()
+    for _ in range(5):
+        s.add_result(_cached_result(100, 90), 100, 1)
+        s.add_result(_cached_result(100, None), 100, 1)
+    assert s.row(10.0)["cached_share"] == pytest.approx(0.45)
+    vllm = StageStats()  # vLLM sends cached_tokens 0: the same figure
+    for _ in range(5):
+        vllm.add_result(_cached_result(100, 90), 100, 1)
+        vllm.add_result(_cached_result(100, 0), 100, 1)
+    assert vllm.row(10.0)["cached_share"] == pytest.approx(0.45)
+    never = StageStats()  # the detail never seen: unknown, not 0
+    never.add_result(_cached_result(100, None), 100, 1)
+    assert never.row(10.0)["cached_share"] is None and never.row(10.0)["cached_prompt_tokens"] is None
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_cached_share_merges_exactly_when_one_worker_never_saw_the_detail(order):
+    """Worker A's requests all lacked the detail (uncached, SGLang), worker B's had it: merged
+    through the wire, A's prompt tokens count as 0 cached, as if one process had seen them all."""
+    from loadgen.stats.stage_stats import Collector, StageStats
+
+    a, b = StageStats(), StageStats()
+    for _ in range(3):
+        a.add_result(_cached_result(200, None), 200, 1)
+        b.add_result(_cached_result(100, 80), 100, 1)
+    assert a.row(10.0)["cached_share"] is None  # alone, A cannot know
+    master = Collector()
+    workers = (a, b)
+    for i in order:
+        master.merge_delta({"totals": StageStats().to_wire(), "stages": [[0, workers[i].to_wire()]]})
+    merged = master.stages[0].row(10.0)
+    assert merged["cached_share"] == pytest.approx(3 * 80 / (3 * 100 + 3 * 200))
+    one = StageStats()
+    for _ in range(3):
+        one.add_result(_cached_result(200, None), 200, 1)
+        one.add_result(_cached_result(100, 80), 100, 1)
+    assert merged["cached_share"] == one.row(10.0)["cached_share"]
+
+
+def test_no_cache_warning_when_the_detail_was_seen_on_some_requests():
+    from loadgen.run.cache_report import missing_cache_detail, prefix_sharing
+    from loadgen.stats.stage_stats import StageStats
+
+    s = StageStats()
+    s.add_result(_cached_result(100, None), 100, 1)
+    s.add_result(_cached_result(100, 64), 100, 1)
+    row = {"index": 0, **s.row(10.0)}
+    assert missing_cache_detail(row, prefix_sharing(3, 0, False)) is None
+
+
+@pytest.mark.parametrize("key", SPELLINGS)
+def test_multi_token_chunks_with_only_a_final_usage_total_apportion_the_reasoning_tokens(key):
+    """Speculative decoding, usage only at the end (no per-chunk usage, no reasoning_tokens): 3 tokens
+    a chunk, 2 thinking chunks then 2 answer chunks. Counting one token per thinking chunk gave R = 2,
+    A = 10 and an answer decode rate of 9 / 0.1 s; the usage total spread over the chunks gives R = 6."""
+    ev = [(delta_chunk({key: "a b c"}), 0.1), (delta_chunk({key: "d e f"}), 0.2),
+          (delta_chunk({"content": "x y z"}), 0.3), (delta_chunk({"content": "u v w"}, finish="length"), 0.4),
+          (final_usage(12), 0.4), (b"[DONE]", 0.4)]
+    r = replay_split(ev, split=11)
+    assert (r.reasoning_tokens, r.reasoning_source) == (6, APPORTIONED)
+    assert r.answer_decode_tps == pytest.approx((12 - 6 - 1) / (0.4 - 0.3))
+    with_usage = ev[:4] + [(final_usage(12, reasoning=7), 0.4), (b"[DONE]", 0.4)]
+    assert (replay_split(with_usage).reasoning_tokens, replay_split(with_usage).reasoning_source) == (7, USAGE)
+
+
+def test_apportioned_reasoning_tokens_formula():
+    # N = 10 over C = 4 chunks: 2, 3, 2, 3 tokens; chunks 0 and 1 thinking, chunk 2 crossing
+    assert apportioned_reasoning_tokens(10, 4, [0, 2]) == 2 + 3
+    assert apportioned_reasoning_tokens(10, 4, [0, 2, 2 * 2 + 1]) == 2 + 3 + (2 - 1)
+    assert apportioned_reasoning_tokens(3, 4, [1]) == 0  # a chunk apportioned 0 tokens, answer in it
+
+
+def test_both_reasoning_delta_spellings_are_read():
+    """vLLM's newest versions stream thinking as delta.reasoning (renamed from reasoning_content),
+    SGLang keeps delta.reasoning_content; either may share a delta with the answer's content."""
+    from loadgen.stats.answer import delta_parts
+
+    assert delta_parts({"reasoning": "hm"}) == ("hm", None)  # vLLM >= 0.19.1
+    assert delta_parts({"reasoning_content": "hm"}) == ("hm", None)  # SGLang
+    assert delta_parts({"reasoning": "a", "content": "b"}) == ("a", "b")
+    assert delta_parts({"reasoning_content": None, "reasoning": "a"}) == ("a", None)
+    assert delta_parts({"content": "b"}) == (None, "b") and delta_parts({"role": "assistant"}) == (None, None)

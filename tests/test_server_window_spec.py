@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server.edges import Edge
+from loadgen.server.edges import Edge, counter_delta
 from loadgen.server.window import window_figures
 from loadgen.server.window_spec import prefix_cache, spec_decode
 from tests.fake_edges import edge
@@ -101,3 +101,18 @@ def test_vllms_per_position_acceptance_is_read_over_the_window():
     assert out["spec_accept_length"] == pytest.approx(1 + sum(out["spec_acceptance_by_position"]))
     no_pos = spec_decode("vllm", at(0, 10, 5, []), at(1, 30, 35, []))
     assert no_pos["spec_acceptance_by_position"] is None and no_pos["spec_accept_length"] == pytest.approx(2.5)
+
+
+def test_sglang_cached_tokens_counter_missing_at_the_open_started_at_zero():
+    """SGLang creates sglang:cached_tokens_total at the first cache hit: absent at the window's
+    open (whose read had the server's other metrics) and present at its close is a rise from 0."""
+    cached, prompt = "sglang:cached_tokens_total", "sglang:prompt_tokens_total"
+    a = edge(0.0, f"{prompt} 1000\nsglang:num_running_reqs 0\n")
+    b = edge(5.0, f"{prompt} 3000\n{cached} 500\n")
+    out = prefix_cache("sglang", a, b)
+    assert (out["prefix_cache_hit_rate"], out["prefix_cache_source"]) == (pytest.approx(500 / 2000), "counters")
+    assert out["prefix_cache_hit_tokens"] == 500
+    # an open read without SGLang's metrics (nothing read): unknown, not 0
+    assert counter_delta(edge(0.0, "other_metric 1\n"), b, cached) is None
+    # a counter not known to appear lazily stays unknown
+    assert counter_delta(a, edge(5.0, f"{prompt} 3000\nsglang:spec_total 9\n"), "sglang:spec_total") is None

@@ -88,3 +88,41 @@ def test_cached_tokens_are_the_first_admissions_lookup():
             engine.step()
     assert (first.cached_tokens, second.cached_tokens) == (0, 96)  # 6 whole blocks of 16
     assert engine.prefix_cache.hit_tokens == 96 and engine.prefix_cache.queried_tokens == 200
+
+
+def test_usage_details_as_each_flavor_sends_them():
+    """vLLM (--enable-prompt-tokens-details) sends cached_tokens 0 on a miss and reasoning_tokens under
+    completion_tokens_details; SGLang omits prompt_tokens_details when 0 (usage_processor.
+    _details_if_cached) and puts reasoning_tokens at the top level of usage."""
+    vllm, sglang = fmt(flavor="vllm"), fmt(flavor="sglang")
+    for f in (vllm, sglang):
+        f.cached_tokens = 0
+    u = event(vllm.usage_event(5))["usage"]
+    assert u["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert u["completion_tokens_details"] == {"reasoning_tokens": 3} and "reasoning_tokens" not in u
+    u = event(sglang.usage_event(5))["usage"]
+    assert "prompt_tokens_details" not in u and "completion_tokens_details" not in u
+    assert u["reasoning_tokens"] == 3
+    sglang.cached_tokens = 48
+    assert event(sglang.usage_event(5))["usage"]["prompt_tokens_details"] == {"cached_tokens": 48}
+
+
+def test_reasoning_delta_field_by_flavor():
+    """vLLM streams thinking as delta.reasoning (renamed from reasoning_content), SGLang keeps
+    delta.reasoning_content: the simulator's default (reasoning_field auto) follows its flavor."""
+    for flavor, key in (("vllm", "reasoning"), ("sglang", "reasoning_content")):
+        f = fmt(flavor=flavor, reasoning_key=load(None, {"flavor": flavor}).reasoning_key())
+        assert event(f.content_event(b"", 1, None, b" a"))["choices"][0]["delta"] == {key: " a"}
+
+
+def test_itl_histogram_vllm_one_sample_per_step_sglang_per_token():
+    """A step that emitted 3 tokens (speculative decoding) after a 30 ms gap: vLLM records one
+    inter-token sample of 30 ms for the request, SGLang three of 10 ms."""
+    from loadgen.sim.metrics import SimMetrics
+
+    vllm, sglang = SimMetrics("vllm"), SimMetrics("sglang")
+    for m in (vllm, sglang):
+        m.next_chunk(0.030, 3)
+    assert sum(vllm.itl.counts) == 1 and vllm.itl.sum == pytest.approx(0.030)
+    assert sum(sglang.itl.counts) == 3 and sglang.itl.sum == pytest.approx(0.030)
+    assert sglang.itl.buckets()[4] == ("0.01", 3)  # every sample 10 ms: in the le=0.010 bucket

@@ -1,7 +1,7 @@
 """Where the time goes: the client's and the server's clocks side by side, per stage. Pure.
 
-Inputs: the client's figures of a stage (``client_figures``: its TTFT, E2E and per-token ITL
-histograms) and the stage's ``server`` object (``loadgen.server.window_latency``: the server's
+Inputs: the client's figures of a stage (``client_figures``: its TTFT, E2E, per-token and per-chunk
+ITL histograms) and the stage's ``server`` object (``loadgen.server.window_latency``: the server's
 histograms over the same window). Output: the stage row's ``breakdown`` object, per metric
 (``ttft``, ``e2e``, ``itl``):
 
@@ -12,6 +12,14 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
   with server rest = the server's own TTFT (E2E) - the parts it times separately (the API
   server's share: tokenizing, detokenizing; with SGLang, which has no prefill histogram, prefill
   too) and network_client = client mean - server mean: the network, any proxy, and the client.
+- ITL: the client figure that counts what the server's histogram counts (``client_itl`` in the
+  row, ``CLIENT_ITL``): vLLM records one inter-token sample per engine step per request whatever
+  the tokens the step emitted (``vllm/v1/metrics/stats.py``), so under speculative decoding its
+  ITL is per step, i.e. per chunk: compared with the client's per-chunk gap (``itl_chunk_s``).
+  SGLang divides a gap by the chunk's tokens, and llama.cpp's decode seconds are per token:
+  compared with the client's per-token ITL (``itl_token_s``). Comparing vLLM's per-step figure
+  with a per-token one made the network + client part negative under speculation (k tokens a
+  step), which hid a proxy buffering the stream (``disagreement``).
 - percentiles side by side: ``client_pXX_s``, ``server_pXX_s`` and network_client_pXX_s = their
   difference. A difference of percentiles is not a percentile of differences, and the server's
   is interpolated within a bucket (``window_latency``): trust it to ``server_pXX_bucket_s``, the
@@ -20,6 +28,15 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
 ``verdict`` names the part that dominates a stage's growth over the previous stage (on means,
 which add up); ``disagreement`` says when the client's TTFT exceeds the server's by more than the
 network allowance and the client's own loop lag explain (the stage's ``clocks_disagree`` flag).
+
+Populations: the two sides time different sets of requests. The client's figures are of the
+stage's ok requests, those *sent* in its window. The server's are of what it observed over the
+window, from every client: TTFT of the requests whose first token came in it; queue, prefill,
+decode and E2E of the requests that *finished* in it (vLLM observes them at the finish); ITL of
+the steps in it. A clock comparison means something only when the populations are about the same,
+so the flag is set only when the server's TTFT count over the window (``server_count``) and the
+client's (``client_count``) agree within max(COUNT_TOLERANCE_MIN, COUNT_TOLERANCE_SHARE x the
+larger count); otherwise the disagreement says the populations differ, without the flag.
 """
 
 from __future__ import annotations
@@ -36,7 +53,11 @@ PARTS = {
 PART_NAMES = {"queue": "server queue time", "prefill": "server prefill time", "decode": "server decode time",
               "server_rest": "the server's other time (API server, tokenizing)",
               "network_client": "network + client time"}
-CLIENT_HISTOGRAMS = {"ttft": "ttft_s", "e2e": "e2e_s", "itl": "itl_token_s"}  # StageStats attributes
+# StageStats attributes; "itl" is per token, "itl_chunk" per chunk
+CLIENT_HISTOGRAMS = {"ttft": "ttft_s", "e2e": "e2e_s", "itl": "itl_token_s", "itl_chunk": "itl_chunk_s"}
+# the client's ITL figure that counts what each server's ITL histogram counts (module docstring)
+CLIENT_ITL = {"vllm": "itl_chunk"}  # any other flavor: "itl" (per token)
+CLIENT_ITL_NAMES = {"itl": "per_token", "itl_chunk": "per_chunk"}
 DOMINANT = 0.6  # a part "dominates" a growth when it explains at least this share of it
 GROWTH_MIN_S = 0.001  # growths smaller than this are noise, not worth a verdict
 GROWTH_MIN_SHARE = 0.1  # ... or than this share of the previous stage's mean
@@ -44,16 +65,34 @@ GROWTH_MIN_SHARE = 0.1  # ... or than this share of the previous stage's mean
 # same-region round trip plus TLS and parsing, generously (the client's TTFT carries one round trip)
 NETWORK_ALLOWANCE_S = 0.05
 NETWORK_ALLOWANCE_SHARE = 0.1  # ... or this share of the server's own TTFT, whichever is larger
+# When the two TTFT counts agree (module docstring). At each edge of a steady window the requests
+# sent in its last TTFT have their first token after it closes, and the server's first TTFT after
+# it opens holds requests sent before: those edges shift the counts by about rate x TTFT each way,
+# which is a few per cent of a window while TTFT is short against it. Beyond 10 % the windows hold
+# different requests: TTFT (queueing) long against the window, a stage cut short, or other clients
+# of the same server. The absolute floor keeps a short, slow stage (a handful of requests) comparable.
+COUNT_TOLERANCE_SHARE = 0.1
+COUNT_TOLERANCE_MIN = 2
 
 
 def client_figures(stats) -> dict:
-    """{metric: {"mean_s", "p50_s", "p90_s", "p99_s"}} of a StageStats (None where no sample)."""
+    """{metric: {"count", "mean_s", "p50_s", "p90_s", "p99_s"}} of a StageStats (None where no
+    sample); ``count``: samples (requests for TTFT and E2E, gaps for ITL)."""
     out = {}
     for metric, attr in CLIENT_HISTOGRAMS.items():
         h = getattr(stats, attr)
-        out[metric] = ({"mean_s": h.mean, **{k: h.quantile(int(k[1:3]) / 100) for k in QUANTILE_KEYS}}
+        out[metric] = ({"count": h.count, "mean_s": h.mean, **{k: h.quantile(int(k[1:3]) / 100) for k in QUANTILE_KEYS}}
                        if h.count else None)
     return out
+
+
+def populations_agree(server_count: int | None, client_count: int | None) -> bool | None:
+    """|server - client| <= max(COUNT_TOLERANCE_MIN, COUNT_TOLERANCE_SHARE x the larger); None
+    when a count is unknown (a summary written before counts were kept)."""
+    if server_count is None or client_count is None:
+        return None
+    return abs(server_count - client_count) <= max(COUNT_TOLERANCE_MIN,
+                                                   COUNT_TOLERANCE_SHARE * max(server_count, client_count))
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -66,13 +105,17 @@ def breakdown(client: dict, server: dict | None) -> dict | None:
     if not server:
         return None
     out = {}
+    itl_key = CLIENT_ITL.get(server.get("flavor") or "", "itl")
     for metric, parts in PARTS.items():
-        c, s = client.get(metric), server.get(metric)
+        c, s = client.get(itl_key if metric == "itl" else metric), server.get(metric)
         if metric == "itl" and s is None:  # llama.cpp: decode seconds per token, a mean only
             s = server.get("decode_per_token")
         if not c or not s or s.get("mean_s") is None or c.get("mean_s") is None:
             continue
-        row = {"client_mean_s": c["mean_s"], "server_mean_s": s["mean_s"], "server_count": s["count"]}
+        row = {"client_mean_s": c["mean_s"], "server_mean_s": s["mean_s"], "server_count": s["count"],
+               "client_count": c.get("count")}
+        if metric == "itl":
+            row["client_itl"] = CLIENT_ITL_NAMES[itl_key]  # which client figure was compared
         rest = s["mean_s"]
         for part in parts:
             mean = (server.get(part) or {}).get("mean_s")
@@ -114,6 +157,8 @@ def verdict(prev_row: dict | None, row: dict) -> str | None:
         prev, cur = prev_row["breakdown"].get(metric), row["breakdown"].get(metric)
         if not prev or not cur:
             continue
+        if cur.get("client_itl") == "per_chunk":  # vLLM (CLIENT_ITL): say which ITL was compared
+            name = "ITL per chunk"
         grew, parts = growth_parts(prev, cur)
         if grew < max(GROWTH_MIN_S, GROWTH_MIN_SHARE * prev["client_mean_s"]):
             continue
@@ -130,7 +175,9 @@ def verdict(prev_row: dict | None, row: dict) -> str | None:
 def disagreement(row: dict) -> dict | None:
     """What was compared and the likely cause, when the client's TTFT mean exceeds the server's by
     more than max(NETWORK_ALLOWANCE_S, NETWORK_ALLOWANCE_SHARE x server TTFT mean) + the client's
-    event-loop lag p99; None when they agree (or cannot be compared)."""
+    event-loop lag p99; None when they agree (or cannot be compared). ``populations``: "agree"
+    when the TTFT counts do (``populations_agree``; only then is the stage flagged
+    ``clocks_disagree``), else "differ" (the cause says so) or "unknown"."""
     ttft = (row.get("breakdown") or {}).get("ttft")
     if not ttft:
         return None
@@ -145,12 +192,20 @@ def disagreement(row: dict) -> dict | None:
     if "client_bound" in (row.get("flags") or []):
         cause = "client_bound: the load generator was short of CPU (see the stage's client object)"
     elif itl_gap is not None and itl.get("server_mean_s") and itl_gap > NETWORK_ALLOWANCE_SHARE * itl["server_mean_s"]:
+        # the ITL pair counts alike on every server (CLIENT_ITL), so this holds under speculative decoding too
         cause = ("a proxy or the client buffering the stream: every token arrives later than the server "
                  "sent it, not only the first")
     else:
         cause = "the network or a proxy in front of the server: a delay per request, not per token"
+    agree = populations_agree(ttft.get("server_count"), ttft.get("client_count"))
+    if agree is False:
+        cause = (f"none that the clocks can tell: the windows hold different requests (the server timed "
+                 f"{ttft['server_count']} first tokens over the window, the client {ttft['client_count']} of "
+                 f"the requests it sent in it): waits long against the window, or other clients of the server")
     return {"compared": "client TTFT mean - server TTFT mean (its histogram over the stage's window)",
-            "gap_s": gap, "allowed_s": allowed, "loop_lag_p99_s": lag, "likely_cause": cause}
+            "gap_s": gap, "allowed_s": allowed, "loop_lag_p99_s": lag, "likely_cause": cause,
+            "server_count": ttft.get("server_count"), "client_count": ttft.get("client_count"),
+            "populations": {True: "agree", False: "differ", None: "unknown"}[agree]}
 
 
 def off_reason(row: dict) -> str | None:
@@ -190,9 +245,14 @@ def clock_lines(rows: list[dict]) -> list[str]:
         row["breakdown"]["verdict"] = line
         out.append(f"llm-loadgen: stage {k} {line}")
     if (gap := (row.get("breakdown") or {}).get("disagreement")) is not None:
-        out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
-                   f"the server's (more than the {_dur(gap['allowed_s'])} network and loop lag explain); "
-                   f"likely {gap['likely_cause']}")
+        if gap.get("populations") != "differ":
+            out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
+                       f"the server's (more than the {_dur(gap['allowed_s'])} network and loop lag explain); "
+                       f"likely {gap['likely_cause']}")
+        else:
+            out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the client's TTFT is {_dur(gap['gap_s'])} over "
+                       f"the server's, but not flagged: the populations differ (server {gap.get('server_count')} "
+                       f"first tokens over the window, client {gap.get('client_count')} requests sent in it)")
     return out
 
 

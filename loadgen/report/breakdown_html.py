@@ -68,7 +68,9 @@ def breakdown_html(rows: list[dict]) -> str:
             f'<td class="n">{_ms(s["breakdown"][metric]["client_mean_s"])}</td>'
             f"<td>{escape(', '.join(f'{p} {_ms(v)}' for p, v in stack(s['breakdown'][metric])))}</td></tr>"
             for s in have)
-        out.append(f'<h3>{name} mean, client = server parts + network and client (ms)</h3>'
+        kinds = sorted({s["breakdown"][metric].get("client_itl") for s in have} - {None})  # per_chunk on vLLM
+        which = f" ({' and '.join(k.replace('_', ' ') for k in kinds)})" if kinds else ""
+        out.append(f'<h3>{name}{which} mean, client = server parts + network and client (ms)</h3>'
                    f'<table class="bd" id="breakdown-{metric}"><tr><th>stage</th><th>parts</th>'
                    f"<th>client mean</th><th>parts (ms)</th></tr>{body}</table>")
     notes = [s["breakdown"]["verdict"] for s in rows if s["breakdown"].get("verdict")]

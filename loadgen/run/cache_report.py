@@ -26,8 +26,10 @@ def prefix_sharing(turns: int, shared_prefix_tokens: int, trace_hash_ids: bool) 
 
 def missing_cache_detail(row: dict, sharing: str | None) -> str | None:
     """The warning for a stage whose workload shares prefixes (``sharing``: prefix_sharing's words)
-    while no ok request's usage carried cached_tokens; None otherwise."""
-    if sharing is None or not row.get("requests") or row.get("cached_share") is not None:
+    while no ok request's usage carried cached_tokens; None otherwise, in particular when some did
+    and others did not (SGLang omits the detail when nothing was cached: the flag is on)."""
+    if (sharing is None or not row.get("requests") or row.get("cached_share") is not None
+            or row.get("cached_prompt_tokens") is not None):
         return None
     return (f"llm-loadgen: warning: stage {row['index']}: {sharing}, but the server reported no cached "
             f"prompt tokens (usage.prompt_tokens_details), so the stage has no cached share; to turn the "

@@ -138,6 +138,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["server"] = info.server
         if info.server.get("over_capacity"):
             flags.append("server_over_capacity")
+        if info.server.get("server_restarted"):
+            flags.append("server_restarted")
     row["client"] = client
     if client_bound:
         flags.append("client_bound")
@@ -170,7 +172,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         row["breakdown"] = clocks
         if (gap := disagreement(row)) is not None:
             clocks["disagreement"] = gap
-            flags.append("clocks_disagree")
+            if gap["populations"] == "agree":  # else the windows hold different requests: no verdict
+                flags.append("clocks_disagree")
     return row
 
 
@@ -267,7 +270,9 @@ def totals_of(t: StageStats) -> dict:
         # usage.prompt_tokens_details (loadgen.stats.answer): only when the server reported it
         **({"prompt_cache": {"cached_prompt_tokens": t.cached_prompt_tokens,
                              "reported_prompt_tokens": t.cache_reported_prompt_tokens,
-                             "reported_requests": t.cache_reported_requests}}
+                             "reported_requests": t.cache_reported_requests,
+                             # prompt tokens of requests without the detail (SGLang omits a 0): 0 cached
+                             "unreported_prompt_tokens": t.cache_unreported_prompt_tokens}}
            if t.cache_reported_requests else {}),
         "failures": t.failures.to_summary(),
         **({"slo": {"judged_requests": t.slo.judged, "met_requests": t.slo.met,

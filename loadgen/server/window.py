@@ -6,6 +6,9 @@ window's edges are known to half a GET's round trip). Each reader in ``READERS``
 edges into figures of the stage's ``server`` object; a reader whose series the server does not
 export gives None. Counters are summed over label sets (engines, DP ranks, replicas) in both
 edges; a counter that went down between them (a server restart) gives None, never a negative.
+A restart is also told by ``process_start_time_seconds`` (both servers export it): when it changed,
+the counters count from 0 at the open (``window_figures``), so a new process whose counter already
+passed the old value does not give a silently small delta.
 
 Readers: ``generation`` (the server's own output tokens and tokens/s over the window);
 ``loadgen.server.window_latency``: its latency histograms over the window;
@@ -19,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loadgen.server.answers import GENERATION_COUNTERS
-from loadgen.server.edges import Edge, counter_delta
+from loadgen.server.edges import Edge, as_reset, counter_delta, restarted
 from loadgen.server.window_latency import latency
 from loadgen.server.window_spec import prefix_cache, spec_decode
 
@@ -40,8 +43,16 @@ READERS: tuple[WindowReader, ...] = (generation, latency, spec_decode, prefix_ca
 
 
 def window_figures(flavor: str | None, opened: Edge | None, closed: Edge | None) -> dict:
-    """Every reader's figures for one window, merged into one dict."""
+    """Every reader's figures for one window, merged into one dict. When the server restarted in
+    the window (``process_start_time_seconds`` changed between the edges) its counters started
+    again from 0: every delta is the value at the close (what the new process counted; the old
+    one's share before it stopped is lost), and ``server_restarted`` is True (absent otherwise)."""
+    restart = restarted(opened, closed)
+    if restart:
+        opened = as_reset(opened, closed)
     out: dict = {}
     for reader in READERS:
         out.update(reader(flavor, opened, closed))
+    if restart:
+        out["server_restarted"] = True
     return out

@@ -8,8 +8,11 @@ role-only first delta ``{"role": "assistant"}``; a reasoning model's thinking to
 both fields). Usage: ``include_usage`` adds a final chunk with
 ``choices: []``; ``continuous_usage_stats`` puts cumulative usage on every chunk (vLLM: only together
 with include_usage; SGLang: alone too, and it prints ``"usage": null`` on other chunks). Usage
-details: ``completion_tokens_details.reasoning_tokens`` (thinking tokens sent so far) for a request
-that thinks, ``prompt_tokens_details.cached_tokens`` once ``cached_tokens`` is set (prefix cache).
+details, as each server sends them: the thinking tokens sent so far for a request that thinks, vLLM
+under ``completion_tokens_details.reasoning_tokens``, SGLang as ``usage.reasoning_tokens`` at the top
+level (sglang ``usage_processor.calculate_token_usage``); ``prompt_tokens_details.cached_tokens``
+once ``cached_tokens`` is set (prefix cache), which vLLM sends even when 0 and SGLang only when > 0
+(``usage_processor._details_if_cached``).
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ class StreamFormat:
         self.cached_tokens: int | None = None  # set by the stream once the engine looked the prompt up
         self.include_usage = include_usage
         self.continuous = continuous_usage and (include_usage or flavor == "sglang")
-        self._null_usage = b',"usage":null' if flavor == "sglang" else b""
+        self._sglang = flavor == "sglang"
+        self._null_usage = b',"usage":null' if self._sglang else b""
         obj = b"chat.completion.chunk" if chat else b"text_completion"
         self._prefix = b'data: {"id":"%b","object":"%b","created":%d,"model":%b,"choices":[' % (
             rid.encode(), obj, created, json.dumps(model).encode())
@@ -102,10 +106,12 @@ class StreamFormat:
     def _usage(self, completion: int) -> bytes:
         p = self.prompt_tokens
         details = b""
-        if self.cached_tokens is not None:
+        if self.cached_tokens is not None and (self.cached_tokens or not self._sglang):  # SGLang omits a 0
             details += b',"prompt_tokens_details":{"cached_tokens":%d}' % self.cached_tokens
         if self.reasoning_usage:
-            details += b',"completion_tokens_details":{"reasoning_tokens":%d}' % min(completion, self.reasoning_tokens)
+            thinking = min(completion, self.reasoning_tokens)
+            details += (b',"reasoning_tokens":%d' if self._sglang else
+                        b',"completion_tokens_details":{"reasoning_tokens":%d}') % thinking
         return b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d%b}' % (
             p, p + completion, completion, details)
 

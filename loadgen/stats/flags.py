@@ -28,8 +28,10 @@ FLAGS: tuple[Flag, ...] = (
          "queue or a full KV cache; evidence in the stage's server.over_capacity_evidence"),
     Flag("client_bound", "the load generator's CPU or event-loop lag passed client_check: TTFT/ITL "
          "include client delays; add workers"),
-    Flag("clocks_disagree", "the client's TTFT exceeds the server's own by more than network and client "
-         "loop lag explain; likely cause in breakdown.disagreement"),
+    Flag("clocks_disagree", "the client's TTFT exceeds the server's own (over about the same requests) by more "
+         "than network and loop lag explain; cause in breakdown.disagreement"),
+    Flag("server_restarted", "the server's process_start_time_seconds changed in the window: its counters "
+         "restarted, and its window figures count from the restart"),
     Flag("worker_lost", "a worker stopped reporting during the stage; its running requests are "
          "missing (lost_requests)"),
     Flag("drain_timeout", "requests still ran when stages.drain_s ended; they are not counted "

@@ -149,7 +149,8 @@ REASONING_REQUESTS = Counter("reasoning_requests", "Ok requests with reasoning t
 REASONING_TOKENS = Counter("reasoning_tokens", "Reasoning tokens of ok requests: usage.completion_tokens_details."
                            "reasoning_tokens, else counted from the stream's reasoning chunks.", "reasoning_tokens")
 REASONING_COUNTED = Counter("reasoning_counted_requests", "Ok requests with reasoning whose reasoning tokens were "
-                            "counted from the stream (the server's usage had no reasoning_tokens).")
+                            "counted from the stream, or apportioned from the usage total (the server's usage had "
+                            "no reasoning_tokens).")
 OUTPUT_CHUNKS = Counter("output_chunks", "Content chunks (answer or reasoning text) of ok requests.",
                         "output_chunks")
 OUTPUT_CHUNK_TOKENS = Counter("output_chunk_tokens", "Completion tokens of the ok requests that had content "
@@ -160,8 +161,13 @@ CACHED_PROMPT_TOKENS = Counter("cached_prompt_tokens", "Prompt tokens the server
                                "usage.prompt_tokens_details.cached_tokens of ok requests.", "cached_prompt_tokens")
 CACHE_REPORTED_PROMPT_TOKENS = Counter("cache_reported_prompt_tokens", "Prompt tokens of the ok requests whose "
                                        "usage had cached_tokens.", "cache_reported_prompt_tokens")
+# SGLang leaves prompt_tokens_details out when nothing was cached (vLLM sends cached_tokens 0): kept
+# apart, so whoever merges decides whether the stage saw the detail at all (cached_share)
+CACHE_UNREPORTED_PROMPT_TOKENS = Counter("cache_unreported_prompt_tokens", "Prompt tokens of the ok requests "
+                                         "whose usage had prompt_tokens but no cached_tokens.")
 COUNTERS += (REASONING_REQUESTS, REASONING_TOKENS, REASONING_COUNTED, OUTPUT_CHUNKS, OUTPUT_CHUNK_TOKENS,
-             CACHE_REPORTED_REQUESTS, CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS)
+             CACHE_REPORTED_REQUESTS, CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS,
+             CACHE_UNREPORTED_PROMPT_TOKENS)
 # Counted by time, not by the request's stage: like window_output_tokens, these belong to the stage
 # whose window was open when the event happened (loadgen.stats.inflight, loadgen.locust_face.open_loop).
 WINDOW_REQUESTS = Counter("window_requests", "Ok requests that finished inside the window (whichever "
@@ -205,10 +211,11 @@ SLO_COUNTS = (SLO_MET, SLO_MET_TOKENS)
 
 @dataclass(frozen=True)
 class Ratio:
-    """``num`` / ``den``, two StageStats counters; None when ``den`` is 0."""
+    """``num`` / (``den`` + ``den_also``), StageStats counters; None when that sum is 0."""
 
     num: Counter
     den: Counter
+    den_also: Counter | None = None
 
 
 @dataclass(frozen=True)
@@ -262,7 +269,8 @@ class StageMetric:
         if self.only_if is not None and not getattr(stats, self.only_if.attr):
             return None
         if isinstance(self.source, Ratio):
-            den = getattr(stats, self.source.den.attr)
+            also = self.source.den_also
+            den = getattr(stats, self.source.den.attr) + (getattr(stats, also.attr) if also is not None else 0)
             return getattr(stats, self.source.num.attr) / den if den else None
         if isinstance(self.source, SloCount | Share):
             slo = stats.slo
@@ -320,9 +328,11 @@ STAGE_METRICS = (
     # Speculative decoding or a stream interval: tokens per content chunk, output_chunk_tokens / output_chunks
     StageMetric("tokens_per_chunk", Ratio(OUTPUT_CHUNK_TOKENS, OUTPUT_CHUNKS), None, "tokens", TOKENS,
                 "Output tokens per chunk"),
-    # Prefix cache: cached / prompt tokens of the requests whose usage said; None when none did
-    StageMetric("cached_share", Ratio(CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS), None, "ratio",
-                PERCENT, "Cached prompt (%)"),
+    # Prefix cache: cached / prompt tokens of the ok requests; once one request's usage had cached_tokens, a
+    # request without it counts as 0 cached (SGLang omits a 0); None when none had it
+    StageMetric("cached_share", Ratio(CACHED_PROMPT_TOKENS, CACHE_REPORTED_PROMPT_TOKENS,
+                                      CACHE_UNREPORTED_PROMPT_TOKENS), None, "ratio", PERCENT, "Cached prompt (%)",
+                only_if=CACHE_REPORTED_REQUESTS),
     StageMetric("achieved_rate_per_s", WINDOW_REQUESTS, None, "req/s", REQ_S, "Achieved req/s"),
     StageMetric("lateness_p99_s", LATENESS, 0.99, "s", MS, "Send lateness p99 (ms)"),
     StageMetric("input_len_p50_tokens", INPUT_LEN, 0.5, "tokens", TOKENS, "Input tokens p50"),

@@ -49,7 +49,10 @@ from loadgen.errors import (
     RequestError,
 )
 from loadgen.stats.answer import (
+    APPORTIONED,
+    STREAM,
     answer_figures,
+    apportioned_reasoning_tokens,
     delta_parts,
     stream_reasoning_tokens,
     usage_cached_tokens,
@@ -98,7 +101,7 @@ class RequestResult:
     # loadgen.stats.answer: the answer after a reasoning model's thinking, and the prompt cache's share
     ttfat_s: float | None = None  # time to first answer token; == ttft_s without reasoning
     reasoning_tokens: int = 0
-    reasoning_source: str | None = None  # "usage" | "stream" | None (no reasoning)
+    reasoning_source: str | None = None  # "usage" | "stream" | "apportioned" | None (no reasoning)
     answer_decode_tps: float | None = None
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if sent
 
@@ -131,6 +134,7 @@ class RequestRecord:
         "_first_answer_t",
         "_last_answer_t",
         "_reasoning_seen",
+        "_reasoning_at",
         "_usage_rt",
         "_usage_cached",
     )
@@ -155,6 +159,7 @@ class RequestRecord:
         self._first_answer_t: float | None = None  # loadgen.stats.answer
         self._last_answer_t = 0.0
         self._reasoning_seen = 0  # reasoning tokens counted from the stream
+        self._reasoning_at = array("i")  # 2 i + (1 if it had answer text too) per reasoning chunk i
         self._usage_rt: int | None = None  # usage.completion_tokens_details.reasoning_tokens
         self._usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens
 
@@ -211,6 +216,7 @@ class RequestRecord:
                     self._last_answer_t = t
                 if reasoning:
                     self._reasoning_seen += stream_reasoning_tokens(bool(answer), n)
+                    self._reasoning_at.append(2 * (len(self._times) - 1) + (1 if answer else 0))
             reason = c.get("finish_reason")
             if reason:
                 self._on_finish_reason(reason, t)
@@ -289,8 +295,12 @@ class RequestRecord:
         estimated = self._usage_ct is None
         n_tokens = n_chunks if estimated else self._usage_ct
         ttft = float(times[0]) - self.sent_s if n_chunks else None
+        seen, how = self._reasoning_seen, STREAM
+        # only a usage total, and chunks of several tokens (N = C: one token each, exact)
+        if self._reasoning_at and n_tokens != n_chunks and len(self._tokens) != n_chunks:
+            seen, how = apportioned_reasoning_tokens(n_tokens, n_chunks, self._reasoning_at), APPORTIONED
         a = answer_figures(self.sent_s, self._first_answer_t, self._last_answer_t, n_tokens, self._usage_rt,
-                           self._reasoning_seen)
+                           seen, how)
         answer = (a.ttfat_s, a.reasoning_tokens, a.reasoning_source, a.answer_decode_tps, self._usage_cached)
         if kind is not None:
             return RequestResult(

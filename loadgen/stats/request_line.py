@@ -18,7 +18,7 @@ every line; a figure the request does not have is null.
   ``input_tokens_asked``: the prompt length the client built
 - ``output_tokens``: completion tokens (usage, else counted chunks: ``output_tokens_estimated``)
 - ``cached_tokens``: ``usage.prompt_tokens_details.cached_tokens`` (null: not reported)
-- ``reasoning_tokens`` (``reasoning_source``: ``usage`` | ``stream`` | null), ``chunks``
+- ``reasoning_tokens`` (``reasoning_source``: ``usage`` | ``stream`` | ``apportioned`` | null), ``chunks``
 - ``ok``, ``failure_kind`` (``loadgen.errors.FAILURE_KINDS``, null when ok), ``status`` (the HTTP
   status of a failure answered before the stream, else 200 once a chunk came, null when neither is
   known: a refused connection, a timeout before the first chunk), ``finish_reason``, ``turn`` (multi-turn: the turn, from 0; else null)

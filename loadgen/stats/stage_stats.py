@@ -104,15 +104,19 @@ class StageStats:
         if result.reasoning_tokens:
             self.reasoning_requests += 1
             self.reasoning_tokens += result.reasoning_tokens
-            if result.reasoning_source == STREAM:
+            if result.reasoning_source != USAGE:  # stream or apportioned: not the server's count
                 self.reasoning_counted_requests += 1
         if result.chunks:
             self.output_chunks += result.chunks
             self.output_chunk_tokens += result.completion_tokens
-        if result.cached_prompt_tokens is not None and result.prompt_tokens is not None:
+        if result.prompt_tokens is None:
+            return
+        if result.cached_prompt_tokens is not None:
             self.cache_reported_requests += 1
             self.cached_prompt_tokens += result.cached_prompt_tokens
             self.cache_reported_prompt_tokens += result.prompt_tokens
+        else:  # 0 cached if another request of the stage had the detail (SGLang omits a 0): cached_share
+            self.cache_unreported_prompt_tokens += result.prompt_tokens
 
     @property
     def error_count(self) -> int:

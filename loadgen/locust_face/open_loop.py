@@ -21,9 +21,16 @@ Design (why it looks like this):
   (no coordinated omission). The lateness itself, t(actual send) - t(scheduled), goes into its own
   histogram (``schedule_lateness_s``); a stage whose lateness p99 reaches
   ``client_check.lateness_p99_s_max`` is flagged ``client_bound``.
-- The dispatcher never sleeps past a due time and never skips one: when behind, it sends every
-  overdue arrival at once (each is counted late). It re-reads the phase at least every 50 ms, so a
-  new stage's rate starts within that.
+- **Due from the stage's start**: a stage's arrivals are due at t(stage start) + the schedule's
+  times, the stage start being when this process adopted the stage (its ramp,
+  ``Runtime.stage_started_s``), not when the loop got around to it. So the warmup holds the arrivals
+  the schedule says, and a seeded stage sends the same arrivals at the same offsets in every run.
+- The dispatcher never sleeps past a due time and never skips one: when behind (the loop starting
+  late, e.g. the first stage's model discovery), it sends every overdue arrival at once (each is
+  counted late). It re-reads the phase at least every 50 ms.
+- ``RateUser`` derives from ``StreamUser``, which has no task: a Locust user runs one of its
+  tasks *and its base classes'* at random, so a closed-loop task inherited here once made the
+  dispatcher send 1, 2, ... closed-loop requests (p = 1/2, 1/4, ...) before its schedule began.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import time
 import gevent
 from gevent.pool import Pool
 
-from loadgen.locust_face.users import LLMUser, send_request
+from loadgen.locust_face.users import StreamUser, send_request
 from loadgen.wire.client import StreamClient
 from loadgen.wire.exchange import prepare
 from loadgen.workload.arrivals import ArrivalSpec
@@ -42,9 +49,9 @@ from loadgen.workload.trace import TraceSchedule, is_trace
 POLL_S = 0.05  # longest sleep between looks at the phase
 
 
-class RateUser(LLMUser):
-    """The open-loop dispatcher of one process (module docstring). Reuses ``LLMUser``'s setup
-    (first client, prompts, model discovery and chat calibration)."""
+class RateUser(StreamUser):
+    """The open-loop dispatcher of one process (module docstring). Reuses ``StreamUser``'s setup
+    (first client, prompts, model discovery and chat calibration); its one task is ``dispatch``."""
 
     _active: RateUser | None = None  # the one dispatcher of this process
 
@@ -95,7 +102,8 @@ class RateUser(LLMUser):
             now = time.perf_counter()
             if key != (rt.stage, rt.rate_per_s, rt.part, rt.parts):  # a new stage (or share)
                 key = (rt.stage, rt.rate_per_s, rt.part, rt.parts)
-                schedule, t0 = self._schedule(), now
+                # due from the stage's start on this process, not from when this loop got here
+                schedule, t0 = self._schedule(), rt.stage_started_s
                 due, line = self._next(schedule, t0)
             if due > now:
                 gevent.sleep(min(due - now, POLL_S))

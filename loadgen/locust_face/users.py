@@ -75,9 +75,13 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
     return result
 
 
-class LLMUser(User):
-    """One closed-loop streaming client of an OpenAI-compatible server."""
+class StreamUser(User):
+    """What every sender of this package shares: its first client, its prompts, model discovery and
+    chat calibration. It declares no task: Locust merges a base class's tasks into every subclass's
+    (``tasks = [...]`` in a subclass adds to them, it does not replace them), so a task here would
+    also run in the open-loop dispatcher, ``loadgen.locust_face.open_loop.RateUser``."""
 
+    abstract = True
     wait_time = constant(0)
 
     def on_start(self) -> None:
@@ -108,6 +112,10 @@ class LLMUser(User):
         except (ServerUnusableError, RequestError) as exc:
             rt.fatal(exc)
             raise StopUser() from None  # the run stops with one clear line, not a traceback per user
+
+
+class LLMUser(StreamUser):
+    """One closed-loop streaming client of an OpenAI-compatible server."""
 
     @task
     def generate(self) -> None:

@@ -49,6 +49,7 @@ class Runtime:
         self._dataset_cursor: DatasetCursor | None = None  # this process's share (dataset_cursor)
         self.collector = Collector()
         self.stage: int | None = None  # stage index of the current phase
+        self.stage_started_s = 0.0  # perf_counter when this process adopted the stage (its ramp)
         self.kind: Phase = Phase.IDLE
         self.phase_seq = 0
         self.measuring: int | None = None  # == stage while kind is MEASURE, else None
@@ -157,6 +158,8 @@ class Runtime:
             return
         else:
             self.phase_seq = seq
+        if stage != self.stage:  # open loop: the stage's arrivals are due from here (open_loop.RateUser)
+            self.stage_started_s = time.perf_counter()
         self.stage, self.kind = stage, Phase(kind)
         if self.kind is Phase.WARMUP:
             settle_heap()

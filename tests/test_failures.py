@@ -66,6 +66,17 @@ def test_fail_fast_trips_once_after_the_same_refusal():
     assert ff.tripped and ff.message == "bad tokens 1" and ff.first == ("http_4xx", 400)
 
 
+def test_fail_fast_counts_vllms_in_stream_refusals():
+    """vLLM refuses a prompt inside a 200 stream (an error event with code 400): such a request is
+    STREAM_ERROR with status 400, a refusal the rule counts; a 500 event is not one."""
+    ff = FailFast(threshold=2)
+    assert not ff.observe(False, "stream_error", 400, "Token id 29386 is out of vocabulary")
+    assert ff.observe(False, "stream_error", 400, "Token id 29001 is out of vocabulary")
+    assert ff.first == ("stream_error", 400)
+    engine = FailFast(threshold=2)
+    assert not any(engine.observe(False, "stream_error", 500, "engine died") for _ in range(5))
+
+
 def test_fail_fast_stays_off_after_a_success_or_a_mixed_start():
     ok_first = FailFast(threshold=2)
     ok_first.observe(True)

@@ -62,7 +62,7 @@ test-vllm: install vllm
 
 # The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~3 min.
 demo: install
-	$(PY) scripts/demo.py $(ARGS)
+	$(VENV)/bin/llm-loadgen demo $(ARGS)
 
 # Against a real server: make run HOST=http://10.0.0.5:30000 SCENARIO=config/default.yaml
 run: install

@@ -15,8 +15,8 @@ The packages follow the data path, and each imports only its own layer and the l
     predict          what-if: the simulator's engine, calibrated to a run, predicts other sweeps
     fleet            many processes: master/worker reports, their exact merge, worker loss
     locust_face      what Locust calls: the users, the plugin (options and event hooks), the web UI
-    cli, cli_help, cli_docs, locustfile   the faces: the ``llm-loadgen`` command, its help, its docs
-                     subcommand, the packaged locustfile
+    cli, cli_help, cli_docs, demo, locustfile   the faces: the ``llm-loadgen`` command, its help, its
+                     docs subcommand, the demo against the simulator, the packaged locustfile
 
 ``sim`` (the built-in server simulator) stands apart: it imports nothing from the client side, so
 it cannot hide a client bug. ``predict`` is the one package allowed to import it (``SIM_USERS``): it
@@ -39,7 +39,8 @@ LAYERS = (
     ("loadgen.predict",),
     ("loadgen.fleet",),
     ("loadgen.locust_face",),
-    ("loadgen.cli", "loadgen.cli_docs", "loadgen.cli_help", "loadgen.locustfile"),
+    ("loadgen.cli", "loadgen.cli_docs", "loadgen.cli_help", "loadgen.demo", "loadgen.locustfile"),
 )
 APART = ("loadgen.sim",)  # imports only itself
-SIM_USERS = ("loadgen.predict",)  # may import loadgen.sim (the what-if predictor runs its engine)
+# may import loadgen.sim: the what-if predictor runs its engine, the demo starts the simulator
+SIM_USERS = ("loadgen.predict", "loadgen.demo")

@@ -11,6 +11,7 @@
     llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.predict)
     llm-loadgen grafana DIR                 the Grafana dashboard and Prometheus config
     llm-loadgen docs [PAGE [SECTION]]       the reference pages the package carries (loadgen.cli_docs)
+    llm-loadgen demo [options]              the sweep against the built-in simulator (loadgen.demo)
 
 Locust runs in this process: its ``main()`` with an argv of the packaged locustfile
 (``loadgen/locustfile.py``) and the user's options. In-process rather than a child ``locust``
@@ -34,7 +35,7 @@ from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.run.repeat import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs")
+COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs", "demo")
 
 
 def _error(message: str) -> int:
@@ -108,6 +109,10 @@ def _main(args: list[str]) -> int:
         module = "loadgen.sim.__main__" if command == "sim" else "loadgen.report.__main__"
         delegate = __import__(module, fromlist=["main"]).main
         return delegate(args[1:])
+    if command == "demo":
+        from loadgen.demo import main as demo_main
+
+        return demo_main(args[1:])
     if command in ("calibrate", "whatif"):  # loadgen.predict's one parser, under this command's name
         from loadgen.predict.__main__ import main as predict_main
 

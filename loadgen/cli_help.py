@@ -53,6 +53,8 @@ COMMANDS = (
     ("llm-loadgen whatif PRESET [changes] [--out DIR]", "predict a sweep from a calibrated preset with changes "
      "(lengths, KV tokens, spec decoding, replicas, stages, SLO), every figure marked predicted "
      "(llm-loadgen whatif --help)"),
+    ("llm-loadgen demo [options]", "the main job on the built-in simulator of a large server (no GPU): a "
+     "sweep to C=1024, its knee, SLO maximum and KV ceiling, in about 3 minutes; options as for a run"),
     ("llm-loadgen grafana DIR", "write the Grafana dashboard, its provisioning and prometheus.yml to DIR"),
     ("llm-loadgen docs [PAGE [SECTION]]", "read a reference page the package carries: a message's \"see "
      "docs/slo.md 'Percentile limits'\" is llm-loadgen docs slo 'Percentile limits'"),

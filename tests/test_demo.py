@@ -1,15 +1,11 @@
-"""scripts/demo.py's own output: the server-time table, and the line on client-bound stages."""
+"""``llm-loadgen demo``'s own output: the machine check, the server-time table, and the line on
+client-bound stages."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
-demo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(demo)
+from loadgen import demo
 
 
 def stage(c: int, flags=(), lag_s: float = 0.002, tok_s: float = 30_000.0) -> dict:
@@ -44,3 +40,18 @@ def test_the_server_time_table_marks_client_bound_stages_and_ends_with_the_line(
     assert "     3,000" in rows["512"] and "500 ms" in rows["512"]  # tok/s / 10, TTFT p99 x 10
     assert lines[-1] == "demo: " + demo.client_bound_line(summary["stages"], 10.0)
     assert "demo:   KV ceiling     C=785 (1,570,000 tokens; the guard stopped before C=1024)" in lines
+
+
+def test_a_busy_machine_halves_the_simulators_speed_and_says_why():
+    quiet = demo.Machine(cpu_share=0.98, load_per_core=0.1, cores=2)
+    assert not quiet.busy and demo.time_scale_for(quiet, None) == (10.0, None)
+    assert quiet.line() == "this machine is quiet: 2 cores, load 0.10 per core, a spinning process got 98% of a core"
+    for busy in (demo.Machine(0.5, 0.1, 2), demo.Machine(0.98, 1.5, 2)):
+        scale, why = demo.time_scale_for(busy, None)
+        assert busy.busy and scale == 5.0 and "instead of 10x" in why and "client-bound" in why
+    assert demo.time_scale_for(demo.Machine(0.5, 2.0, 2), "20") == (20.0, None)  # DEMO_TIME_SCALE wins
+
+
+def test_the_machine_check_measures_a_share_of_one_core():
+    m = demo.machine_check(spin_s=0.05)
+    assert 0 < m.cpu_share <= 1 and m.cores >= 1 and m.load_per_core >= 0

@@ -1,7 +1,13 @@
-"""`make demo`: the default sweep against a simulated large server, in about three minutes.
+"""``llm-loadgen demo`` (``make demo``): the default sweep against a simulated large server, in about
+three minutes, with nothing but the package installed.
 
-Starts the simulator with the Qwen3.5-397B / 8-GPU preset (1,570,000 KV tokens, SGLang flavor)
-sped up by a time scale, runs `locust --headless -f locustfile.py` with config/demo.yaml
+First it measures the machine (``machine_check``): how much of a core this process gets while it
+spins for half a second, and the load average per core. A demo on a busy machine would print
+figures it then disowns (stages flagged ``client_bound``), so there it says so and runs the
+simulator at half the speed (``BUSY_TIME_SCALE``): half the chunks a second to read.
+
+Then it starts the simulator with the Qwen3.5-397B / 8-GPU preset (1,570,000 KV tokens, SGLang flavor)
+sped up by a time scale, runs the sweep (``llm-loadgen --scenario demo``, the packaged locustfile)
 (1000 input + 1000 output tokens, C = 1, 4, 16, ... 1024) and short stage windows, prints
 the per-stage table, and stops the simulator. The guard stopping before C=1024 is the expected
 outcome here, so its exit code (3) counts as success.
@@ -30,18 +36,19 @@ import json
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from loadgen.errors import EXIT_GUARD_ABORT
+from loadgen.report.files import write_results
+from loadgen.report.runs import resolve_run_dir
+from loadgen.sim.launch import running_sim
 
-from loadgen.errors import EXIT_GUARD_ABORT  # noqa: E402
-from loadgen.report.files import write_results  # noqa: E402
-from loadgen.report.runs import resolve_run_dir  # noqa: E402
-from loadgen.sim.launch import running_sim  # noqa: E402
-
-TIME_SCALE = os.environ.get("DEMO_TIME_SCALE", "10")
-RESULTS = os.environ.get("DEMO_RESULTS", str(ROOT / "results" / "demo"))
+QUIET_TIME_SCALE, BUSY_TIME_SCALE = 10.0, 5.0
+RESULTS = "results/demo"  # under the current directory, as every run's results/ (DEMO_RESULTS overrides)
+BUSY_CPU_SHARE = 0.85  # a spinning process that gets less of a core than this shares it with others
+BUSY_LOAD_PER_CORE = 0.7  # 1-minute load average per core (the demo itself needs about two cores)
 SLO_TTFT_S, SLO_TPOT_S = 2.0, 0.030  # in the simulated server's time
 SLO_RESOLUTION = 0.5
 
@@ -113,25 +120,64 @@ def print_simulated_time(summary_path: Path, scale: float) -> None:
         print(f"demo: {bound}")
 
 
-def main() -> int:
-    extra = sys.argv[1:]
-    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", TIME_SCALE) as sim:
-        print(f"demo: simulator (Qwen3.5-397B, 8 GPUs, time x{TIME_SCALE}) at {sim.url}", flush=True)
-        cmd = [
-            sys.executable, "-m", "locust", "--headless", "-f", str(ROOT / "locustfile.py"),
-            "--host", sim.url, "--scenario", str(ROOT / "config" / "demo.yaml"),
-            "--results-dir", RESULTS, "--loglevel", "WARNING",
-            *slo_args(float(TIME_SCALE)), *extra,
-        ]
-        code = subprocess.call(cmd, cwd=ROOT)
-    run_dir = resolve_run_dir(RESULTS)
+@dataclass(frozen=True)
+class Machine:
+    cpu_share: float  # of one core, that a spinning process got over ``spin_s`` (1.0: all of it)
+    load_per_core: float  # the 1-minute load average / cores
+    cores: int
+
+    @property
+    def busy(self) -> bool:
+        return self.cpu_share < BUSY_CPU_SHARE or self.load_per_core > BUSY_LOAD_PER_CORE
+
+    def line(self) -> str:
+        state = "busy" if self.busy else "quiet"
+        return (f"this machine is {state}: {self.cores} cores, load {self.load_per_core:.2f} per core, a spinning "
+                f"process got {self.cpu_share:.0%} of a core")
+
+
+def machine_check(spin_s: float = 0.5) -> Machine:
+    """Spin for ``spin_s`` of wall time and count the CPU time we got; read the load average."""
+    cores = os.cpu_count() or 1
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall0 < spin_s:
+        pass
+    share = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    return Machine(min(share, 1.0), os.getloadavg()[0] / cores, cores)
+
+
+def time_scale_for(machine: Machine, asked: str | None) -> tuple[float, str | None]:
+    """The simulator's speed-up: DEMO_TIME_SCALE when set, else 10, or 5 on a busy machine (with the
+    line that says why)."""
+    if asked:
+        return float(asked), None
+    if not machine.busy:
+        return QUIET_TIME_SCALE, None
+    return BUSY_TIME_SCALE, (f"the simulator runs {BUSY_TIME_SCALE:g}x instead of {QUIET_TIME_SCALE:g}x (half "
+                             "the chunks a second for this client to read); stages this client could not keep "
+                             "up with are still marked client-bound. For the full-speed demo, run it on a "
+                             "quiet machine")
+
+
+def main(argv: list[str] | None = None) -> int:
+    extra = list(sys.argv[1:] if argv is None else argv)
+    machine = machine_check()
+    scale, why = time_scale_for(machine, os.environ.get("DEMO_TIME_SCALE"))
+    print(f"demo: {machine.line()}" + (f"; {why}" if why else ""), flush=True)
+    results = os.environ.get("DEMO_RESULTS", RESULTS)
+    with running_sim("--preset", "qwen35-397b-8gpu", "--time-scale", f"{scale:g}") as sim:
+        print(f"demo: simulator (Qwen3.5-397B, 8 GPUs, time x{scale:g}) at {sim.url}", flush=True)
+        cmd = [sys.executable, "-m", "loadgen.cli", "--host", sim.url, "--scenario", "demo",
+               "--results-dir", results, "--loglevel", "WARNING", *slo_args(scale), *extra]
+        code = subprocess.call(cmd)
+    run_dir = resolve_run_dir(results)
     if (run_dir / "summary.json").is_file():
-        note_time_scale(run_dir, float(TIME_SCALE))
-    print_simulated_time(run_dir / "summary.json", float(TIME_SCALE))
+        note_time_scale(run_dir, scale)
+    print_simulated_time(run_dir / "summary.json", scale)
     if code == EXIT_GUARD_ABORT:
         print("demo: the KV guard stopped the sweep before a stage that does not fit (expected).")
         code = 0
-    print(f"demo: results in {run_dir}/ (summary.json, stages.csv, report.html); {RESULTS}/latest is the newest")
+    print(f"demo: results in {run_dir}/ (summary.json, stages.csv, report.html); {results}/latest is the newest")
     return code
 
 

@@ -16,7 +16,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,16 +25,12 @@ import urllib.request
 from pathlib import Path
 
 from tests.procs import stop_process
+from tests.support.ports import free_port
 
 # Concrete values for Grafana's built-in macros (scrape interval 1 s: $__rate_interval >= 4 scrapes).
 DEFAULT_MACROS = {"__rate_interval": "5s", "__interval": "2s", "__range": "30s",
                   "__range_s": "30", "__interval_ms": "2000"}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def prometheus_binary() -> str | None:

@@ -10,7 +10,6 @@ data, and checks that client latencies are those the fixed-timing simulators pro
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import urllib.parse
 from contextlib import ExitStack
@@ -29,6 +28,7 @@ from tests.promtools import (
     variable_queries,
 )
 from tests.runlocust import ROOT, locust_cmd
+from tests.support.ports import free_port
 
 pytestmark = [
     pytest.mark.integration,
@@ -53,11 +53,6 @@ FAULTS = ("--fault-http-503", "0.05", "--fault-stream-error", "0.05", "--fault-t
 def hostport(url: str) -> str:
     return urllib.parse.urlsplit(url).netloc
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_locust(stack: ExitStack, sim_url: str, port: int, results: Path, load: tuple) -> None:

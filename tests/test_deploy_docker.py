@@ -42,7 +42,6 @@ from tests.dockerhost import (
     docker_cli,
 )
 from tests.promtools import (
-    free_port,
     label_values,
     problems,
     query_all_dashboard_exprs,
@@ -50,6 +49,7 @@ from tests.promtools import (
     variable_queries,
     wait_for,
 )
+from tests.support.ports import free_port
 from tests.test_dashboard_prometheus import DASHBOARD, FAULTS, VARIABLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

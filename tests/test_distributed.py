@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.runlocust import ROOT, locust_cmd, run_dir
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -26,11 +26,6 @@ SIM = ("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", "10")
 RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "50", "--stages", "2,4,8",
        "--warmup", "1", "--stage-duration", "5", "--slo", "ttft_s=0.5,tpot_s=0.05")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

@@ -3,7 +3,6 @@ queueing named as the cause of a stage's TTFT growth, and a network delay put wh
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -14,14 +13,10 @@ from loadgen.sim.launch import running_sim
 from tests.netlag import READY
 from tests.procs import stop_process
 from tests.runlocust import ROOT, run_locust
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against known answers (and the client's own lag): alone
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

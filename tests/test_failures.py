@@ -104,3 +104,13 @@ def test_server_reason_reads_the_shapes_real_servers_answer():
     assert server_reason(page) == "Error response"
     assert server_reason(b"<html><body><h1>Not &amp; found</h1>\n<p>x</p></body></html>") == "Not & found x"
     assert server_reason(b"plain\ntext") == "plain text" and server_reason(b"") == ""
+
+
+def test_an_error_events_code_does_not_rename_it_for_locust_but_is_said():
+    """A stream error keeps its name in Locust's table whatever its code (HTTP said 200); the line
+    to the user says the code came in an error event."""
+    from loadgen.stats.failures import answer_words, locust_name
+
+    assert locust_name("stream_error", 500) == "stream_error" and locust_name("http_5xx", 500) == "http_500"
+    assert answer_words("stream_error", 400) == "an error event (code 400)"
+    assert answer_words("http_4xx", 401) == "HTTP 401" and answer_words("read_timeout", None) == "read_timeout"

@@ -15,7 +15,6 @@ import itertools
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from loadgen.sim.raw_client import request
 from loadgen.stats.failures import locust_name
 from tests.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
 from tests.runlocust import ROOT, LocustRun, locust_cmd, run_dir
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -42,11 +42,6 @@ LOCUST_SUMMARY = "--only-summary"  # Locust's own final tables (a headless run d
 
 
 # -- harness shared with the other issue-7 test files ----------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def run_locust_coop(host: str, results: Path, *args: str, env: dict | None = None,
                     timeout_s: float = 120) -> LocustRun:

@@ -27,7 +27,7 @@ from loadgen.report.runs import LATEST, run_folders
 from loadgen.sim.launch import running_sim
 from loadgen.stats.flags import meaning
 from tests.runlocust import ROOT, SMOKE, fixed_sim, run_locust
-from tests.test_faults import free_port
+from tests.support.ports import free_port
 from tests.tlsserver import self_signed_cert, tls_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

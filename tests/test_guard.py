@@ -37,6 +37,7 @@ from loadgen.server.answers import (
 from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.start_check import models_and_capacity
 from loadgen.server.watch import ServerWatch
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SEED_CAPACITY = 1_570_000
@@ -432,11 +433,6 @@ def test_discover_metrics_without_capacity_keeps_the_flavor():
     assert (cap.tokens, cap.flavor) == (None, "vllm")
     assert "no vllm:cache_config_info" in cap.detail
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.timeout(20)

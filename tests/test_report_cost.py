@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from loadgen.report.html import render_report_html
 from loadgen.report.plots import build_run_figures, pareto_figure
 from loadgen.report.table import format_stage_row, stages_csv_text
 from loadgen.stats.cost import CostConfig, stage_cost
+from tests.support.summaries import recorded_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -27,7 +27,7 @@ def priced(summary: dict, gpus: int, usd: float) -> dict:
 
 @pytest.fixture
 def seeds():
-    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+    return recorded_summary("seeds_sweep")
 
 
 def test_pareto_plot_marks_the_front_and_only_with_gpus(seeds):

@@ -15,13 +15,14 @@ import loadgen.report.plots as plots
 from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.files import load_summary, write_results
+from tests.support.summaries import recorded_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture
 def seeds():
-    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+    return recorded_summary("seeds_sweep")
 
 
 def test_writes_every_file_and_summary_round_trips(tmp_path, seeds):

@@ -15,6 +15,7 @@ from loadgen.report.plots import (
     throughput_figure,
     tradeoff_figure,
 )
+from tests.support.summaries import recorded_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -22,7 +23,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def seeds():
-    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+    return recorded_summary("seeds_sweep")
 
 
 def lines_by_label(ax):

@@ -18,13 +18,14 @@ from loadgen.report.table import (
     num,
     write_stages_csv,
 )
+from tests.support.summaries import recorded_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture
 def seeds():
-    return json.loads((FIXTURES / "summary_seeds_sweep.json").read_text())
+    return recorded_summary("seeds_sweep")
 
 
 def test_humane_numbers():

@@ -18,6 +18,7 @@ import pytest
 from loadgen import errors
 from tests.rawserver import SSE_HEADERS, chunk, event, raw_server
 from tests.runlocust import run_dir
+from tests.support.ports import free_port
 from tests.test_faults import (
     DONE,
     END,
@@ -27,7 +28,6 @@ from tests.test_faults import (
     ScriptedServer,
     _content,
     _status,
-    free_port,
     run_locust_coop,
 )
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from locust import User, task
 from locust.env import Environment
 
 from loadgen import errors
@@ -21,15 +20,11 @@ from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, 
 from loadgen.run.runtime import Runtime
 from loadgen.run.session import Session
 from loadgen.stats.stage_stats import StageStats
+from tests.support.users import Idle
 from tests.test_webui import run_request
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-class Idle(User):
-    @task
-    def nothing(self):
-        pass
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from locust import User, task
 from locust.env import Environment
 
 from loadgen.config import load_scenario
@@ -21,14 +20,10 @@ from loadgen.run.plan import PhaseStarted, WindowClosed, WindowOpened
 from loadgen.run.runtime import Runtime
 from loadgen.run.session import Session
 from loadgen.stats.stage_stats import Collector
+from tests.support.users import Idle
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-class Idle(User):
-    @task
-    def nothing(self):
-        pass
 
 
 class MasterFleet(Fleet):

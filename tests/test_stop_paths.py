@@ -24,7 +24,7 @@ import pytest
 
 from loadgen import errors
 from tests.runlocust import ROOT, SMOKE, fixed_sim, locust_cmd, run_dir, run_locust
-from tests.test_faults import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

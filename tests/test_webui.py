@@ -14,7 +14,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 
 import gevent
 import pytest
-from locust import User, task
 from locust.env import Environment
 
 from loadgen.config import load_scenario
@@ -46,15 +44,12 @@ from loadgen.run.session import Session
 from loadgen.server.answers import Capacity
 from loadgen.stats.records import RequestRecord
 from tests.runlocust import run_dir
+from tests.support.ports import free_port
+from tests.support.users import Idle
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT, TTFT_0, TTFT_1, GAP = 64, 0.25, 0.5, 0.02
 
-
-class Idle(User):
-    @task
-    def nothing(self):
-        pass
 
 
 def run_request(rt, stage, sent, ttft, tokens, window_stage):
@@ -298,11 +293,6 @@ def test_a_broken_view_leaves_locusts_stats_intact(ui):
 
 
 # --- integration: a real locust run with its web UI -----------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url: str, timeout: float = 5.0) -> bytes:

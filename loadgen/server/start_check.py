@@ -37,6 +37,7 @@ from loadgen.server.answers import (
     server_root,
     slots_from_props,
 )
+from loadgen.stats.failures import answer_words
 from loadgen.wire.client import StreamClient, check_host
 from loadgen.wire.compat import (
     Compat,
@@ -359,7 +360,7 @@ def probe_request(client: StreamClient, host: str, scenario, model: str | None, 
                 raise StartRefused(errors.EXIT_SERVER_UNUSABLE, not_openai_message(host, f"POST {path}: {message}"),
                                    _frozen(results))
             reason = message.removeprefix(f"HTTP {status}: ") if status is not None else message
-            answer = f"HTTP {status}: {reason}" if status is not None else reason
+            answer = f"{answer_words(result.error_kind, status)}: {reason}" if status is not None else reason
             raise StartRefused(errors.EXIT_SERVER_UNUSABLE, f"{host} refused the run's request (POST {path}: "
                                f"{answer}); {likely_fix(status, reason, path, model)}", _frozen(results))
         say(f"llm-loadgen: adapting to the server: {nxt.adaptations[-1]}")

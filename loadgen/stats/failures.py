@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from loadgen.errors import STREAM_ERROR
+
 EXCERPT_CHARS = 200
 PER_KIND = 5
 
@@ -130,6 +132,15 @@ class LocustFailure(Exception):
 
 
 def locust_name(kind: str, status: int | None) -> str:
-    """``http_400``, ``http_503`` for failures answered with an HTTP status, else the kind. Never
-    the message: messages vary per request and Locust's table has no bound."""
-    return f"http_{status}" if status is not None else kind
+    """``http_400``, ``http_503`` for failures answered with an HTTP status, else the kind (an error
+    event's code does not rename it: its HTTP status was 200). Never the message: messages vary per
+    request and Locust's table has no bound."""
+    return f"http_{status}" if status is not None and kind != STREAM_ERROR else kind
+
+
+def answer_words(kind: str, status: int | None) -> str:
+    """How the server answered a failed request, for one line to the user: ``HTTP 401``, ``an error
+    event (code 400)`` for a refusal inside a 200 stream (vLLM), else the kind."""
+    if status is None:
+        return kind
+    return f"an error event (code {status})" if kind == STREAM_ERROR else f"HTTP {status}"

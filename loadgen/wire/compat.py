@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
+from loadgen.stats.failures import answer_words
+
 VENDOR_FIELDS = ("ignore_eos", "min_tokens", "continuous_usage_stats", "stream_options")
 FORCING_FIELDS = ("ignore_eos", "min_tokens")  # without them the output length is only asked
 # request.compat (loadgen.config COMPAT_SETTINGS): auto probes and adapts; vllm, sglang, llamacpp
@@ -179,7 +181,7 @@ def likely_fix(status: int | None, message: str, path: str, model: str | None) -
 def refusal_line(host: str, path: str, ff, model: str | None) -> str:
     """The one line of a run stopped by ``loadgen.stats.failures.FailFast``: the server's reason and the fix."""
     kind, status = ff.first
-    answer = f"HTTP {status}" if status is not None else kind
+    answer = answer_words(kind, status)
     reason = ff.message.removeprefix(f"HTTP {status}: ") if status is not None else ff.message
     return (f"{host} refused the first {ff.seen} requests (POST {path}: {answer}: {reason}); "
             f"{likely_fix(status, reason, path, model)}")

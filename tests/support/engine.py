@@ -20,7 +20,7 @@ from pathlib import Path
 
 from loadgen.server.answers import parse_metrics
 from tests.procs import stop_process
-from tests.promtools import free_port
+from tests.support.ports import free_port
 
 
 def installed(env_var: str, ensure_script: Path, what: str) -> tuple[str | None, str]:

@@ -26,7 +26,8 @@ PYTHON=${PYTHON:-python3}
 
 say() { echo "$TAG: $*" >&2; }
 
-CACHE_ROOTS=(/var/cache/llm-loadgen "${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/llm-loadgen")
+# shellcheck source=cache-root.sh
+. "$(cd "$(dirname "$0")" && pwd)/cache-root.sh"
 
 # The first cache root that holds the binary.
 find_binary() {
@@ -64,14 +65,7 @@ if ! "$PYTHON" -m pip --version >/dev/null 2>&1; then
     exit 0
 fi
 
-ROOT=""
-for root in "${CACHE_ROOTS[@]}"; do
-    if mkdir -p "$root" 2>/dev/null && [ -w "$root" ]; then ROOT=$root; break; fi
-done
-if [ -z "$ROOT" ]; then
-    say "no writable cache directory (tried ${CACHE_ROOTS[*]}); the llama.cpp conformance tests will be skipped"
-    exit 0
-fi
+ROOT=$(writable_cache_root "the llama.cpp conformance tests") || exit 0
 DEST=$ROOT/llama-server-$VERSION
 WORK=$ROOT/.build-llama-server-$VERSION
 LOG=$ROOT/llama-server-$VERSION.build.log

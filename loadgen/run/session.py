@@ -126,7 +126,8 @@ class Session:
             g = sc.guard
             rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
                                     g.over_capacity_kv_usage)
-            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule)
+            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule,
+                                     headers=sc.request.headers)
             self.watch.start()
         try:
             self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))

@@ -49,6 +49,8 @@ from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
 from loadgen.stats.flags import cut_flag
+from loadgen.wire.client import check_host
+from loadgen.wire.endpoints import PATHS, host_reading, server_root
 
 log = logging.getLogger("llm_loadgen")
 
@@ -91,13 +93,28 @@ class Session:
         return self.stage_guard.capacity
 
     # -- start -------------------------------------------------------------------------------------
+    def _read_host(self) -> str | None:
+        """--host as the user pasted it (the server's root, an OpenAI base URL ending in /v1, a
+        gateway's prefix before it), read once: said in one line when it had a path, and
+        ``environment.host`` set to its root, which every client and the workers then get
+        (``loadgen.wire.endpoints.server_root``). A host that is not a URL is left to the start check."""
+        env = self.rt.environment
+        try:
+            check_host(env.host)
+        except ConfigError:
+            return env.host
+        if (reading := host_reading(env.host, PATHS[self.rt.scenario.endpoint])) is not None:
+            say(f"llm-loadgen: {reading}")
+        env.host = server_root(env.host)
+        return env.host
+
     def start(self) -> bool:
         """Before the first stage: the start check (``loadgen.server.start_check``), the server watch and
         the exporter. Returns False when the run must not start (the reason is printed and the
         exit code set)."""
         self.started = True
         rt, sc = self.rt, self.rt.scenario
-        host = rt.environment.host
+        host = self._read_host()
         self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
         try:
             self.run_dir = create_run_dir(sc.results_dir, self.started_wall, self.tags.run_name(run_name(sc)))

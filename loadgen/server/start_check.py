@@ -33,12 +33,11 @@ from loadgen.server.answers import (
     flavor_of,
     parse_metrics,
     parse_models,
-    server_root,
     slots_from_props,
 )
 from loadgen.wire.client import StreamClient, check_host
 from loadgen.wire.compat import Compat, adapt, initial, likely_fix
-from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH
+from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH, server_root
 from loadgen.wire.exchange import stream_ask
 from loadgen.wire.scheme import scheme_mismatch
 from loadgen.workload.asks import Ask
@@ -226,17 +225,8 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
         where = f"the environment variable {key_env}" if key_env else "api_key_env"
         message = f"{host} refused the request (GET /v1/models: {exc.message}); check the API key in {where}"
     else:
-        fix = _v1_suffix_fix(host, exc) or "set the model with --model or `model:` in the scenario"
-        message = f"GET /v1/models failed ({exc}); {fix}"
+        message = f"GET /v1/models failed ({exc}); set the model with --model or `model:` in the scenario"
     return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
-
-
-def _v1_suffix_fix(host: str, exc: RequestError) -> str | None:
-    """The fix for a --host ending in /v1 (the OpenAI SDK's base URL) whose /v1/models was not
-    found: every path would get /v1 twice (/v1/v1/models, /v1/v1/completions), --model or not."""
-    if exc.status == 404 and urlsplit(host).path.rstrip("/").endswith("/v1"):
-        return f"--host ends in /v1, which llm-loadgen adds itself: pass --host {server_root(host)}"
-    return None
 
 
 def check_context(scenario, dataset, max_model_len: int) -> None:
@@ -282,7 +272,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         model = scenario.model
         if models.error is not None:
             exc = scheme_mismatch(host, req.connect_timeout_s, models.error) or models.error
-            if model is None or exc.kind == errors.CONNECT_FAILED or _v1_suffix_fix(host, exc):
+            if model is None or exc.kind == errors.CONNECT_FAILED:
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
                 f"going on with model {model!r}")

@@ -19,13 +19,12 @@ from loadgen.server.answers import (
     failure_text,
     flavor_of,
     parse_metrics,
-    server_root,
     watch_sample,
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.window import Edge, window_figures
 from loadgen.wire.client import StreamClient
-from loadgen.wire.endpoints import METRICS_PATH
+from loadgen.wire.endpoints import METRICS_PATH, server_root
 
 log = logging.getLogger(__name__)
 

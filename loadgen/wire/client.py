@@ -41,6 +41,7 @@ from loadgen.stats.failures import excerpt, server_reason
 from loadgen.stats.records import RequestRecord, RequestResult
 from loadgen.wire import tls
 from loadgen.wire.deadline import IdleDeadline, IdleTimeout
+from loadgen.wire.endpoints import server_root
 from loadgen.wire.gevent_io import (
     YIELD_AFTER_BYTES,
     Closed,
@@ -170,7 +171,8 @@ class StreamClient:
         read_timeout_s: float = 120.0,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        self.base_path = urlsplit(check_host(base_url)).path.rstrip("/")
+        # the API paths (/v1/...) hang under --host's root, whichever way it was pasted (endpoints.server_root)
+        self.base_path = urlsplit(server_root(check_host(base_url))).path
         self._clock = clock
         sent = {
             "Content-Type": "application/json",

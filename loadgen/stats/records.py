@@ -99,6 +99,10 @@ class RequestResult:
     reasoning_source: str | None = None  # "usage" | "stream" | None (no reasoning)
     answer_decode_tps: float | None = None
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if sent
+    # the request's names in the server's logs (set by loadgen.wire.exchange after the stream): the
+    # stream's "id" and the x-request-id header we sent
+    response_id: str | None = None
+    x_request_id: str | None = None
 
 
 class RequestRecord:
@@ -131,6 +135,7 @@ class RequestRecord:
         "_reasoning_seen",
         "_usage_rt",
         "_usage_cached",
+        "response_id",
     )
 
     def __init__(self, sent_s: float, expected_output_tokens: int, endpoint: str):
@@ -155,6 +160,7 @@ class RequestRecord:
         self._reasoning_seen = 0  # reasoning tokens counted from the stream
         self._usage_rt: int | None = None  # usage.completion_tokens_details.reasoning_tokens
         self._usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens
+        self.response_id: str | None = None  # the stream's "id" (vLLM cmpl-..., chatcmpl-...), first seen
 
     def on_payload(self, payload: bytes, t: float) -> None:
         """Interpret one SSE data payload that arrived at ``t``.
@@ -180,6 +186,10 @@ class RequestRecord:
             if choices is None:
                 self._not_a_chunk(obj, payload, t)
                 return
+            if self.response_id is None:  # the server's name for the request: its logs carry it
+                rid = obj.get("id")
+                if isinstance(rid, str) and rid:
+                    self.response_id = rid[:MAX_MESSAGE_CHARS]
             usage = obj.get("usage")
             # SGLang sends "usage": null on ordinary chunks; ct: cumulative tokens if usage is here
             ct = self._on_usage(usage) if usage else None

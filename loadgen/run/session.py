@@ -25,7 +25,7 @@ from loadgen.phases import Phase
 from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
-from loadgen.report.runs import create_run_dir, run_name
+from loadgen.report.runs import create_run_dir, run_name, settle_run
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
@@ -406,5 +406,6 @@ class Session:
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
             write_results(self.run_dir, self.summary(final), plots=final)
+            settle_run(self.run_dir, measured=bool(self.rows), reason=self.stop_reason)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)

@@ -64,3 +64,15 @@ def test_with_the_header_the_sweep_runs_and_the_value_is_written_nowhere(gateway
     assert s["scenario"]["request"]["headers"] == {"x-api-key": "<hidden>", "X-Tenant": "team-a"}
     assert SECRET not in run.stdout + run.stderr
     assert [p for p in _files(tmp_path / "res") if SECRET.encode() in p.read_bytes()] == []
+
+
+def test_workers_get_the_headers_with_the_other_options(gateway, tmp_path):
+    """--processes 2: the master relays its parsed options; a worker without the header would meet
+    the gateway's 401 on every request."""
+    run = run_locust(gateway.url, tmp_path / "res", *SMOKE, "--stages", "2,4", "--processes", "2",
+                     "--header", f"X-Api-Key: {SECRET}")
+    assert run.code == errors.EXIT_OK, run.stderr[-3000:]
+    s = run.summary
+    assert s["run"]["workers"] == 2
+    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"])
+    assert SECRET not in run.stdout + run.stderr

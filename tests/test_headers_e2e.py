@@ -34,14 +34,19 @@ def _files(root):
     return [p for p in sorted(root.rglob("*")) if p.is_file()]
 
 
-def test_without_the_header_the_run_stops_in_seconds_with_the_gateways_reason(gateway, tmp_path):
+@pytest.mark.parametrize("model", [(), ("--model", "m")], ids=["discovered", "given"])
+def test_without_the_header_the_run_stops_in_seconds_with_the_gateways_reason(gateway, tmp_path, model):
+    """Without --model the models read is refused; with it, the probe request (the run's own request)."""
     t0 = time.monotonic()
-    run = run_locust(gateway.url, tmp_path / "res", *SMOKE, "--stages", "1", timeout_s=60)
+    run = run_locust(gateway.url, tmp_path / "res", *SMOKE, "--stages", "1", *model, timeout_s=60)
     took_s = time.monotonic() - t0
     assert run.code == errors.EXIT_SERVER_UNUSABLE, run.stderr[-3000:]
-    assert took_s < 30, took_s  # the start check's first answer, not a sweep of failures
-    assert "HTTP 401" in run.stderr and "gateway: header x-api-key missing" in run.stderr, run.stderr[-3000:]
+    assert took_s < 30, took_s  # the start check's answer, not a sweep of failures
+    assert "401" in run.stderr and "gateway: header x-api-key missing" in run.stderr, run.stderr[-3000:]
+    assert run.summary["stages"] == [] and run.summary["run"]["stop_reason"] == "error"
 
+
+def test_a_wrong_value_stops_the_run_with_the_gateways_403(gateway, tmp_path):
     wrong = run_locust(gateway.url, tmp_path / "wrong", *SMOKE, "--stages", "1", "--header", "X-Api-Key: nope",
                        timeout_s=60)
     assert wrong.code == errors.EXIT_SERVER_UNUSABLE, wrong.stderr[-3000:]

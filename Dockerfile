@@ -1,9 +1,10 @@
 # llm-loadgen image: Locust 2.47 + this repository's locustfile, for distributed runs
 # (deploy/compose/, deploy/k8s/). One image serves the master, the workers and the simulator.
 #   docker build -t llm-loadgen:0.1.0 .
-#   docker run --rm llm-loadgen:0.1.0        # locust --help (printed before the locustfile loads,
-#                                            # so it omits our options: see loadgen/config.py)
-#   docker run --rm llm-loadgen:0.1.0 -f /app/locustfile.py --headless --host http://SERVER:PORT
+#   docker run --rm llm-loadgen:0.1.0        # llm-loadgen --help
+#   docker run --rm -v "$PWD/results:/app/results" llm-loadgen:0.1.0 --host http://SERVER:PORT
+#                                            # the sweep; its run folder lands in ./results
+#   docker run --rm llm-loadgen:0.1.0 worker --master-host MASTER   # a worker of a distributed run
 #   docker run --rm --entrypoint python llm-loadgen:0.1.0 -m loadgen.sim --host 0.0.0.0
 #
 # BASE_IMAGE: any Debian-like image with python3 >= 3.11 and its venv module. Without a registry,
@@ -59,9 +60,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 COPY --from=build /opt/llm-loadgen /opt/llm-loadgen
 
-# Locust puts the locustfile's directory first on sys.path, so /app/loadgen is what runs;
-# /app/pyproject.toml marks /app as the checkout, which makes config/default.yaml the default
-# scenario. Compose and Kubernetes mount the run's scenario at /app/config/scenario.yaml.
+# The entry point `llm-loadgen` runs the installed package (/opt/llm-loadgen). /app is a checkout
+# beside it: /app/pyproject.toml marks it, which makes config/default.yaml the default scenario,
+# and `--entrypoint locust ... -f /app/locustfile.py` still works. Compose and Kubernetes mount the
+# run's scenario at /app/config/scenario.yaml.
 WORKDIR /app
 COPY pyproject.toml locustfile.py ./
 COPY loadgen/ loadgen/
@@ -69,7 +71,8 @@ COPY shapes/ shapes/
 COPY config/ config/
 
 # Numeric non-root user so Kubernetes' runAsNonRoot can verify it (deploy/k8s uses 10001 too).
-# /app/results is the results directory (--results-dir) that compose and Kubernetes mount over.
+# /app/results is the results directory (the default --results-dir, cwd /app) that `docker run -v`,
+# compose and Kubernetes mount over: a run's folder outlives its container.
 RUN groupadd --system --gid 10001 loadgen \
  && useradd --system --uid 10001 --gid 10001 --create-home --home-dir /home/loadgen loadgen \
  && mkdir -p /app/results \
@@ -80,5 +83,5 @@ USER 10001:10001
 # 9646: Prometheus exporter (--exporter-port 9646 --exporter-host 0.0.0.0); 8000: simulator.
 EXPOSE 5557 8089 9646 8000
 
-ENTRYPOINT ["locust"]
-CMD ["-f", "/app/locustfile.py", "--help"]
+ENTRYPOINT ["llm-loadgen"]
+CMD ["--help"]

@@ -43,12 +43,25 @@ def _error(message: str) -> int:
     return EXIT_CONFIG
 
 
+def locust_args(args: list[str], locustfile: str = str(LOCUSTFILE)) -> list[str]:
+    """Locust's arguments for an ``llm-loadgen`` command line (``worker ...``, ``web ...`` or a
+    headless run's options): what the container recipes (deploy/) run through the image's entry
+    point. ValueError for ``-f``: llm-loadgen runs its own locustfile."""
+    if any(a in ("-f", "--locustfile") or a.startswith(("--locustfile=", "-f=")) for a in args):
+        raise ValueError("-f/--locustfile: llm-loadgen runs its own locustfile; for yours, run "
+                         "locust -f yours.py (and import loadgen.locustfile in it for our options)")
+    command, rest = (args[0], args[1:]) if args and args[0] in ("web", "worker") else (None, args)
+    mode = {"web": [], "worker": ["--worker"]}.get(command, ["--headless"])
+    return ["-f", locustfile, *mode, *rest]
+
+
 def run_locust(args: list[str], headless: bool) -> int:
     """Locust's main() on the packaged locustfile; it exits the process with the run's code."""
-    if any(a in ("-f", "--locustfile") or a.startswith(("--locustfile=", "-f=")) for a in args):
-        return _error("-f/--locustfile: llm-loadgen runs its own locustfile; for yours, run "
-                      "locust -f yours.py (and import loadgen.locustfile in it for our options)")
-    sys.argv = ["llm-loadgen", "-f", str(LOCUSTFILE), *(["--headless"] if headless else []), *args]
+    try:
+        argv = locust_args(args if headless else ["web", *args])
+    except ValueError as err:
+        return _error(str(err))
+    sys.argv = ["llm-loadgen", *argv]
     from locust.main import main as locust_main  # gevent's monkey-patching happens here, not before
 
     locust_main()

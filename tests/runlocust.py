@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.report.runs import run_folders
 from loadgen.sim.launch import running_sim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +31,11 @@ def fixed_sim():
 
 
 def run_dir(results_dir: Path) -> Path:
-    """The newest run's folder under a ``--results-dir`` (each run writes into its own)."""
-    found = resolve_run_dir(results_dir)
-    assert (found / "summary.json").is_file(), f"no run folder with a summary.json under {results_dir}"
-    return found
+    """The newest run's folder under a ``--results-dir`` (each run writes into its own), good or
+    failed: the run a test just did (``latest`` names the newest run that measured a stage)."""
+    runs = run_folders(Path(results_dir))
+    assert runs, f"no run folder with a summary.json under {results_dir}"
+    return runs[-1]
 
 
 @dataclass

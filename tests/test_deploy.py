@@ -123,8 +123,10 @@ import contextlib, io, json, sys
 sys.path.insert(0, ".")
 import locustfile  # noqa: F401  registers our options on locust's init_command_line_parser
 from locust.argument_parser import get_parser
+from loadgen.cli import locust_args  # what the image's entry point llm-loadgen hands Locust
 out = []
 for args in json.load(sys.stdin):
+    args = locust_args(args, "/app/locustfile.py")
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
@@ -149,7 +151,8 @@ def _parse_locust_args(arg_lists: list[list[str]]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def parsed(compose, k8s) -> dict[str, dict]:
-    """Every Locust command line in the recipes, parsed by Locust's parser + our options."""
+    """Every command line in the recipes, given to the image's entry point llm-loadgen, as Locust
+    gets it (loadgen.cli.locust_args), parsed by Locust's parser + our options."""
     lines = {
         "compose master": _command(compose["services"]["master"]),
         "compose worker": _command(compose["services"]["worker"]),
@@ -223,8 +226,9 @@ def test_compose_master_and_workers_share_the_scenario_and_wiring(compose, parse
     for service, args in ((master, margs), (worker, wargs)):
         mounts = {t: s for s, t, _ in _binds(service)}
         assert mounts.get(_opt(args, "--scenario")) == _env_example()["SCENARIO"]
-    assert _opt(wargs, "--master-host") == "master" and "--worker" in wargs
-    assert "--master" in margs and "--headless" in margs
+    assert _opt(wargs, "--master-host") == "master" and wargs[0] == "worker"
+    assert "--master" in margs and parsed["compose master"]["options"]["headless"]
+    assert parsed["compose worker"]["options"]["worker"]
     assert _opt(margs, "--expect-workers") == str(worker["deploy"]["replicas"]) == _env_example()["WORKERS"]
     host = re.match(r"https?://([^:/]+):(\d+)", _opt(margs, "--host"))
     assert host and host.group(1) in compose["services"], "default HOST is not a compose service"
@@ -318,8 +322,8 @@ def test_dockerfile_base_user_entrypoint(k8s):
     assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert int(re.search(r'requires-python = ">=3\.(\d+)"', pyproject).group(1)) <= 11
-    assert dict(ins)["ENTRYPOINT"] == '["locust"]'
-    assert json.loads(dict(ins)["CMD"]) == ["-f", "/app/locustfile.py", "--help"]
+    assert dict(ins)["ENTRYPOINT"] == '["llm-loadgen"]'
+    assert json.loads(dict(ins)["CMD"]) == ["--help"]
     user = [rest for op, rest in ins if op == "USER"][-1]
     uid, gid = (int(x) for x in user.split(":"))
     assert uid != 0 and gid != 0
@@ -471,3 +475,22 @@ def test_k8s_volumes_env_and_resources(k8s, tmp_path):
     vol = next(v for v in master["spec"]["template"]["spec"]["volumes"] if v["name"] == mounts["/app/results"])
     assert results.startswith("/app/results/")
     assert ("PersistentVolumeClaim", vol["persistentVolumeClaim"]["claimName"]) in k8s
+
+
+def test_docker_run_examples_keep_their_results_on_a_mounted_volume():
+    """Every documented ``docker run`` of a sweep mounts a volume at /app/results (the image's
+    working directory is /app and the default results directory is ``results``), so the run's folder
+    outlives the container; its arguments are llm-loadgen's (the image's entry point), not locust's."""
+    from loadgen.config.schema import DEFAULTS
+
+    assert ("WORKDIR", "/app") in _dockerfile() and DEFAULTS["results_dir"] == "results"
+    runs = []
+    for doc in (ROOT / "README.md", DEPLOY / "README.md", ROOT / "Dockerfile"):
+        text = doc.read_text().replace("\\\n", " ")
+        runs += [ln for ln in text.splitlines() if "docker run" in ln and "--host http" in ln]
+    assert len(runs) >= 3, runs
+    for line in runs:
+        args = shlex.split(line[line.index("docker run"):].split("#")[0])
+        mounts = [args[i + 1] for i, a in enumerate(args) if a in ("-v", "--volume")]
+        assert any(m.split(":")[1] == "/app/results" for m in mounts), line
+        assert "-f" not in args and "--headless" not in args, line  # llm-loadgen's own command line

@@ -187,7 +187,7 @@ def test_image_holds_only_what_it_needs(host, capsys):
               f"dockerd {'started by the test' if host.daemon_started_here else 'already running'}")
     cfg = json.loads(docker("image", "inspect", IMAGE).stdout)[0]["Config"]
     assert cfg["User"] == f"{LOADGEN_UID}:{LOADGEN_UID}"
-    assert cfg["Entrypoint"] == ["locust"]
+    assert cfg["Entrypoint"] == ["llm-loadgen"]
     assert not any(e.startswith(("PIP_", "REQUESTS_CA", "SSL_CERT")) for e in cfg["Env"]), cfg["Env"]
     # The build machine's pip settings went to the build stage only: not in the image's history.
     history = docker("history", "--no-trunc", "--format", "{{.CreatedBy}}", IMAGE).stdout
@@ -200,7 +200,7 @@ def test_image_holds_only_what_it_needs(host, capsys):
     out = docker("run", "--rm", "--network", "none", "--entrypoint", "python", IMAGE, "-c", probe).stdout
     assert out.split() == ["None", "None", "None", "False", "False"], out
     version = docker("run", "--rm", "--network", "none", IMAGE, "--version").stdout
-    assert version.startswith("locust 2.47"), version
+    assert version.startswith("llm-loadgen ") and "(Locust 2.47" in version, version
 
 
 # === the whole run =================================================================================

@@ -292,6 +292,7 @@ def stage_rows() -> tuple[dict, ...]:
     first = {"index": 0, "concurrency": 4, "output_tokens_per_s": 1000.0, "input_tokens": 20_000, "window_s": 10.0,
              "server": server, "breakdown": breakdown(client, server)}
     first.update(stage_cost(first, CostConfig(gpus=2, gpu_hour_usd=2.5)))
+    first.update(itl_chunk_p50_s=0.02, itl_chunk_p90_s=0.03, itl_chunk_p99_s=0.05)
     second = {"index": 1, "concurrency": 8, "output_tokens_per_s": 1800.0, "input_tokens": 0, "window_s": 10.0,
               "server": {"spec_accept_length": 2.5, "spec_acceptance_rate": None}}
     second.update(stage_cost(second, CostConfig(gpus=2)))  # no price: per-GPU figures only
@@ -321,6 +322,9 @@ def test_each_finished_stage_is_exported_with_its_stage_labels():
     assert by_stage(s, "llm_loadgen_server_spec_accept_length") == {"0": 2.8, "1": 2.5}
     assert by_stage(s, "llm_loadgen_server_spec_acceptance_ratio") == {"0": 0.6}
     assert by_stage(s, "llm_loadgen_server_prefix_cache_hit_ratio") == {"0": 0.75}
+    # the client's chunk gaps at p50/p90/p99, with or without the server's histograms; absent elsewhere
+    gaps = {dict(k)["stat"]: v for (n, k), v in s.items() if n == "llm_loadgen_stage_itl_chunk_seconds"}
+    assert gaps == {"p50": 0.02, "p90": 0.03, "p99": 0.05}
 
 
 def test_cost_figures_are_exported_per_stage_with_the_formulas_values():

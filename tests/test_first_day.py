@@ -23,7 +23,7 @@ import pytest
 
 from loadgen import errors
 from loadgen.report.__main__ import main as report_main
-from loadgen.report.runs import LATEST, run_folders
+from loadgen.report.runs import FAILED, LATEST, run_folders
 from loadgen.sim.launch import running_sim
 from loadgen.stats.flags import meaning
 from tests.runlocust import ROOT, SMOKE, fixed_sim, run_locust
@@ -64,7 +64,10 @@ def test_a_failed_run_after_a_good_one_keeps_both(console_run, capsys):
     bad_dir = refused.run_dir
     assert bad_dir != good_dir and [p.name for p in run_folders(results)] == [good_dir.name, bad_dir.name]
     assert {p.name: p.read_bytes() for p in good_dir.iterdir()} == before  # not one byte replaced
-    assert (results / LATEST).resolve() == bad_dir.resolve()
+    # latest still names the good run; the failed start keeps its folder, marked FAILED
+    assert (results / LATEST).resolve() == good_dir.resolve()
+    assert (bad_dir / FAILED).read_text().startswith("error: this run measured no stage")
+    assert not (good_dir / FAILED).exists()
     assert refused.summary["run"]["stop_reason"] == "error" and refused.summary["stages"] == []
     assert f"results in {bad_dir}/" in refused.stderr
 

@@ -30,7 +30,6 @@ from loadgen.server.answers import (
     capacity_from_vllm_metrics,
     flavor_of,
     parse_metrics,
-    server_root,
     slots_from_props,
     watch_sample,
 )
@@ -334,8 +333,8 @@ def test_discover_sglang_server_info_with_auth_header():
 
 
 def test_a_v1_suffix_reads_the_management_endpoints_at_the_root():
-    """/v1/models is read where the streams go (host + /v1/models); /get_server_info at the root."""
-    routes = {"/v1/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
+    """--host http://h:p/v1/ is the OpenAI base URL: /v1/models there, /get_server_info at the root."""
+    routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
     with serve(routes) as (url, hits):
         cap = discover(url + "/v1/", "k")
     assert (cap.tokens, cap.source, cap.flavor, cap.max_model_len) == (
@@ -344,7 +343,7 @@ def test_a_v1_suffix_reads_the_management_endpoints_at_the_root():
         "sglang",
         262144,
     )
-    assert [p for p, _ in hits] == ["/v1/v1/models", "/get_server_info"]
+    assert [p for p, _ in hits] == ["/v1/models", "/get_server_info"]
     assert all(auth == "Bearer k" for _, auth in hits)
 
 
@@ -467,11 +466,6 @@ def test_resolve_scenario_value_wins_and_quotes_the_server():
     assert (auto.tokens, auto.source) == (SEED_CAPACITY, "sglang_server_info")
     offline = discover(f"http://127.0.0.1:{free_port()}", configured=4096)
     assert (offline.tokens, offline.source, offline.flavor) == (4096, "scenario", None)
-
-
-def test_server_root():
-    assert server_root("http://h:8000/v1/") == "http://h:8000"
-    assert server_root("https://h/api/") == "https://h/api"
 
 
 # ---------------------------------------------------------------- ServerWatch

@@ -88,18 +88,15 @@ def test_model_given_goes_on_with_a_warning_and_reads_models_once(tmp_path):
     assert [p for p, _ in hits].count("/v1/models") == 1
 
 
-@pytest.mark.parametrize("model", [None, "m"])
-def test_a_host_ending_in_v1_stops_at_once_naming_the_root_to_pass(tmp_path, model):
-    # the OpenAI SDK's base URL ends in /v1; we add /v1/... ourselves: /v1/v1/models is not found,
-    # and with --model every stream would be /v1/v1/completions (a 404 each)
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
+def test_a_host_ending_in_v1_is_the_openai_base_url(tmp_path, suffix):
+    # the OpenAI SDK's base URL ends in /v1: the paths are not doubled (/v1/v1/models), and the
+    # server's own endpoints are read at its root
     routes = {"/v1/models": (200, SGLANG_MODELS), "/get_server_info": (200, SGLANG_INFO)}
-    with serve(routes) as (url, hits), pytest.raises(StartRefused) as refused:
-        run_preflight(url + "/v1/", scenario(tmp_path, model=model))
-    assert refused.value.exit_code == errors.EXIT_SERVER_UNUSABLE
-    line = str(refused.value)
-    assert line.startswith("GET /v1/models failed (") and "HTTP 404" in line and "--model" not in line
-    assert line.endswith(f"); --host ends in /v1, which llm-loadgen adds itself: pass --host {url}")
-    assert [p for p, _ in hits] == ["/v1/v1/models"]
+    with serve(routes) as (url, hits):
+        info, _ = run_preflight(url + suffix, scenario(tmp_path))
+    assert info.model == SGLANG_MODELS["data"][0]["id"] and info.capacity.source == "sglang_server_info"
+    assert [p for p, _ in hits] == ["/v1/models", "/get_server_info"]
 
 
 def test_discovered_model_and_the_context_check(tmp_path):

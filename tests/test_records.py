@@ -400,3 +400,18 @@ def test_long_stream_stays_compact():
     r = run(vllm_chat(20_000, gap=0.001))
     assert r.ok and r.completion_tokens == 20_000 and r.itl_token_s.dtype == np.float64
     assert r.itl_token_s.shape == (19_999,) and r.tpot_s == pytest.approx(0.001)
+
+
+def test_the_response_id_is_the_first_chunks_id():
+    """vLLM's completions ids are cmpl-<hex>, chat chatcmpl-<hex>; a chunk without one (or an error
+    event) changes nothing, and a stream without any leaves it None."""
+    rec = RequestRecord(0.0, 3, "chat")
+    rec.on_payload(orjson.dumps({"choices": [{"delta": {"role": "assistant"}}]}), 0.1)  # no id yet
+    rec.on_payload(orjson.dumps({"id": "chatcmpl-abc", "choices": [{"delta": {"content": "a"}}]}), 0.2)
+    rec.on_payload(orjson.dumps({"id": "chatcmpl-other", "choices": [{"delta": {"content": "b"}}]}), 0.3)
+    rec.on_payload(orjson.dumps({"id": 7, "choices": []}), 0.4)
+    assert rec.response_id == "chatcmpl-abc"
+    plain = RequestRecord(0.0, 1, "completions")
+    plain.on_payload(orjson.dumps({"choices": [{"text": "a", "finish_reason": "length"}]}), 0.1)
+    plain.on_payload(b"[DONE]", 0.2)
+    assert plain.response_id is None and plain.finish(0.2, eof=True).ok

@@ -116,6 +116,8 @@ def test_csv_flattens_nested_fields_and_keeps_every_error_kind(tmp_path, seeds):
         "ttft_p99_s",
         "itl_p50_s",
         "itl_chunk_p50_s",
+        "itl_chunk_p90_s",
+        "itl_chunk_p99_s",
         "token_mismatch.output",
         "client.cpu_percent",
         "server.num_retracted_requests",

@@ -17,7 +17,8 @@ def result(**kw) -> RequestResult:
     base = dict(ok=True, error_kind=None, error_message="", prompt_tokens=100, completion_tokens=50,
                 tokens_estimated=False, ttft_s=0.25, e2e_s=1.5, tpot_s=0.025, decode_tps=40.0,
                 itl_token_s=EMPTY, itl_token_w=EMPTY, itl_chunk_s=EMPTY, finish_reason="length", chunks=25,
-                ttfat_s=0.75, reasoning_tokens=20, reasoning_source="usage", cached_prompt_tokens=64)
+                ttfat_s=0.75, reasoning_tokens=20, reasoning_source="usage", cached_prompt_tokens=64,
+                x_request_id="9f" * 16, response_id="cmpl-" + "9f" * 16)
     return RequestResult(**{**base, **kw})
 
 
@@ -27,7 +28,7 @@ def test_an_ok_request_is_one_line_with_every_field_in_order():
     line = json.loads(request_line("demo_c1-4", fields))
     assert tuple(line) == FIELDS
     assert line == {"run": "demo_c1-4", "stage": 2, "phase": "load", "worker": "w1", "request_id": "w1/7",
-                    "sent_unix_s": 1_800_000_000.5, "ttft_s": 0.25, "ttfat_s": 0.75, "e2e_s": 1.5,
+                    "x_request_id": "9f" * 16, "response_id": "cmpl-" + "9f" * 16, "sent_unix_s": 1_800_000_000.5, "ttft_s": 0.25, "ttfat_s": 0.75, "e2e_s": 1.5,
                     "input_tokens": 100, "input_tokens_asked": 100, "output_tokens": 50,
                     "output_tokens_estimated": False, "cached_tokens": 64, "reasoning_tokens": 20,
                     "reasoning_source": "usage", "chunks": 25, "ok": True, "failure_kind": None, "status": 200,
@@ -44,9 +45,9 @@ def test_failures_keep_their_kind_and_status_and_null_what_they_lack():
     cut = result(ok=False, error_kind="stream_error", ttft_s=0.1, chunks=3)  # failed mid-stream, after a 200
     assert request_fields(cut, stage=0, phase="load", worker="w", n=2, sent_unix_s=1.0,
                           input_tokens_asked=8)["status"] == 200
-    no_answer = result(ok=False, error_kind="connect_failed", ttft_s=None, chunks=0)
-    assert request_fields(no_answer, stage=0, phase="load", worker="w", n=3, sent_unix_s=1.0,
-                          input_tokens_asked=8)["status"] is None
+    no_answer = result(ok=False, error_kind="connect_failed", ttft_s=None, chunks=0, response_id=None)
+    fields = request_fields(no_answer, stage=0, phase="load", worker="w", n=3, sent_unix_s=1.0, input_tokens_asked=8)
+    assert fields["status"] is None and fields["response_id"] is None and fields["x_request_id"] == "9f" * 16
 
 
 def test_the_file_appends_lines_and_a_worker_buffer_is_emptied_by_each_take(tmp_path):

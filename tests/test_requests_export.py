@@ -5,6 +5,7 @@ request the summary counts (ok + failed, the start check's probes included), loc
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,7 @@ from tests.runlocust import SMOKE, fixed_sim, run_locust
 
 pytestmark = pytest.mark.integration
 sim = fixed_sim
+ID_PREFIX = {"completions": "cmpl", "chat": "chatcmpl"}  # vLLM's stream ids
 
 
 def counted(summary: dict) -> int:
@@ -42,6 +44,12 @@ def check_lines(run, workers: set[str]) -> list[dict]:
     assert all(line["output_tokens"] == 20 and line["input_tokens_asked"] > 0 and line["status"] == 200 and line["ttft_s"] > 0.015 for line in ok if line["phase"] == "load")
     assert sum(line["output_tokens"] for line in ok) == summary["totals"]["output_tokens"]
     assert all(line["sent_unix_s"] > 1.7e9 for line in lines)  # seconds since the epoch, not perf_counter
+    # each line joins the server's logs: the x-request-id we sent (unique), and the stream's id,
+    # which the simulator, as vLLM, makes from it (cmpl-<x-request-id>)
+    assert all(re.fullmatch(r"[0-9a-f]{32}", line["x_request_id"]) for line in lines)
+    assert len({line["x_request_id"] for line in lines}) == len(lines)
+    assert all(line["response_id"] == f"{ID_PREFIX[summary['run']['endpoint']]}-{line['x_request_id']}"
+               for line in ok)
     return lines
 
 
@@ -60,6 +68,12 @@ def test_two_processes_write_one_file_with_every_workers_requests(sim, tmp_path)
     assert {line["worker"] for line in run_lines if line["phase"] == "probe"} == {"master"}
     check_lines(run, workers)
     assert not list(run.run_dir.glob("requests*.part*"))  # no parts to merge: the master wrote it
+
+
+def test_a_chat_run_carries_vllms_chat_ids(sim, tmp_path):
+    run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--stages", "1", "--endpoint", "chat", "--requests-jsonl")
+    lines = check_lines(run, {"local"})
+    assert all(line["response_id"].startswith("chatcmpl-") for line in lines if line["ok"])
 
 
 def test_without_the_option_there_is_no_file(sim, tmp_path):

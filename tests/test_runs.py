@@ -16,7 +16,15 @@ from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.compare import differences, load_runs
 from loadgen.report.files import load_summary
-from loadgen.report.runs import LATEST, create_run_dir, folder_name, resolve_run_dir, run_name
+from loadgen.report.runs import (
+    FAILED,
+    LATEST,
+    create_run_dir,
+    folder_name,
+    resolve_run_dir,
+    run_name,
+    settle_run,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -39,13 +47,28 @@ def test_folder_name_is_the_utc_start_and_a_safe_name():
     assert folder_name(T0, "my run/ü:*") == "20251201-094000_my-run-"[:-1]
 
 
-def test_runs_in_the_same_second_get_their_own_folders_and_latest_follows(tmp_path):
+def test_runs_in_the_same_second_get_their_own_folders_and_latest_follows_measured_runs(tmp_path):
     first = create_run_dir(tmp_path, T0, "a")
     atomic_write_text(first / "summary.json", "first")
+    assert not (tmp_path / LATEST).exists()  # nothing measured yet
+    settle_run(first, measured=True, reason=None)
     second = create_run_dir(tmp_path, T0, "a")
     assert (first.name, second.name) == ("20251201-094000_a", "20251201-094000_a-2")
     assert (first / "summary.json").read_text() == "first"  # nothing of the earlier run replaced
+    assert os.readlink(tmp_path / LATEST) == first.name  # a run that has not measured does not move it
+    settle_run(second, measured=False, reason=None)  # still running: neither latest nor failed
+    assert os.readlink(tmp_path / LATEST) == first.name and not (second / FAILED).exists()
+    settle_run(second, measured=True, reason=None)
     assert (tmp_path / LATEST).is_symlink() and os.readlink(tmp_path / LATEST) == second.name
+
+
+def test_a_run_that_ends_without_a_measured_stage_is_marked_failed_and_latest_stays(tmp_path):
+    good = create_run_dir(tmp_path, T0, "a")
+    settle_run(good, measured=True, reason=None)
+    bad = create_run_dir(tmp_path, T0 + 60, "a")
+    settle_run(bad, measured=False, reason="error")
+    assert os.readlink(tmp_path / LATEST) == good.name
+    assert (bad / FAILED).read_text().startswith("error: this run measured no stage")
 
 
 def _run(root: Path, name: str, fixture: str = "seeds_sweep") -> Path:

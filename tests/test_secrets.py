@@ -120,3 +120,26 @@ def test_a_fatal_message_quoting_the_server_is_redacted(tmp_path):
     assert SECRET not in run.stderr + run.stdout
     assert all(SECRET.encode() not in p.read_bytes() for p in _files(tmp_path / "res"))
     assert orjson.loads((run_dir(tmp_path / "res") / "summary.json").read_bytes())["run"]["stop_reason"] == "error"
+
+
+def test_a_credential_header_is_sent_and_redacted_like_the_key(tmp_path):
+    """--header 'Authorization: Bearer ...' (a gateway's token, no api_key_env): sent on every
+    request, echoed back by the server in errors, and written nowhere: summary.json's scenario shows
+    <hidden>, every line and Locust's failure files <header Authorization>."""
+    token = f"gw-sentinel-{uuid.uuid4().hex}"
+    server = EchoServer(ECHO_SCRIPT)
+    with raw_server(server) as url:
+        run = run_locust_coop(
+            url, tmp_path / "res", "--scenario", "config/smoke.yaml", "--output-tokens", "5",
+            "--stages", "2", "--warmup", "1", "--stage-duration", "2", "--model", "scripted",
+            "--api-key-env", "NO_SUCH_KEY_VARIABLE", "--header", f"Authorization: Bearer {token}",
+            "--csv", str(tmp_path / "csv" / "locust"))
+    assert run.code == errors.EXIT_FAILURES, run.stderr[-3000:]
+    assert server.headers and all(_auth(h) == f"Bearer {token}" for _, h in server.headers)
+    assert "<header Authorization>" in run.stderr
+    assert token not in run.stdout + run.stderr
+    files = _files(tmp_path / "res") + _files(tmp_path / "csv")
+    assert {"summary.json", "locust_failures.csv"} <= {p.name for p in files}
+    assert [p for p in files if token.encode() in p.read_bytes()] == []
+    summary = orjson.loads((run_dir(tmp_path / "res") / "summary.json").read_bytes())
+    assert summary["scenario"]["request"]["headers"] == {"Authorization": "<hidden>"}

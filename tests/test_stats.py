@@ -67,6 +67,7 @@ def test_itl_histograms_weighted_per_token_and_per_chunk():
     row = s.row(10.0)
     assert row["itl_p50_s"] == pytest.approx(0.02, rel=0.012)
     assert row["itl_chunk_p50_s"] == pytest.approx(0.08, rel=0.012)
+    assert row["itl_chunk_p90_s"] == row["itl_chunk_p99_s"] == pytest.approx(0.08, rel=0.012)
     assert row["ttft_p50_s"] == pytest.approx(0.2, rel=0.012)
     assert row["token_mismatch"] == {"input": 0, "output": 0, "estimated": 0}
 
@@ -84,7 +85,8 @@ def test_row_fields_and_window_rate():
         "requests", "errors", "error_count", "input_tokens", "output_tokens", "output_tokens_per_s",
         "decode_tps_p50", "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s", "itl_p50_s", "itl_p90_s",
         "itl_p95_s", "itl_p99_s",
-        "itl_chunk_p50_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "token_mismatch", "textless_requests",
+        "itl_chunk_p50_s", "itl_chunk_p90_s", "itl_chunk_p99_s", "tpot_p50_s", "e2e_p50_s", "e2e_p99_s",
+        "token_mismatch", "textless_requests",
         "achieved_rate_per_s",
         "lateness_p99_s", "failures", "input_len_p50_tokens", "input_len_p99_tokens", "output_len_p50_tokens",
         "output_len_p99_tokens", "length_hist", "slo_attainment", "goodput_requests_per_s",

@@ -29,6 +29,7 @@ from loadgen.config.fields import (
     text,
     token_id_range,
 )
+from loadgen.config.headers import header_mapping
 from loadgen.config.schema import (
     ARRIVALS,
     COMPAT_SETTINGS,
@@ -37,6 +38,7 @@ from loadgen.config.schema import (
     GUARD_ACTIONS,
     LENGTH_DISTS,
     SECTIONS,
+    FrozenDict,
     Scenario,
     default_document,
 )
@@ -76,6 +78,7 @@ SPEC: dict[str, Check] = {
     "request.connect_timeout_s": number("seconds, e.g. 10", gt=0),
     "request.read_timeout_s": number("seconds without a byte before a request fails, e.g. 120", gt=0),
     "request.extra_body": body_mapping,
+    "request.headers": lambda key, value: FrozenDict(header_mapping(key, value)),
     "request.compat": choice(COMPAT_SETTINGS, "auto probes the server; openai-strict sends standard fields only"),
     "request.client_error_pause_s": number("seconds, e.g. 1; 0 for no pause", ge=0),
     "request.ca_cert": text("a PEM file with the server's CA certificate, or null for the system store",
@@ -148,6 +151,7 @@ SPEC: dict[str, Check] = {
 }
 
 _BODY = "request.extra_body"
+_HEADERS = "request.headers"
 # a percentile limit, slo.<metric>_p<percentile>_s (loadgen.stats.slo_limits): a family of keys, not leaves
 _limit_value = number("seconds, e.g. 2 (the stage's percentile must be <= it), or null", gt=0, nullable=True)
 
@@ -239,6 +243,11 @@ def apply_overrides(doc: dict[str, Any], overrides: Mapping[str, Any]) -> None:
                     node[part] = {}
                 node = node[part]
             node[leaf] = value
+        elif isinstance(dotted, str) and dotted.startswith(_HEADERS + ".") and dotted != _HEADERS + ".":
+            request = doc["request"]  # one header laid over the file's (--header): the name as given
+            name = dotted[len(_HEADERS) + 1:]
+            given = request["headers"] if isinstance(request["headers"], dict) else {}
+            request["headers"] = {**{k: v for k, v in given.items() if str(k).lower() != name.lower()}, name: value}
         else:
             raise unknown_key(str(dotted), value)
 

@@ -9,6 +9,7 @@ import yaml
 
 from loadgen.config.build import UnknownKey
 from loadgen.config.files import load_scenario
+from loadgen.config.headers import parse_flags
 from loadgen.config.schema import ARRIVALS, DATASET_ORDERS, ENDPOINTS, GUARD_ACTIONS, LENGTH_DISTS, Scenario
 from loadgen.errors import ConfigError
 
@@ -30,6 +31,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--endpoint", "endpoint", ENDPOINTS, "API to load: completions (/v1/completions) or chat (/v1/chat/completions)"),
     ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
+    ("--header", "request.headers", "headers", "'Name: value' sent on every request to the server, e.g. "
+                                               "'X-Api-Key: abc' (repeatable; credentials hidden in results)"),
     ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),
     ("--requests-jsonl", "requests_jsonl", bool, "write requests.jsonl in the run folder: one JSON line per "
                                                  "request (docs/results.md 'Per-request export')"),
@@ -115,6 +118,8 @@ def register_options(parser: Any) -> None:
     for flag, dotted, kind, text in _OPTIONS:
         if kind == "metadata":
             add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")
+        elif kind == "headers":
+            add(flag, action="append", default=None, metavar="'NAME: VALUE'", help=f"{text} [{dotted}]")
         elif kind is bool or kind == "off":
             add(flag, action="store_true", default=False, help=f"{text} [{dotted}{'' if kind is bool else ' = false'}]")
         elif isinstance(kind, tuple):
@@ -154,6 +159,8 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str])
     of each NAME=VALUE pair."""
     if kind == "off":
         return not raw  # the flag given (True, also as relayed by the Locust master): the key false
+    if kind == "headers":  # a list (repeatable), also as relayed by the Locust master
+        return {f"{dotted}.{name}": value for name, value in parse_flags([raw] if isinstance(raw, str) else raw).items()}
     if not isinstance(raw, str):
         return raw  # already typed (e.g. options relayed by the Locust master)
     if kind is int or kind is float:
@@ -240,7 +247,8 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         if raw is None or raw is False or kind in RUN_TAG_KINDS:
             continue
         value = _convert(flag, dotted, kind, raw, typed)
-        for key, v in (value.items() if isinstance(value, dict) and kind in ("pairs", "seed") else [(dotted, value)]):
+        for key, v in (value.items() if isinstance(value, dict) and kind in ("pairs", "seed", "headers")
+                       else [(dotted, value)]):
             if origin.get(key, "--set") != "--set":  # a second flag for the same key
                 if kind == "seed":
                     continue  # --arrival-seed is the more specific: it wins over --seed

@@ -47,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
         "connect_timeout_s": 10,
         "read_timeout_s": 120,
         "extra_body": {},
+        "headers": {},
         "compat": "auto",
         "client_error_pause_s": 1.0,
         "ca_cert": None,
@@ -167,6 +168,7 @@ class RequestConfig:
     connect_timeout_s: float
     read_timeout_s: float  # no bytes for this long -> read_timeout failure
     extra_body: FrozenDict  # merged into every request body; read-only
+    headers: FrozenDict  # {name: value} sent on every request to the server (loadgen.config.headers)
     compat: str  # one of COMPAT_SETTINGS: auto probes the server and adapts (loadgen.wire.compat)
     client_error_pause_s: float  # a user pauses this long after a 4xx refusal mid-run
     ca_cert: str | None  # a PEM file trusted instead of the system store (loadgen.wire.tls)
@@ -337,8 +339,14 @@ class Scenario:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON-safe data, with the same keys as the YAML file, so
-        ``build_scenario(s.to_dict()) == s``. Holds no secret: only the env var's NAME."""
-        return _plain(self)
+        ``build_scenario(s.to_dict()) == s``. Holds no secret: only the env var's NAME, and
+        ``request.headers`` with a credential's value replaced by ``<hidden>``
+        (``loadgen.config.headers.shown``; the one place the round trip does not hold)."""
+        from loadgen.config.headers import shown
+
+        out = _plain(self)
+        out["request"]["headers"] = shown(self.request.headers)
+        return out
 
 
 def _plain(obj: Any) -> Any:

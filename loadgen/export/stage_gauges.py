@@ -20,6 +20,9 @@ series are as many as the run's stages (a sweep has a few to a few dozen), never
 - ``llm_loadgen_server_spec_accept_length``, ``..._server_spec_acceptance_ratio``,
   ``..._server_prefix_cache_hit_ratio``: the server's own figures over the stage's window (the
   row's ``server``, ``loadgen.server.window_spec``);
+- ``llm_loadgen_stage_itl_chunk_seconds{stat="p50|p90|p99"}``: the client's per-chunk gap percentiles
+  over the stage's window (the row's ``itl_chunk_p*_s``, vLLM's and SGLang's bench "ITL"; the
+  table's metrics of source ``ITL_CHUNK``), with or without the server's histograms;
 - the cost figures (``loadgen.stats.metrics.COST_METRICS``, formulas in ``loadgen.stats.cost``),
   only in a run with ``cost.gpus``: ``llm_loadgen_stage_output_tokens_per_gpu_per_second``,
   ``..._stage_total_tokens_per_gpu_per_second``, ``..._stage_usd_per_million_output_tokens`` and
@@ -35,11 +38,13 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.core import GaugeMetricFamily
 
 from loadgen.report.breakdown import stack
-from loadgen.stats.metrics import COST_METRICS
+from loadgen.stats.metrics import COST_METRICS, ITL_CHUNK, STAGE_METRICS
 
 PREFIX = "llm_loadgen_"  # as exporter.PREFIX (that module imports this one)
 STAGE_LABELS = ("stage", "concurrency", "rate")
 STATS = ("mean", "p50", "p90", "p99")
+# the chunk-gap percentiles of a stage row, from the one table: (row key, stat label)
+CHUNK_GAPS = tuple((m.key, f"p{round(m.q * 100)}") for m in STAGE_METRICS if m.source is ITL_CHUNK)
 # the server's window figures: (row["server"] key, name after the prefix, HELP)
 SERVER_FIGURES = (
     ("spec_accept_length", "server_spec_accept_length",
@@ -79,6 +84,10 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
                               "A finished stage's client mean latency split into server queue, prefill, "
                               "decode, the server's rest and network + client (they add up).",
                               labels=(*names, "metric", "part"))
+    chunk_gap = GaugeMetricFamily(f"{PREFIX}stage_itl_chunk_seconds",
+                                  "A finished stage's client per-chunk gap t(chunk i) - t(chunk i-1) percentiles "
+                                  "over its window (one sample per chunk: vLLM's and SGLang's bench ITL).",
+                                  labels=(*names, "stat"))
     figures = {name: GaugeMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
                for _, name, help_text in SERVER_FIGURES + COST_FIGURES}
     for row in rows:
@@ -93,6 +102,9 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
                         latency.add_metric([*mine, clock, metric, stat], float(value))
             for part, value in stack(clocks):
                 parts.add_metric([*mine, metric, part], float(value))
+        for key, stat in CHUNK_GAPS:
+            if (value := row.get(key)) is not None:
+                chunk_gap.add_metric([*mine, stat], float(value))
         server = row.get("server") or {}
         for key, name, _ in SERVER_FIGURES:
             if (value := server.get(key)) is not None:
@@ -100,4 +112,4 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
         for key, name, _ in COST_FIGURES:
             if (value := row.get(key)) is not None:
                 figures[name].add_metric(mine, float(value))
-    yield from (fam for fam in (finished, latency, parts, *figures.values()) if fam.samples)
+    yield from (fam for fam in (finished, latency, parts, chunk_gap, *figures.values()) if fam.samples)

@@ -68,9 +68,7 @@ class RateUser(StreamUser):
             RateUser._active = None
 
     def _new_client(self) -> StreamClient:
-        sc = self.rt.scenario
-        return StreamClient(self.host, api_key=self.rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
-                            read_timeout_s=sc.request.read_timeout_s)
+        return self.rt.stream_client(self.host)
 
     def _one(self, due_s: float, stage: int | None, line=None) -> None:
         """One arrival: a client from the free list, sent now, timed from ``due_s``; ``line``: the

@@ -88,12 +88,7 @@ class StreamUser(User):
         rt = self.environment.llm
         sc = rt.scenario
         self.rt = rt
-        self.client = StreamClient(
-            self.host,
-            api_key=rt.api_key,
-            connect_timeout_s=sc.request.connect_timeout_s,
-            read_timeout_s=sc.request.read_timeout_s,
-        )
+        self.client = rt.stream_client(self.host)
         self.path = PATHS[sc.endpoint]
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None

@@ -1,9 +1,13 @@
 """Run folders: every run writes into a folder of its own under the results directory.
 
     <results-dir>/<UTC start, YYYYmmdd-HHMMSS>_<run name>/   summary.json, stages.csv, report.html, PNGs
-    <results-dir>/latest -> the newest run's folder          (a relative symbolic link)
+    <results-dir>/latest -> the newest run that measured a stage   (a relative symbolic link)
+    <results-dir>/<...>/FAILED                           a run that measured no stage: its first line says why
 
 Nothing of an earlier run is ever replaced: a second run in the same second gets ``-2``, ``-3``.
+``latest`` moves to a run once its first stage is measured (``settle_run``), so a failed start
+(a closed port, a refused key) keeps its folder, marked ``FAILED``, and ``latest`` still names
+the last good run.
 ``report build`` and ``compare`` accept a run folder or the results directory (its newest run:
 ``latest`` when it points at a run, else the last run folder by name, which sorts by start time).
 
@@ -21,6 +25,7 @@ from pathlib import Path
 
 LATEST = "latest"
 SUMMARY = "summary.json"
+FAILED = "FAILED"  # the marker file of a run that measured no stage
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -42,8 +47,8 @@ def folder_name(started_wall: float, name: str) -> str:
 
 
 def create_run_dir(parent: str | os.PathLike, started_wall: float, name: str) -> Path:
-    """Create the run's own folder under ``parent`` (never an existing one) and point ``latest``
-    at it. Returns the folder."""
+    """Create the run's own folder under ``parent`` (never an existing one); ``latest`` is left
+    to ``settle_run``. Returns the folder."""
     root = Path(parent)
     root.mkdir(parents=True, exist_ok=True)
     base = folder_name(started_wall, name)
@@ -53,7 +58,6 @@ def create_run_dir(parent: str | os.PathLike, started_wall: float, name: str) ->
             path.mkdir()
         except FileExistsError:
             continue
-        point_latest(root, path.name)
         return path
     raise FileExistsError(f"{root / base}: 999 runs started in the same second with this name")
 
@@ -68,6 +72,19 @@ def point_latest(root: Path, folder: str) -> None:
         os.replace(tmp, root / LATEST)
     except OSError:
         tmp.unlink(missing_ok=True)
+
+
+def settle_run(run_dir: Path, measured: bool, reason: str | None) -> None:
+    """Where a run stands, each time its results are written: a run that measured a stage is
+    ``latest`` (and loses any ``FAILED`` marker); one that ended (``reason``: its stop reason)
+    without a measured stage gets the ``FAILED`` marker, and ``latest`` stays where it was."""
+    marker = run_dir / FAILED
+    if measured:
+        marker.unlink(missing_ok=True)
+        point_latest(run_dir.parent, run_dir.name)
+    elif reason is not None:
+        marker.write_text(f"{reason}: this run measured no stage; summary.json says why "
+                          "(run.stop_reason, the console's last lines)\n", encoding="utf-8")
 
 
 def run_folders(root: Path) -> list[Path]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from gevent.lock import Semaphore
 
 from loadgen.config import ConfigError, Scenario, scenario_from_options
+from loadgen.config.headers import secrets as header_secrets
 from loadgen.phases import Phase
 from loadgen.run.fail_fast import FailFast
 from loadgen.run.health import HealthMonitor, settle_heap
@@ -31,6 +32,7 @@ from loadgen.stats.inflight import InflightMeter
 from loadgen.stats.request_line import LOAD, request_fields
 from loadgen.stats.stage_stats import Collector
 from loadgen.wire import tls
+from loadgen.wire.client import StreamClient
 from loadgen.wire.compat import Compat
 from loadgen.workload.asks import DatasetCursor
 from loadgen.workload.dataset import DatasetRequest, load_dataset, share
@@ -206,8 +208,20 @@ class Runtime:
         self.on_fatal(str(problem))
 
     def redact(self, text: str) -> str:
-        """``text`` without the API key (a server may echo it back in an error message)."""
-        return text.replace(self.api_key, "<API key>") if self.api_key else text
+        """``text`` without the API key and the values of credential headers (``--header``,
+        ``loadgen.config.headers.is_credential``): a server may echo them back in an error message."""
+        if self.api_key:
+            text = text.replace(self.api_key, "<API key>")
+        for value, placeholder in header_secrets(self.scenario.request.headers):
+            text = text.replace(value, placeholder)
+        return text
+
+    def stream_client(self, host: str) -> StreamClient:
+        """A client to the server under test as every sender of this process needs it: the API
+        key, the scenario's headers and request timeouts."""
+        req = self.scenario.request
+        return StreamClient(host, api_key=self.api_key, headers=req.headers,
+                            connect_timeout_s=req.connect_timeout_s, read_timeout_s=req.read_timeout_s)
 
     def use_model(self, model: str | None) -> None:
         """The model the start check settled on (given, or discovered once for this process)."""

@@ -25,7 +25,7 @@ from loadgen.phases import Phase
 from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
-from loadgen.report.runs import create_run_dir, run_name
+from loadgen.report.runs import create_run_dir, run_name, settle_run
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
@@ -49,6 +49,8 @@ from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
 from loadgen.stats.flags import cut_flag
+from loadgen.wire.client import check_host
+from loadgen.wire.endpoints import PATHS, host_reading, server_root
 
 log = logging.getLogger("llm_loadgen")
 
@@ -91,13 +93,28 @@ class Session:
         return self.stage_guard.capacity
 
     # -- start -------------------------------------------------------------------------------------
+    def _read_host(self) -> str | None:
+        """--host as the user pasted it (the server's root, an OpenAI base URL ending in /v1, a
+        gateway's prefix before it), read once: said in one line when it had a path, and
+        ``environment.host`` set to its root, which every client and the workers then get
+        (``loadgen.wire.endpoints.server_root``). A host that is not a URL is left to the start check."""
+        env = self.rt.environment
+        try:
+            check_host(env.host)
+        except ConfigError:
+            return env.host
+        if (reading := host_reading(env.host, PATHS[self.rt.scenario.endpoint])) is not None:
+            say(f"llm-loadgen: {reading}")
+        env.host = server_root(env.host)
+        return env.host
+
     def start(self) -> bool:
         """Before the first stage: the start check (``loadgen.server.start_check``), the server watch and
         the exporter. Returns False when the run must not start (the reason is printed and the
         exit code set)."""
         self.started = True
         rt, sc = self.rt, self.rt.scenario
-        host = rt.environment.host
+        host = self._read_host()
         self.started_wall = time.time()  # the web UI's run starts at its button, not at process start
         try:
             self.run_dir = create_run_dir(sc.results_dir, self.started_wall, self.tags.run_name(run_name(sc)))
@@ -126,7 +143,8 @@ class Session:
             g = sc.guard
             rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
                                     g.over_capacity_kv_usage)
-            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule)
+            self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule,
+                                     headers=sc.request.headers)
             self.watch.start()
         try:
             self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))
@@ -388,5 +406,6 @@ class Session:
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
             write_results(self.run_dir, self.summary(final), plots=final)
+            settle_run(self.run_dir, measured=bool(self.rows), reason=self.stop_reason)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)

@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 from loadgen.run.kv_guard import decide, decide_rate
 from loadgen.run.prompt_source import prompt_source
-from loadgen.wire.client import StreamClient
 from loadgen.wire.exchange import stream_ask
 from loadgen.workload.mix import scenario_mix
 
@@ -30,8 +29,7 @@ def sample_duration_s(rt, n: int) -> tuple[float | None, list]:
     guard's request duration W for the first rate stage, measured before any load; and the
     requests' results (real requests: the session counts them in the run's totals)."""
     sc = rt.scenario
-    client = StreamClient(rt.environment.host, api_key=rt.api_key, connect_timeout_s=sc.request.connect_timeout_s,
-                          read_timeout_s=sc.request.read_timeout_s)
+    client = rt.stream_client(rt.environment.host)
     try:
         model = rt.model(client)
         asks = prompt_source(rt, client, model, (sc.prompt.seed, DURATION_SAMPLE_SEED))

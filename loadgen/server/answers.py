@@ -54,12 +54,6 @@ GENERATION_COUNTERS = {
 }
 
 
-def server_root(base_url: str) -> str:
-    """``http://h:p/v1/`` -> ``http://h:p``: the management endpoints live at the root."""
-    root = base_url.rstrip("/")
-    return root[:-3] if root.endswith("/v1") else root
-
-
 def failure_text(exc: RequestError) -> str:
     """A failed GET in a few words, never the body (a server may echo the API key in it)."""
     if exc.status is not None:

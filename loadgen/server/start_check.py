@@ -15,7 +15,7 @@ authentication failure is recognised by ``RequestError.status`` (401/403), not b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -34,7 +34,6 @@ from loadgen.server.answers import (
     flavor_of,
     parse_metrics,
     parse_models,
-    server_root,
     slots_from_props,
 )
 from loadgen.stats.failures import answer_words
@@ -48,7 +47,7 @@ from loadgen.wire.compat import (
     vocabulary_search,
     with_vocabulary,
 )
-from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH
+from loadgen.wire.endpoints import METRICS_PATH, MODELS_PATH, PATHS, PROPS_PATH, SERVER_INFO_PATH, server_root
 from loadgen.wire.exchange import stream_ask
 from loadgen.wire.scheme import scheme_mismatch
 from loadgen.workload.asks import Ask
@@ -199,21 +198,23 @@ def resolve_capacity(configured: int | None, client: StreamClient, models: Model
     return Capacity(configured, "scenario", discovered.flavor, discovered.max_model_len, detail, discovered.slots)
 
 
-def _clients(host: str, api_key: str | None, models_timeouts_s: tuple[float, float],
-             probe_timeout_s: float) -> tuple[StreamClient, StreamClient]:
-    """(client at ``host``, as the streams see it, for /v1/models; client at the server's root)."""
+def _clients(host: str, api_key: str | None, headers: Mapping[str, str] | None,
+             models_timeouts_s: tuple[float, float], probe_timeout_s: float) -> tuple[StreamClient, StreamClient]:
+    """(client at ``host``, as the streams see it, for /v1/models; client at the server's root),
+    both sending the API key and the scenario's headers (``request.headers``)."""
     connect_s, read_s = models_timeouts_s
-    return (StreamClient(host, api_key=api_key, connect_timeout_s=connect_s, read_timeout_s=read_s),
-            StreamClient(server_root(host), api_key=api_key, connect_timeout_s=probe_timeout_s,
+    return (StreamClient(host, api_key=api_key, headers=headers, connect_timeout_s=connect_s, read_timeout_s=read_s),
+            StreamClient(server_root(host), api_key=api_key, headers=headers, connect_timeout_s=probe_timeout_s,
                          read_timeout_s=probe_timeout_s))
 
 
-def models_and_capacity(host: str, *, api_key: str | None = None, configured_capacity: int | None = None,
+def models_and_capacity(host: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None,
+                        configured_capacity: int | None = None,
                         models_timeouts_s: tuple[float, float] = (PROBE_TIMEOUT_S, PROBE_TIMEOUT_S),
                         probe_timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ModelsReply, Capacity]:
     """Read /v1/models once (``models_timeouts_s`` = connect, read) and resolve the capacity from
     the server's root, whatever the models answer was. Never raises for a bad server."""
-    models_client, root_client = _clients(check_host(host), api_key, models_timeouts_s, probe_timeout_s)
+    models_client, root_client = _clients(check_host(host), api_key, headers, models_timeouts_s, probe_timeout_s)
     try:
         models = read_models(models_client)
         return models, resolve_capacity(configured_capacity, root_client, models)
@@ -234,17 +235,8 @@ def _refusal(host: str, exc: RequestError, key_env: str | None) -> StartRefused:
         where = f"the environment variable {key_env}" if key_env else "api_key_env"
         message = f"{host} refused the request (GET /v1/models: {exc.message}); check the API key in {where}"
     else:
-        fix = _v1_suffix_fix(host, exc) or "set the model with --model or `model:` in the scenario"
-        message = f"GET /v1/models failed ({exc}); {fix}"
+        message = f"GET /v1/models failed ({exc}); set the model with --model or `model:` in the scenario"
     return StartRefused(errors.EXIT_SERVER_UNUSABLE, message)
-
-
-def _v1_suffix_fix(host: str, exc: RequestError) -> str | None:
-    """The fix for a --host ending in /v1 (the OpenAI SDK's base URL) whose /v1/models was not
-    found: every path would get /v1 twice (/v1/v1/models, /v1/v1/completions), --model or not."""
-    if exc.status == 404 and urlsplit(host).path.rstrip("/").endswith("/v1"):
-        return f"--host ends in /v1, which llm-loadgen adds itself: pass --host {server_root(host)}"
-    return None
 
 
 def check_context(scenario, dataset, max_model_len: int) -> None:
@@ -281,7 +273,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     req = scenario.request
     if not req.verify_tls and urlsplit(host).scheme == "https":
         say(f"llm-loadgen: warning: {INSECURE_WARNING}")
-    models_client, root_client = _clients(host, api_key, (req.connect_timeout_s, req.read_timeout_s),
+    models_client, root_client = _clients(host, api_key, req.headers, (req.connect_timeout_s, req.read_timeout_s),
                                           PROBE_TIMEOUT_S)
     try:
         if (exc := scheme_mismatch(host, req.connect_timeout_s)) is not None:  # https://, before any request
@@ -290,7 +282,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
         model = scenario.model
         if models.error is not None:
             exc = scheme_mismatch(host, req.connect_timeout_s, models.error) or models.error
-            if model is None or exc.kind == errors.CONNECT_FAILED or _v1_suffix_fix(host, exc):
+            if model is None or exc.kind == errors.CONNECT_FAILED:
                 raise _refusal(host, exc, scenario.api_key_env)
             say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
                 f"going on with model {model!r}")
@@ -318,7 +310,7 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
     compat = initial(req.compat, info.owned_by, capacity.flavor, info.n_vocab, tuple(scenario.prompt.token_id_range))
     for note in compat.adaptations:
         say(f"llm-loadgen: adapting to the server: {note}")
-    probe_client = StreamClient(host, api_key=api_key, connect_timeout_s=req.connect_timeout_s,
+    probe_client = StreamClient(host, api_key=api_key, headers=req.headers, connect_timeout_s=req.connect_timeout_s,
                                 read_timeout_s=req.read_timeout_s)
     try:
         compat, probes = probe_request(probe_client, host, scenario, model, compat, say)

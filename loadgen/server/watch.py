@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 
 import gevent
 
@@ -18,13 +19,12 @@ from loadgen.server.answers import (
     failure_text,
     flavor_of,
     parse_metrics,
-    server_root,
     watch_sample,
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.window import Edge, window_figures
 from loadgen.wire.client import StreamClient
-from loadgen.wire.endpoints import METRICS_PATH
+from loadgen.wire.endpoints import METRICS_PATH, server_root
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,16 @@ class ServerWatch:
         timeout_s: float = 2.0,
         rule: OverCapacityRule | None = None,
         clock=time.perf_counter,
+        headers: Mapping[str, str] | None = None,
     ):
         root = server_root(base_url)
         self.url = root + METRICS_PATH
         self.flavor, self.interval_s, self.timeout_s = flavor, interval_s, timeout_s
 
         def client() -> StreamClient:
-            return StreamClient(root, api_key=api_key, connect_timeout_s=timeout_s, read_timeout_s=timeout_s)
+            # the same server as the streams' (its root): the same key and headers (a gateway's)
+            return StreamClient(root, api_key=api_key, headers=headers, connect_timeout_s=timeout_s,
+                                read_timeout_s=timeout_s)
 
         # one for the polling greenlet, one for the reads at the window's edges (never waiting on a poll)
         self._poll_client, self._edge_client = client(), client()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import re
 import socket
 import time
 
@@ -23,7 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from loadgen.sim import request as genreq
 from loadgen.sim import strict, wire
-from loadgen.sim.config import SimConfig
+from loadgen.sim.config import SimConfig, required_header
 from loadgen.sim.engine import Engine, QueueFull, SimRequest
 from loadgen.sim.faults import PRE_STREAM, FaultPlan
 from loadgen.sim.fixed import FixedSchedule
@@ -36,6 +37,7 @@ from loadgen.sim.tls import handshake
 from loadgen.sim.tokens import WORD_BYTES, generated_text, messages_text, text_token_ids
 
 log = logging.getLogger("loadgen.sim")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # an X-Request-Id the simulator echoes in its ids
 FAULT_STATUS = {"http_500": 500, "http_429": 429, "http_503": 503}
 
 
@@ -108,6 +110,9 @@ class SimServer:
     def _route(self, req: HTTPRequest, sock) -> bool:
         """Answer one request; False when the connection must close."""
         path, method = req.path.rstrip("/") or "/", req.method
+        if (refused := self._gateway_refusal(req, method, path)) is not None:
+            sock.sendall(wire.json_response(*refused, req.keep_alive))
+            return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             return self._generate(req, sock, chat=path.endswith("chat/completions"))
         routes = {
@@ -136,6 +141,20 @@ class SimServer:
         else:
             sock.sendall(wire.json_response(status, obj, req.keep_alive))
         return True
+
+    def _gateway_refusal(self, req: HTTPRequest, method: str, path: str) -> tuple[int, dict] | None:
+        """``require_header``: a gateway's answer to a request without its header (401) or with
+        another value (403); None lets the request through (GET /health always)."""
+        required = required_header(self.config)
+        if required is None or (method, path) == ("GET", "/health"):
+            return None
+        name, value = required
+        got = req.headers.get(name)
+        if got == value:
+            return None
+        status = 401 if got is None else 403
+        problem = "missing" if got is None else "not accepted"
+        return status, wire.error_obj(status, f"gateway: header {name} {problem}")
 
     def _models(self) -> tuple[int, dict]:
         c = self.config
@@ -196,7 +215,10 @@ class SimServer:
             msg = f"simulated {status} (fault {fault.kind})"
             sock.sendall(wire.json_response(status, wire.error_obj(status, msg), keep))
             return True
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{next(self._ids):016x}"
+        # as vLLM names a request: its X-Request-Id header when the client sent one (kept only if it
+        # is plain: the stream's bytes carry it unescaped), else an id of its own
+        given = http.headers.get("x-request-id", "")
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-{given if _PLAIN_ID.fullmatch(given) else format(next(self._ids), '016x')}"
         fmt = None
         if p.stream:
             thinking = min(cfg.reasoning_tokens, output) if chat and p.thinking else 0

@@ -314,6 +314,8 @@ STAGE_METRICS = (
     StageMetric("itl_p95_s", ITL_TOKEN, 0.95, "s", MS, "ITL p95 (ms)"),
     StageMetric("itl_p99_s", ITL_TOKEN, 0.99, "s", MS, "ITL p99 (ms)", Console("p99", 6)),
     StageMetric("itl_chunk_p50_s", ITL_CHUNK, 0.5, "s", MS, "Chunk gap p50 (ms)"),
+    StageMetric("itl_chunk_p90_s", ITL_CHUNK, 0.9, "s", MS, "Chunk gap p90 (ms)"),
+    StageMetric("itl_chunk_p99_s", ITL_CHUNK, 0.99, "s", MS, "Chunk gap p99 (ms)"),
     StageMetric("tpot_p50_s", TPOT, 0.5, "s", MS, "TPOT p50 (ms)", Console("TPOT p50", 9)),
     StageMetric("e2e_p50_s", E2E, 0.5, "s", SECONDS, "E2E p50 (s)", Console("E2E p50", 8)),
     StageMetric("e2e_p99_s", E2E, 0.99, "s", SECONDS, "E2E p99 (s)", Console("p99", 6)),

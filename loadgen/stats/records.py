@@ -104,6 +104,10 @@ class RequestResult:
     reasoning_source: str | None = None  # "usage" | "stream" | "apportioned" | None (no reasoning)
     answer_decode_tps: float | None = None
     cached_prompt_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, if sent
+    # the request's names in the server's logs (set by loadgen.wire.exchange after the stream): the
+    # stream's "id" and the x-request-id header we sent
+    response_id: str | None = None
+    x_request_id: str | None = None
 
 
 class RequestRecord:
@@ -137,6 +141,7 @@ class RequestRecord:
         "_reasoning_at",
         "_usage_rt",
         "_usage_cached",
+        "response_id",
     )
 
     def __init__(self, sent_s: float, expected_output_tokens: int, endpoint: str):
@@ -162,6 +167,7 @@ class RequestRecord:
         self._reasoning_at = array("i")  # 2 i + (1 if it had answer text too) per reasoning chunk i
         self._usage_rt: int | None = None  # usage.completion_tokens_details.reasoning_tokens
         self._usage_cached: int | None = None  # usage.prompt_tokens_details.cached_tokens
+        self.response_id: str | None = None  # the stream's "id" (vLLM cmpl-..., chatcmpl-...), first seen
 
     def on_payload(self, payload: bytes, t: float) -> None:
         """Interpret one SSE data payload that arrived at ``t``.
@@ -187,6 +193,10 @@ class RequestRecord:
             if choices is None:
                 self._not_a_chunk(obj, payload, t)
                 return
+            if self.response_id is None:  # the server's name for the request: its logs carry it
+                rid = obj.get("id")
+                if isinstance(rid, str) and rid:
+                    self.response_id = rid[:MAX_MESSAGE_CHARS]
             usage = obj.get("usage")
             # SGLang sends "usage": null on ordinary chunks; ct: cumulative tokens if usage is here
             ct = self._on_usage(usage) if usage else None

@@ -12,6 +12,10 @@ every line; a figure the request does not have is null.
   check's requests and the open-loop guard's duration sample, counted in the run's totals too)
 - ``worker``: the process that sent it (a worker's client id; ``"local"`` in a local run)
 - ``request_id``: ``<worker>/<n>``, n counting that process's requests from 1: unique in the run
+- ``x_request_id``: the ``x-request-id`` header sent with the request (a uuid4 in hex, unique per
+  request; vLLM and SGLang log it as the request's id); ``response_id``: the stream's ``id`` (from
+  the first chunk that had one; vLLM ``cmpl-<x_request_id>`` / ``chatcmpl-...``), null when no
+  chunk came: with them a line joins the server's logs
 - ``sent_unix_s``, ``ttft_s``, ``ttfat_s`` (time to first answer token, after any thinking),
   ``e2e_s``
 - ``input_tokens``: ``usage.prompt_tokens`` (null when the server sent no usage);
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import json
 
-FIELDS = ("run", "stage", "phase", "worker", "request_id", "sent_unix_s", "ttft_s", "ttfat_s", "e2e_s",
+FIELDS = ("run", "stage", "phase", "worker", "request_id", "x_request_id", "response_id", "sent_unix_s", "ttft_s", "ttfat_s", "e2e_s",
           "input_tokens", "input_tokens_asked", "output_tokens", "output_tokens_estimated", "cached_tokens",
           "reasoning_tokens", "reasoning_source", "chunks", "ok", "failure_kind", "status",
           "finish_reason", "turn")
@@ -49,6 +53,7 @@ def request_fields(result, *, stage: int | None, phase: str, worker: str, n: int
         status = 200  # the stream started: the answer was 200, whatever happened next
     return {
         "stage": stage, "phase": phase, "worker": worker, "request_id": f"{worker}/{n}",
+        "x_request_id": result.x_request_id, "response_id": result.response_id,
         "sent_unix_s": _r(sent_unix_s), "ttft_s": _r(result.ttft_s), "ttfat_s": _r(result.ttfat_s),
         "e2e_s": _r(result.e2e_s), "input_tokens": result.prompt_tokens,
         "input_tokens_asked": input_tokens_asked, "output_tokens": result.completion_tokens,

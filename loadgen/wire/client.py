@@ -25,7 +25,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 import gevent
@@ -41,6 +41,7 @@ from loadgen.stats.failures import excerpt, server_reason
 from loadgen.stats.records import RequestRecord, RequestResult
 from loadgen.wire import tls
 from loadgen.wire.deadline import IdleDeadline, IdleTimeout
+from loadgen.wire.endpoints import server_root
 from loadgen.wire.gevent_io import (
     YIELD_AFTER_BYTES,
     Closed,
@@ -165,24 +166,29 @@ class StreamClient:
         base_url: str,
         *,
         api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 120.0,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        self.base_path = urlsplit(check_host(base_url)).path.rstrip("/")
+        # the API paths (/v1/...) hang under --host's root, whichever way it was pasted (endpoints.server_root)
+        self.base_path = urlsplit(server_root(check_host(base_url))).path
         self._clock = clock
-        headers = {
+        sent = {
             "Content-Type": "application/json",
             "Accept-Encoding": "identity",  # streams must not be buffered by a decompressor
         }
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
+            sent["Authorization"] = f"Bearer {api_key}"
+        for name, value in (headers or {}).items():  # --header / request.headers: theirs win (any case)
+            sent = {k: v for k, v in sent.items() if k.lower() != name.lower()}
+            sent[name] = value
         self._http = HTTPClient.from_url(
             base_url,
             concurrency=1,
             connection_timeout=connect_timeout_s,
             network_timeout=read_timeout_s,
-            headers=headers,
+            headers=sent,
             **_tls_options(base_url),
         )
         adapt_pool(self._http._connection_pool)
@@ -192,7 +198,7 @@ class StreamClient:
     def close(self) -> None:
         self._http.close()
 
-    def _send(self, method: str, path: str, body: bytes):
+    def _send(self, method: str, path: str, body: bytes, headers: Mapping[str, str] | None = None):
         """Send one request; once more on a new connection if a reused one was found closed.
 
         A server may close a keep-alive connection right after a complete response (an idle
@@ -203,12 +209,13 @@ class StreamClient:
         the same way is a real failure.
         """
         reused, self._pooled = self._pooled, False
+        # ``headers``: this request's own, laid over the client's by geventhttpclient
         try:
-            return self._http.request(method, self.base_path + path, body=body)
+            return self._http.request(method, self.base_path + path, body=body, headers=headers)
         except _STALE:
             if not reused:
                 raise
-        return self._http.request(method, self.base_path + path, body=body)
+        return self._http.request(method, self.base_path + path, body=body, headers=headers)
 
     # -- plain calls (start check, server watch, chat calibration) --------------------------------
     def get_json(self, path: str) -> dict:
@@ -250,11 +257,13 @@ class StreamClient:
         body: bytes,
         record: RequestRecord,
         on_tokens: Callable[[int], None] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[RequestResult, int]:
         """POST ``body`` and feed the SSE stream into ``record``.
 
         ``record.sent_s`` must be the send time on the same clock. ``on_tokens(n)`` is called as
-        tokens arrive (live throughput windows). Returns the record's result and the bytes read.
+        tokens arrive (live throughput windows). ``headers``: this request's own (``x-request-id``),
+        beside the client's. Returns the record's result and the bytes read.
         Never raises for a failed request: failures are in ``result.error_kind``.
         """
         clock, deadline = self._clock, self._deadline
@@ -265,7 +274,7 @@ class StreamClient:
         seen = 0
         t = record.sent_s
         try:
-            resp = self._send("POST", path, body)
+            resp = self._send("POST", path, body, headers)
             t = clock()
             if resp.status_code != 200:
                 failure = _http_failure(resp.status_code, resp.read(ERROR_BODY_BYTES))

@@ -6,11 +6,17 @@ check's probe request all send through here: ``prepare`` builds the body from th
 open-loop arrival's scheduled time) and reads the stream to its end (``StreamClient.stream``);
 ``stream_ask`` is the two in one call. What each
 sender does around it (statistics, Locust's stats, pauses) stays with the sender.
+
+Every request carries an ``x-request-id`` header of its own (a uuid4 in hex), which vLLM and
+SGLang take as the request's id in their logs (vLLM also in the stream's ``id``: ``cmpl-<it>``);
+the result keeps it (``x_request_id``) with the stream's ``id`` (``response_id``), so
+``requests.jsonl`` joins the server's logs.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -20,6 +26,8 @@ from loadgen.stats.records import RequestRecord, RequestResult
 from loadgen.wire.client import StreamClient
 from loadgen.wire.compat import Compat, build_body
 from loadgen.wire.endpoints import PATHS
+
+REQUEST_ID_HEADER = "x-request-id"
 
 
 class Streamed(NamedTuple):
@@ -45,12 +53,16 @@ def stream_prepared(client: StreamClient, scenario, body: bytes, ask, *, sent_s:
     ``on_tokens(n)``: tokens as their chunks arrive. ``on_cancel(n)``: the greenlet was killed
     mid-stream (a stop, a drain timeout) after ``n`` tokens; the kill goes on."""
     record = RequestRecord(time.perf_counter() if sent_s is None else sent_s, ask.output_tokens, scenario.endpoint)
+    request_id = uuid.uuid4().hex
     try:
-        return client.stream(PATHS[scenario.endpoint], body, record, on_tokens=on_tokens)
+        result, nbytes = client.stream(PATHS[scenario.endpoint], body, record, on_tokens=on_tokens,
+                                       headers={REQUEST_ID_HEADER: request_id})
     except gevent.GreenletExit:
         if on_cancel is not None:
             on_cancel(record.chunk_tokens_seen)
         raise
+    result.x_request_id, result.response_id = request_id, record.response_id
+    return result, nbytes
 
 
 def stream_ask(client: StreamClient, scenario, model: str, compat: Compat, ask, **kw) -> Streamed:

@@ -32,6 +32,9 @@ def test_the_site_builds_in_strict_mode_with_every_page(tmp_path):
     for page in (ROOT / "docs").glob("*.md"):
         built = tmp_path / "site" / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
         assert built.is_file(), f"{page.name} was not built"
+    for page in (ROOT / "docs" / "development").glob("*.md"):  # out of nav, built all the same
+        built = tmp_path / "site" / "development" / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
+        assert built.is_file(), f"development/{page.name} was not built"
 
 
 @pytest.mark.parametrize("breakage, said", [

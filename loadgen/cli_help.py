@@ -129,7 +129,8 @@ def our_options() -> list[tuple[str, list[OptionDoc]]]:
     return list(grouped.items())
 
 
-_LOCUST_DEFAULT = re.compile(r"\s*Defaults? to [^.]*\.?\s*$")  # "Defaults to * (all interfaces)." ending Locust's help
+# the sentence ending Locust's help that states Locust's own default: "Defaults to * (all interfaces)."
+_LOCUST_DEFAULT = re.compile(r"\s*Defaults? to [^.]*\.?\s*$")
 
 
 def locust_options() -> list[tuple[str, list[OptionDoc]]]:

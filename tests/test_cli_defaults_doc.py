@@ -101,7 +101,8 @@ def test_every_scenario_key_default_is_the_default_scenarios(bound):
 
 def test_a_wrong_default_in_the_page_is_caught(bound, monkeypatch):
     rows = cli_rows()
-    monkeypatch.setattr(sys.modules[__name__], "cli_rows", lambda: {**rows, "--web-host": ("Host. Defaults to '*'", "", "")})
+    wrong = {**rows, "--web-host": ("Host. Defaults to '*'", "", "")}
+    monkeypatch.setattr(sys.modules[__name__], "cli_rows", lambda: wrong)
     with pytest.raises(AssertionError):
         test_the_loopback_binds_are_documented_as_bound(bound)
     with pytest.raises(AssertionError):

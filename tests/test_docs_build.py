@@ -33,7 +33,8 @@ def test_the_site_builds_in_strict_mode_with_every_page(tmp_path):
         built = tmp_path / "site" / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
         assert built.is_file(), f"{page.name} was not built"
     for page in (ROOT / "docs" / "development").glob("*.md"):  # out of nav, built all the same
-        built = tmp_path / "site" / "development" / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
+        name = "index.html" if page.stem == "index" else f"{page.stem}/index.html"
+        built = tmp_path / "site" / "development" / name
         assert built.is_file(), f"development/{page.name} was not built"
 
 
@@ -71,7 +72,8 @@ def relative_links(page: Path) -> list[str]:
 
 
 def test_every_relative_link_in_the_readme_and_docs_resolves():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "development").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "docs" / "development").glob("*.md"))]
     seen, broken = 0, []
     for page in pages:
         for target in relative_links(page):

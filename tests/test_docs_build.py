@@ -98,8 +98,7 @@ def test_the_readme_links_into_the_docs_and_the_docs_index_lists_every_page():
 
 # The user pages say what a user does and sees; how it was measured, on which machine, in which test
 # run, lives in docs/development/ (out of the navigation: mkdocs.yml not_in_nav).
-LAB_NOTEBOOK = ("nice -n", "development machine", "this session", "done-when", "seen here", "on this machine",
-                "load average")
+LAB_NOTEBOOK = ("nice -n", "development machine", "this session", "done-when", "seen here", "on this machine")
 
 
 def test_the_user_pages_are_short_and_carry_no_lab_notes():

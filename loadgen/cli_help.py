@@ -10,6 +10,7 @@ option's meaning, so the help, the docs page and the parser cannot disagree.
 from __future__ import annotations
 
 import argparse
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -130,6 +131,10 @@ def our_options() -> list[tuple[str, list[OptionDoc]]]:
     return list(grouped.items())
 
 
+# the sentence ending Locust's help that states Locust's own default: "Defaults to * (all interfaces)."
+_LOCUST_DEFAULT = re.compile(r"\s*Defaults? to [^.]*\.?\s*$")
+
+
 def locust_options() -> list[tuple[str, list[OptionDoc]]]:
     """Locust's key options with Locust's help text and llm-loadgen's defaults."""
     from locust.argument_parser import get_empty_argument_parser, setup_parser_arguments
@@ -138,6 +143,7 @@ def locust_options() -> list[tuple[str, list[OptionDoc]]]:
 
     parser = get_empty_argument_parser(add_help=False, default_config_files=[])
     setup_parser_arguments(parser)
+    locusts = {a.dest: a.default for a in parser._actions}
     set_loopback_defaults(parser)
     by_flag = {s: a for a in parser._actions for s in a.option_strings}
     out = []
@@ -146,6 +152,12 @@ def locust_options() -> list[tuple[str, list[OptionDoc]]]:
         for flag in flags:
             action = by_flag[flag]
             text = " ".join((action.help or "").replace("%%", "%").split())
+            if action.default != locusts[action.dest]:  # our default, not the one Locust's help states
+                theirs = locusts[action.dest]
+                theirs = "every interface" if theirs in ("", "*") else theirs
+                text = _LOCUST_DEFAULT.sub("", text).rstrip() + (
+                    f" llm-loadgen binds {action.default} unless you ask for more (Locust binds {theirs}); "
+                    "see docs/distributed.md 'Exposing the web UI and the master'.")
             said = "default" in text.lower()  # Locust's help often says its default itself
             default = action.default if action.default not in (None, False, "", [], 0) and not said else None
             docs.append(OptionDoc(_flags(action), text, None, None if default is None else str(default)))

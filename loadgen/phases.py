@@ -2,7 +2,7 @@
 
 A stage runs ``RAMP -> WARMUP -> MEASURE -> CLOSING``; after the last stage ``DRAIN`` waits for
 requests still running, then the run is ``DONE``. ``IDLE``: before the first stage. Rules in
-``loadgen/run/plan.py``; membership (which requests and tokens count) in docs/ARCHITECTURE.md.
+``loadgen/run/plan.py``; membership (which requests and tokens count) in docs/development/ARCHITECTURE.md.
 A ``StrEnum``: members compare equal to their text, which is what goes on the wire (``llm_phase``),
 into the exporter's ``phase`` label and into the web UI.
 """

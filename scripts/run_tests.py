@@ -11,8 +11,8 @@ against a known answer), ``--solo-jobs`` at a time (default one) with nothing el
 solo file needs the CPU at the instants its client and simulator wake, not much of it (a tenth to a
 half of one core, the CPU seconds printed for each file say), so two of them leave a core free at
 most instants: ``--solo-jobs 2`` took the solo phase from 467 s to 305 s
-(docs/benchmarks.md 'The test suite'), not the default until more runs than two show it as safe as
-one at a time.
+(docs/development/benchmarks-log.md, section 'The test suite'), not the default until more runs
+than two show it as safe as one at a time.
 A solo file also marked ``alone`` (``pytest.mark.alone``: it burns a core on purpose) runs last,
 with no other file beside it.
 

@@ -1,4 +1,4 @@
-"""docs/ARCHITECTURE.md's package and module tables are the code's (scripts/architecture.py)."""
+"""docs/development/ARCHITECTURE.md's package and module tables are the code's (scripts/architecture.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def test_every_module_has_a_row():
     doc = architecture.DOC.read_text(encoding="utf-8")
     missing = [p.relative_to(architecture.ROOT).as_posix() for p in architecture.modules().values()
                if p.name != "__init__.py" and f"| `{p.relative_to(architecture.ROOT).as_posix()}` |" not in doc]
-    assert missing == [], f"modules missing from docs/ARCHITECTURE.md (run python scripts/architecture.py): {missing}"
+    assert missing == [], f"modules missing from docs/development/ARCHITECTURE.md (run python scripts/architecture.py): {missing}"
 
 
 def test_the_tables_are_up_to_date():

@@ -485,7 +485,7 @@ def test_docker_run_examples_keep_their_results_on_a_mounted_volume():
 
     assert ("WORKDIR", "/app") in _dockerfile() and DEFAULTS["results_dir"] == "results"
     runs = []
-    for doc in (ROOT / "README.md", DEPLOY / "README.md", ROOT / "Dockerfile"):
+    for doc in (ROOT / "README.md", ROOT / "docs" / "kubernetes.md", ROOT / "Dockerfile"):
         text = doc.read_text().replace("\\\n", " ")
         runs += [ln for ln in text.splitlines() if "docker run" in ln and "--host http" in ln]
     assert len(runs) >= 3, runs

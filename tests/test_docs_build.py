@@ -32,6 +32,10 @@ def test_the_site_builds_in_strict_mode_with_every_page(tmp_path):
     for page in (ROOT / "docs").glob("*.md"):
         built = tmp_path / "site" / ("index.html" if page.stem == "index" else f"{page.stem}/index.html")
         assert built.is_file(), f"{page.name} was not built"
+    for page in (ROOT / "docs" / "development").glob("*.md"):  # out of nav, built all the same
+        name = "index.html" if page.stem == "index" else f"{page.stem}/index.html"
+        built = tmp_path / "site" / "development" / name
+        assert built.is_file(), f"development/{page.name} was not built"
 
 
 @pytest.mark.parametrize("breakage, said", [
@@ -68,7 +72,8 @@ def relative_links(page: Path) -> list[str]:
 
 
 def test_every_relative_link_in_the_readme_and_docs_resolves():
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "docs" / "development").glob("*.md"))]
     seen, broken = 0, []
     for page in pages:
         for target in relative_links(page):
@@ -89,3 +94,25 @@ def test_the_readme_links_into_the_docs_and_the_docs_index_lists_every_page():
     pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
     assert pages <= index, pages - index
     assert {f"docs/{p}" for p in pages} <= readme, {f"docs/{p}" for p in pages} - readme
+
+
+# The user pages say what a user does and sees; how it was measured, on which machine, in which test
+# run, lives in docs/development/ (out of the navigation: mkdocs.yml not_in_nav).
+LAB_NOTEBOOK = ("nice -n", "development machine", "this session", "done-when", "seen here", "on this machine")
+
+
+def test_the_user_pages_are_short_and_carry_no_lab_notes():
+    long, notes = [], []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        if page.name != "cli.md" and len(text.splitlines()) >= 300:  # cli.md is the option table, generated
+            long.append(f"{page.name}: {len(text.splitlines())} lines")
+        notes += [f"{page.name}: {said!r}" for said in LAB_NOTEBOOK if said in text.lower()]
+    assert long == [] and notes == [], (long, notes)
+
+
+def test_the_development_pages_are_built_but_out_of_the_navigation(tmp_path):
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config.split("\nnav:", 1)[1].split("\nnot_in_nav:", 1)[0]
+    assert "development/" not in nav and "not_in_nav: |\n  development/" in config
+    assert (ROOT / "docs" / "development" / "ARCHITECTURE.md").is_file()

@@ -90,7 +90,8 @@ def test_the_bench_sweeps_fit_each_parameter_within_five_percent():
     # bench/validate_whatif.py's sweeps (500 in at C = 1, 4, 16, 64 and 1500 in at C = 1, 16; 100 out;
     # 2 s warmup, 10 s windows) on the virtual engine: with batch = C (a user's request in every
     # step) b came out 5.4-6.4 % low on these seeds, as over HTTP; with the occupied batch 3.3-4.3 %
-    # (docs/whatif.md 'The model the calibration fits': the rest is the TPOT p50's)
+    # (docs/development/whatif-validation.md, 'Why the calibration counts the batch as it does':
+    # the rest is the TPOT p50's)
     plan = StagePlan(warmup_s=2, duration_s=10)
     for seed in (0, 1, 3):
         params = dataclasses.replace(HIDDEN, seed=seed)
@@ -109,7 +110,8 @@ def test_a_users_cycle_holds_one_step_without_its_request():
     n = 1 + 99 / 2.3
     assert cycle_steps(100, 2.3) == pytest.approx(n + 1)
     assert occupied_batch(1, 100, 2.3) == 1.0
-    # the virtual engine's decode steps held 62.66 requests on average at C = 64 (docs/whatif.md)
+    # the virtual engine's decode steps held 62.66 requests on average at C = 64
+    # (docs/development/whatif-validation.md)
     assert occupied_batch(64, 100, 2.3) == pytest.approx(1 + 63 * n / (n + 1)) == pytest.approx(62.6, abs=0.05)
     # the median step's batch: 1 + the median of a binomial (users - 1, n / (n + 1)), its mean rounded
     assert occupied_batch(4, 100, 2.3, median=True) == 4.0  # 3 x 0.978 = 2.93 others

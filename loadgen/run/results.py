@@ -3,7 +3,7 @@
 Pure: no Locust, no clock, no I/O (the caller passes times, statistics and health, and writes the
 files with ``loadgen.report.files.write_results``). A stage row is ``StageStats.row(window_s)``
 (the metric fields) plus what the run knows about the stage: index, concurrency, users, window,
-server watch, client health, lost/unfinished requests and flags (docs/ARCHITECTURE.md).
+server watch, client health, lost/unfinished requests and flags (docs/development/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -332,7 +332,7 @@ def kv_ceiling(capacity, scenario, dataset=None) -> int | None:
 def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
                   knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None),
                   dataset=None) -> dict:
-    """summary.json (schema in docs/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
+    """summary.json (schema in docs/development/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.
     ``knee``: a concurrency, or in open-loop mode an offered rate (``knee.rate_per_s``).
     ``compat``: loadgen.wire.compat.Compat of the start check; ``probes``: (outcome of each probe request,
     their StageStats): ``preflight``, a part of ``totals`` that no worker sent; ``dataset``: the

@@ -6,7 +6,7 @@ phase, the client-health monitor, the API key and the model. It knows nothing of
 results (``loadgen.run.session``) nor of other processes (``loadgen.fleet.distributed``): those are told
 what they need; ``on_fatal`` (set once by the plugin) carries the news that the target is unusable.
 
-Stage membership (docs/ARCHITECTURE.md): the shape on the master owns the phase ``(stage, kind)``
+Stage membership (docs/development/ARCHITECTURE.md): the shape on the master owns the phase ``(stage, kind)``
 and broadcasts it; a request belongs to stage k when it was sent during (k, MEASURE) as this
 process knew it; tokens count toward stage k's throughput when they arrived during (k, MEASURE).
 """

@@ -127,5 +127,7 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
     if unfinished:
         row["unfinished_requests"] = unfinished
         flags.append("drain_timeout")
-    row.update({"search": False, "users": rec.concurrency, "window_s": w, "flags": flags})
+    if rec.search:
+        flags.append("slo_search")
+    row.update({"search": rec.search, "users": rec.concurrency, "window_s": w, "flags": flags})
     return row

@@ -18,8 +18,9 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from loadgen.config import StagesConfig
 from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StagePlan, StageRecord, run_sweep
+from loadgen.predict.vsweep import ERROR_PAUSE_S, TICK_S, StageRecord, run_sweep, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.report.knee import find_knee, find_rate_knee
 from loadgen.run.kv_guard import max_fitting_concurrency_of
@@ -39,7 +40,7 @@ class WhatIf:
     loads: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     open_loop: bool = False
     replicas: int = 1
-    plan: StagePlan = StagePlan()
+    stages: StagesConfig = field(default_factory=stage_rules)  # the scenario's stages section: the plan's rules
     objectives: Objectives = field(default_factory=Objectives)
     knee_threshold: float = 0.10
     spread: int = 0  # extra runs with other seeds, engine speeds and client jitters: how sure the prediction is
@@ -47,6 +48,8 @@ class WhatIf:
     # fixed, constant gaps (loadgen.predict.vworkload)
     workload: VirtualWorkload | None = None
     scenario: dict | None = None  # the scenario file predicted (Scenario.to_dict()), for the summary
+    tick_s: float = TICK_S  # how often the plan is ticked (the sweep shape's 1 s; 0: after every engine step)
+    client_error_pause_s: float = ERROR_PAUSE_S  # request.client_error_pause_s
 
     @property
     def requests(self) -> VirtualWorkload:
@@ -66,7 +69,8 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     window = max((p.window_s for p in live), default=0.0)
     first = parts[0]
     rec = StageRecord(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
-                      None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window)
+                      None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window,
+                      search=first.search, early=first.early)
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
     rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
     for p in parts:
@@ -132,8 +136,6 @@ def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
 
 def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     params = cfg.engine_params()
-    if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
-        w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
     lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
     wl = w.requests
     cache: dict[tuple, list[StageRecord]] = {}
@@ -144,8 +146,9 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
         if key not in cache:
             cache[key] = _lane(params, list(lane), w, jitter_s, part, cfg.max_model_len)
         per_lane.append(cache[key])
-    records = [_merge([lane[k] for lane in per_lane]) for k in range(len(w.loads))]
-    for rec, load in zip(records, w.loads, strict=True):  # the stage's own load, not the lanes' sum of 0s
+    # each replica's plan searches on its own share (the same draws: the same stages); the stages all ran
+    records = [_merge([lane[k] for lane in per_lane]) for k in range(min(map(len, per_lane)))]
+    for rec, load in zip(records, w.loads, strict=False):  # the stage's own load, not the lanes' sum of 0s
         if w.open_loop:
             rec.rate_per_s = float(load)
         else:
@@ -160,7 +163,8 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     slo = None
     if w.objectives.enabled:
         outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
-        slo = slo_answer(outcomes, w.objectives, [], "rate_per_s" if w.open_loop else "concurrency")
+        slo = slo_answer(outcomes, w.objectives, [r[load_key] for r in rows if r.get("search")],
+                         "rate_per_s" if w.open_loop else "concurrency")
     ceiling = max_fitting_concurrency_of(kv_total, wl.mix(), 0.0)
     name = f"{w.input_tokens}-{w.output_tokens}" if not wl.varied else (w.scenario or {}).get("name", "mixed")
     return {
@@ -187,27 +191,36 @@ def _scenario(w: WhatIf, wl: VirtualWorkload) -> dict:
     """summary.json's ``scenario``: the scenario file's own keys (the distributions, the dataset, the
     arrivals: what a run's summary records) when one was given, and what was predicted of it."""
     predicted = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "replicas": w.replicas,
-                 "open_loop": w.open_loop, "predicted_workload": wl.describe(), "plan": vars(w.plan)}
+                 "open_loop": w.open_loop, "predicted_workload": wl.describe(),
+                 "plan": {**dataclasses.asdict(w.stages), "tick_s": w.tick_s}}
     if w.scenario is not None:
         return {**w.scenario, **predicted}
     return {**predicted, "input": {"dist": wl.inputs.kind}, "output": {"dist": wl.outputs.kind},
-            "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
+            "stages": {**dataclasses.asdict(w.stages), "list": list(w.loads)} if not w.open_loop else None,
             "rate": {"list": list(w.loads), "arrival": wl.arrival} if w.open_loop else None,
             "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}}
 
 
 def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,
           max_model_len: int | None = None) -> list[StageRecord]:
-    """One replica's sweep; a replica with no users in a stage records an empty stage."""
+    """One replica's sweep, played by the run's plan; a replica with no users in a stage records an
+    empty stage; the SLO search's stages (judged on the replica's own requests) come after the listed ones."""
     busy = [k for k, x in enumerate(loads) if x > 0]
-    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop,
-                     jitter_s, w.requests, part, w.replicas, max_model_len)
-    if len(busy) == len(loads):
-        return recs
+
+    def judge(rec: StageRecord) -> bool | None:
+        slo = stage_row(rec, params.kv_tokens, w.objectives).get("slo")
+        return None if slo is None or slo["attainment"] is None else slo["pass"]
+
+    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.stages, w.objectives,
+                     w.open_loop, jitter_s, w.requests, part, w.replicas, max_model_len, w.tick_s,
+                     w.client_error_pause_s, judge if w.objectives.enabled else None)
     out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
-    for k, rec in zip(busy, recs, strict=True):
+    for k, rec in zip(busy, recs, strict=False):
         rec.index = k
         out[k] = rec
+    for j, rec in enumerate(recs[len(busy):]):  # search stages
+        rec.index = len(loads) + j
+        out.append(rec)
     return out
 
 

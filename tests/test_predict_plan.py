@@ -62,3 +62,20 @@ def test_the_what_if_predicts_the_slo_search_s_stages(tmp_path):
     assert all("slo_search" in r["flags"] and r["predicted"] for r in s["stages"][3:])
     assert s["slo"]["max_concurrency"] == 34 and s["slo"]["bracket"] == [34, 36]
     assert s["slo"]["search"]["stages"] == [48, 40, 36, 34] and s["slo"]["search"]["converged"]
+
+
+def test_the_what_if_predicts_the_early_stop(tmp_path):
+    """--slo-early-stop: C=64 misses tpot_s = 0.045 (74 ms) with every request, and the plan's early
+    stop, reading the live StageStats the virtual requests are counted in, closes its 60 s window
+    once the verdict is decided (8 s); without it the window runs its 60 s."""
+    rows = {}
+    for extra in ([], ["--slo-early-stop"]):
+        out = tmp_path / str(len(extra))
+        assert main(["whatif", "slo-linear", "--input-tokens", "100", "--output-tokens", "50", "--stages", "16,64",
+                     "--slo", "tpot_s=0.045", *extra, "--warmup-s", "1", "--duration-s", "60",
+                     "--out", str(out), "--no-plots"]) == 0
+        rows[bool(extra)] = json.loads((out / "summary.json").read_text())["stages"][1]
+    assert rows[False]["window_s"] == 60.0 and "slo_early" not in rows[False]["flags"]
+    early = rows[True]
+    assert early["window_s"] == 8.0 and {"slo_early", "slo_fail", "predicted"} <= set(early["flags"])
+    assert early["slo"]["early_stop"]["verdict"] == "fail" and early["slo"]["early_stop"]["agrees"]

@@ -146,6 +146,8 @@ def test_rows_count_each_request_s_own_tokens():
 
     rec = StageRecord(0, 3, None, window_s=2.0, window_tokens=30,
                       requests=[timing(100, [1, 4]), timing(2500, [1, 9, 10]), timing(700, [], rejected=True)])
+    for t in rec.requests:  # as each finishes in the virtual run: the run's StageStats of its RequestResult
+        rec.stats.add_result(t.result(), t.input_tokens, t.output_tokens)
     row = stage_row(rec, 10_000)
     assert row["input_tokens"] == 2600 and row["output_tokens"] == 25 and row["requests"] == 2
     assert row["errors"] == {"overload_503": 1}
@@ -162,6 +164,8 @@ def test_a_two_mode_ttft_p50_is_a_value_a_request_had_as_a_run_reports_it():
     rec = StageRecord(0, 4, None, window_s=30.0, window_tokens=1280,
                       requests=[Timing(0.0, 0, chunk_t=[t, t + 0.5], chunk_n=[1, 63], done=True, input_tokens=1024)
                                 for t in slow + fast])
+    for t in rec.requests:
+        rec.stats.add_result(t.result(), t.input_tokens, t.output_tokens)
     row = stage_row(rec, 16_384)
     assert row["ttft_p50_s"] == pytest.approx(fast[-1], rel=0.0117)
     assert row["ttft_p90_s"] == pytest.approx(slow[7], rel=0.0117)  # rank ceil(0.9 x 20) = 18

@@ -32,19 +32,19 @@ import dataclasses
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 
 from loadgen.config import StagesConfig, build_scenario
 from loadgen.config.schema import DEFAULTS
 from loadgen.phases import Phase
+from loadgen.predict.rows import StageRecord, Timing
 from loadgen.predict.vworkload import Sender, VirtualWorkload
 from loadgen.run import plan as run_plan
 from loadgen.run.kv_guard import GuardDecision
 from loadgen.sim.engine import EngineParams, SimRequest
 from loadgen.sim.virtual import VirtualServer
-from loadgen.stats.slo import Objectives
-from loadgen.stats.slo_early import EarlyVerdict
+from loadgen.stats.slo import Objectives, request_verdict
+from loadgen.stats.slo_early import live_counts
 from loadgen.workload.trace import TraceSchedule
 
 TICK_S = 1.0  # the sweep shape's tick (shapes.sweep.SweepShape: Locust ticks a shape once a second)
@@ -67,65 +67,6 @@ def _allow(load: float) -> GuardDecision:
     return GuardDecision(load, True, load, 0.0, None, "warn", False, "not played in the what-if")
 
 
-@dataclass
-class Timing:
-    """One request as the client sees it: sent, and each chunk's arrival and tokens."""
-
-    sent_s: float
-    stage: int | None  # the stage whose window it was sent in; None: unmeasured
-    chunk_t: list[float] = field(default_factory=list)
-    chunk_n: list[int] = field(default_factory=list)
-    done: bool = False
-    rejected: bool = False  # max_queued: refused (a 503)
-    input_tokens: int = 0  # the prompt's tokens, as asked
-    too_long: bool = False  # input + output above max_model_len: refused (a 400)
-
-    @property
-    def failed(self) -> bool:
-        return self.rejected or self.too_long
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.chunk_n)
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self.chunk_t[0] - self.sent_s if self.chunk_t else None
-
-    @property
-    def e2e_s(self) -> float | None:
-        return self.chunk_t[-1] - self.sent_s if self.chunk_t else None
-
-    @property
-    def tpot_s(self) -> float | None:
-        """(E2E - TTFT) / (N - 1), None when N < 2 (``loadgen.stats.records``)."""
-        n = self.tokens
-        return (self.chunk_t[-1] - self.chunk_t[0]) / (n - 1) if n >= 2 else None
-
-
-@dataclass
-class StageRecord:
-    """What the virtual run saw of one stage: its load, window and measured requests."""
-
-    index: int
-    concurrency: int | None
-    rate_per_s: float | None
-    window_start_s: float = 0.0
-    window_s: float = 0.0
-    window_tokens: int = 0  # output tokens whose chunk arrived in the window
-    window_finished: int = 0  # requests (measured or not) that finished in the window
-    requests: list[Timing] = field(default_factory=list)
-    preemptions: int = 0
-    peak_running: int = 0
-    peak_waiting: int = 0
-    peak_kv_tokens: int = 0
-    scheduled: int = 0  # open loop: arrivals that came due in the window (sent + dropped)
-    dropped: int = 0  # open loop: arrivals not sent, rate.max_inflight requests already in flight
-    search: bool = False  # an SLO search stage (the plan's PhaseStarted.search)
-    early: EarlyVerdict | None = None  # the window closed early on this SLO verdict (slo.early_stop)
-
-
-
 def spawn_offsets(old: int, new: int, spawn_rate: float) -> list[float]:
     """When users ``old .. new-1`` start, seconds after the plan asked for them, as Locust starts
     them for the plan's (users, spawn_rate) (``loadgen.run.plan.Tick``): Locust's dispatcher starts
@@ -142,11 +83,13 @@ class _Sweep:
 
     def __init__(self, params: EngineParams, workload: VirtualWorkload, open_loop: bool = False,
                  jitter_s: float = 0.0, part: int = 0, parts: int = 1, max_model_len: int | None = None,
-                 error_pause_s: float = ERROR_PAUSE_S, judge: Callable[[StageRecord], bool | None] | None = None):
+                 error_pause_s: float = ERROR_PAUSE_S, judge: Callable[[StageRecord], bool | None] | None = None,
+                 objectives: Objectives | None = None):
         self.rng, self.jitter_s, self.error_pause_s = random.Random(params.seed), jitter_s, error_pause_s
         self.server = VirtualServer(params, self._on_chunk)
         self.workload, self.part, self.parts, self.max_model_len = workload, part, parts, max_model_len
         self.open_loop, self.judge = open_loop, judge
+        self.objectives = objectives if objectives is not None and objectives.enabled else None
         self.cursor = workload.cursor(part, parts)  # the dataset, shared by every sender
         self.senders: dict[int, Sender] = {}  # user index -> its asks (the open-loop dispatcher: 0)
         self.timing: dict[int, Timing] = {}  # id(SimRequest) -> Timing, requests in flight
@@ -178,7 +121,7 @@ class _Sweep:
         n_in, n_out = sender.next() if line is None else sender.line(line)
         req = SimRequest(n_in, n_out)
         st = self.measuring
-        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in)
+        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in, output_tokens=n_out)
         if st is not None:
             st.requests.append(timing)
             self.running_of[st.index] = self.running_of.get(st.index, 0) + 1
@@ -209,9 +152,13 @@ class _Sweep:
         self.finished += 1
         if self.measuring is not None:
             self.measuring.window_finished += 0 if timing.failed else 1
-        if timing.stage is not None:
+        if timing.stage is not None:  # a measured request: counted in its stage as the run's collector does
             self.running_of[timing.stage] -= 1
             self.finished_of[timing.stage] = self.finished_of.get(timing.stage, 0) + 1
+            result = timing.result()
+            verdict = request_verdict(result, self.objectives) if self.objectives is not None else None
+            self.records[timing.stage].stats.add_result(result, timing.input_tokens, timing.output_tokens,
+                                                        verdict=verdict)
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             if timing.too_long:  # a refused request: the user pauses (request.client_error_pause_s)
@@ -286,6 +233,9 @@ class _Sweep:
                 server.now_s = max(now, horizon)
             if (st := self.measuring) is not None:
                 engine = server.engine
+                if self.open_loop:  # the in-flight integral and peak (concurrency_mean, _max)
+                    st.stats.inflight_us += int((server.now_s - now) * 1e6 * len(self.timing))
+                    st.stats.inflight_peak = max(st.stats.inflight_peak, len(self.timing))
                 st.peak_running = max(st.peak_running, engine.num_running)
                 st.peak_waiting = max(st.peak_waiting, engine.num_waiting)
                 st.peak_kv_tokens = max(st.peak_kv_tokens, engine.kv_used)
@@ -310,7 +260,12 @@ class _Sweep:
         return run_plan.Observation(now=t, users=users, finished=lambda k: self.finished_of.get(k, 0),
                            stage_done=lambda k: not self.running_of.get(k), idle=lambda: not self.timing,
                            finished_total=self.finished, inflight=len(self.timing),
-                           slo_outcomes=lambda: list(self.outcomes))
+                           slo_outcomes=lambda: list(self.outcomes), slo_live=self._live)
+
+    def _live(self, k: int):
+        """Stage k's SLO counts so far and its measured requests running (the early stop's look)."""
+        stats = self.records[k].stats if k < len(self.records) else None
+        return live_counts(stats, self.running_of.get(k, 0), self.objectives or Objectives())
 
     def _want(self, users: int, spawn_rate: float) -> None:
         """The plan's users: new ones start as Locust spawns them; above ``users`` they stop after
@@ -366,7 +321,7 @@ def run_sweep(params: EngineParams, loads: list[float], input_tokens: int = 1000
     (a client's turnaround; 0: at once). ``max_model_len``: a request longer than it (input + output)
     is answered 400 at once, as the server does."""
     workload = workload or VirtualWorkload.fixed(input_tokens, output_tokens)
-    sw = _Sweep(params, workload, open_loop, jitter_s, part, parts, max_model_len, error_pause_s, judge)
+    sw = _Sweep(params, workload, open_loop, jitter_s, part, parts, max_model_len, error_pause_s, judge, objectives)
     plan = run_plan.plan_of(loads, stages or _default_stages(), objectives or Objectives(), _allow,
                    users_for=(lambda rate: 1) if open_loop else None)
     return sw.play(plan, tick_s)

@@ -74,6 +74,7 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
     rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
     for p in parts:
+        rec.stats.merge(p.stats)  # exact, as the master merges its workers' (loadgen.stats.stage_stats)
         rec.requests += p.requests
         rec.preemptions += p.preemptions
         rec.scheduled, rec.dropped = rec.scheduled + p.scheduled, rec.dropped + p.dropped

@@ -18,14 +18,17 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
-from loadgen.config import StagesConfig
+from loadgen.config import Scenario, StagesConfig, build_scenario
+from loadgen.config.schema import LengthConfig
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import ERROR_PAUSE_S, TICK_S, StageRecord, run_sweep, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.report.knee import find_knee, find_rate_knee
-from loadgen.run.kv_guard import max_fitting_concurrency_of
+from loadgen.run.results import GuardRecord, RunFacts, build_summary
+from loadgen.server.answers import Capacity
 from loadgen.sim.config import SimConfig
-from loadgen.stats.slo import Objectives, slo_answer
+from loadgen.stats.slo import Objectives
+from loadgen.stats.stage_stats import StageStats
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
         "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
@@ -54,6 +57,24 @@ class WhatIf:
     @property
     def requests(self) -> VirtualWorkload:
         return self.workload or VirtualWorkload.fixed(self.input_tokens, self.output_tokens)
+
+    def run_scenario(self) -> Scenario:
+        """The scenario the run would run: the file's (``scenario``), else the defaults with this
+        what-if's lengths, loads, stage rules, objectives and knee threshold."""
+        if self.scenario is not None:
+            return build_scenario(self.scenario)
+        base, wl = build_scenario({}), self.requests
+
+        def length(d) -> LengthConfig:
+            return LengthConfig(d.kind, d.mean, d.std, d.min, d.max)
+
+        loads = tuple(self.loads)
+        return dataclasses.replace(
+            base, input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+            input=length(wl.inputs), output=length(wl.outputs),
+            stages=dataclasses.replace(self.stages, list=None if self.open_loop else loads),
+            rate=dataclasses.replace(base.rate, list=loads if self.open_loop else None), slo=self.objectives,
+            knee=dataclasses.replace(base.knee, threshold=self.knee_threshold))
 
 
 def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
@@ -154,52 +175,41 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
             rec.rate_per_s = float(load)
         else:
             rec.concurrency = int(load)
-    kv_total = cfg.kv_tokens * w.replicas
     rows = [stage_row(r, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
     knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
-    load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
-    for row in rows:
-        if knee is not None and row.get(load_key) == knee:
-            row["flags"].append("knee")
-    slo = None
-    if w.objectives.enabled:
-        outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
-        slo = slo_answer(outcomes, w.objectives, [r[load_key] for r in rows if r.get("search")],
-                         "rate_per_s" if w.open_loop else "concurrency")
-    ceiling = max_fitting_concurrency_of(kv_total, wl.mix(), 0.0)
+    return _summary(cfg, w, records, rows, knee)
+
+
+PREDICTED_CAPACITY = "predicted: preset kv_tokens x replicas"
+
+
+def _summary(cfg: SimConfig, w: WhatIf, records: list[StageRecord], rows: list[dict], knee) -> dict:
+    """The run's own summary.json (``loadgen.run.results.build_summary``) of the predicted stages,
+    marked predicted (``predicted`` at the top and on ``run`` and ``server``), with what a what-if
+    adds: what was predicted of the scenario, the stage to confirm and the notes."""
+    wl, sc = w.requests, w.run_scenario()
+    kv_total = cfg.kv_tokens * w.replicas
     name = f"{w.input_tokens}-{w.output_tokens}" if not wl.varied else (w.scenario or {}).get("name", "mixed")
-    return {
-        "schema": 1,
-        "predicted": True,
-        "tool": {"name": "llm-loadgen predict", "version": "0.1.0"},
-        "run": {"name": f"predicted_{cfg.model}_{name}_x{w.replicas}",
-                "model": cfg.model, "endpoint": "completions", "predicted": True, "exit_code": 0},
-        "scenario": _scenario(w, wl),
-        "server": {"flavor": cfg.flavor, "max_model_len": cfg.max_model_len, "predicted": True},
-        "guard": {"capacity_tokens": kv_total, "capacity_source": "predicted: preset kv_tokens x replicas",
-                  "per_request_tokens": "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest",
-                  "margin": 0.0, "max_concurrency": ceiling, "stopped_before": None, "clamped_to": None},
-        "knee": {"concurrency": None if w.open_loop else knee, "threshold": w.knee_threshold,
-                 **({"rate_per_s": knee} if w.open_loop else {})},
-        "slo": slo,
-        "stages": rows,
-        "confirm": confirm_stage(rows, knee, slo, ceiling, w.open_loop),
-        "notes": [NOTE],
-    }
+    run = RunFacts(None, None, None, cfg.model, sc.endpoint, 0, None, w.replicas, [],
+                   f"predicted_{cfg.model}_{name}_x{w.replicas}")
+    capacity = Capacity(kv_total, PREDICTED_CAPACITY, cfg.flavor, cfg.max_model_len, "the preset's kv_tokens")
+    totals = StageStats()  # the measured requests of every stage (warmup requests are not counted)
+    for rec in records:
+        totals.merge(rec.stats)
+    summary = build_summary(run, sc, capacity, GuardRecord(), rows, knee, totals, dataset=list(wl.dataset) or None)
+    summary["predicted"] = summary["run"]["predicted"] = summary["server"]["predicted"] = True
+    summary["scenario"].update(_predicted_of(w, wl))
+    summary["guard"]["per_request_tokens"] = "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest"
+    summary["confirm"] = confirm_stage(summary["stages"], knee, summary["slo"], summary["guard"]["max_concurrency"],
+                                       w.open_loop)
+    summary["notes"] = [NOTE]
+    return summary
 
 
-def _scenario(w: WhatIf, wl: VirtualWorkload) -> dict:
-    """summary.json's ``scenario``: the scenario file's own keys (the distributions, the dataset, the
-    arrivals: what a run's summary records) when one was given, and what was predicted of it."""
-    predicted = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "replicas": w.replicas,
-                 "open_loop": w.open_loop, "predicted_workload": wl.describe(),
-                 "plan": {**dataclasses.asdict(w.stages), "tick_s": w.tick_s}}
-    if w.scenario is not None:
-        return {**w.scenario, **predicted}
-    return {**predicted, "input": {"dist": wl.inputs.kind}, "output": {"dist": wl.outputs.kind},
-            "stages": {**dataclasses.asdict(w.stages), "list": list(w.loads)} if not w.open_loop else None,
-            "rate": {"list": list(w.loads), "arrival": wl.arrival} if w.open_loop else None,
-            "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}}
+def _predicted_of(w: WhatIf, wl: VirtualWorkload) -> dict:
+    """What summary.json's ``scenario`` adds in a what-if: the workload and plan predicted."""
+    return {"replicas": w.replicas, "open_loop": w.open_loop, "predicted_workload": wl.describe(),
+            "plan": {**dataclasses.asdict(w.stages), "tick_s": w.tick_s}}
 
 
 def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,

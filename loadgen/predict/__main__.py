@@ -157,8 +157,10 @@ def _objectives(args: argparse.Namespace) -> Objectives:
     return scenario_from_options(argparse.Namespace(scenario=None, set=sets, slo=args.slo)).slo
 
 
+# the whatif's own defaults without --scenario (the stage rules are the scenario's: ``stage_rules``)
 DEFAULTS = {"input_tokens": 1000, "output_tokens": 1000, "stages": "1,2,4,8,16,32,64,128,256,512",
-            "attainment": 0.99, "warmup_s": 30.0, "duration_s": 60.0, "max_warmup_s": 600.0, "max_window_s": 900.0}
+            "attainment": 0.99}
+RULE_FLAGS = ("warmup_s", "duration_s", "max_warmup_s", "max_window_s")  # stages.<flag>
 # whatif flag -> the run's option of the same meaning (loadgen.config.options: the same parsing and errors)
 AS_RUN_OPTION = {"input_tokens": "input_tokens", "output_tokens": "output_tokens", "stages": "stages",
                  "rates": "rates", "warmup_s": "warmup", "duration_s": "stage_duration"}
@@ -212,8 +214,7 @@ def whatif(args: argparse.Namespace) -> int:
             if getattr(args, key) is None:
                 setattr(args, key, value)
         loads = tuple(float(x) if args.rates else int(x) for x in (args.rates or args.stages).split(","))
-        stages = stage_rules(warmup_s=args.warmup_s, duration_s=args.duration_s, max_warmup_s=args.max_warmup_s,
-                             max_window_s=args.max_window_s)
+        stages = stage_rules(**{k: getattr(args, k) for k in RULE_FLAGS if getattr(args, k) is not None})
         w = WhatIf(args.input_tokens, args.output_tokens, loads, bool(args.rates), args.replicas, stages,
                    _objectives(args), spread=args.spread)
         if args.input_tokens + args.output_tokens > cfg.max_model_len:  # the run's start check refuses it too

@@ -79,3 +79,17 @@ def test_the_what_if_predicts_the_early_stop(tmp_path):
     early = rows[True]
     assert early["window_s"] == 8.0 and {"slo_early", "slo_fail", "predicted"} <= set(early["flags"])
     assert early["slo"]["early_stop"]["verdict"] == "fail" and early["slo"]["early_stop"]["agrees"]
+
+
+def test_spread_runs_match_stages_by_load_when_the_search_differs():
+    """--spread with --slo-search: each run's stages are matched by load (a search stage another run
+    did not measure has fewer runs), never by position."""
+    from loadgen.predict.whatif import WhatIf, predict
+    from loadgen.stats.slo import Objectives
+
+    s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
+                                           objectives=Objectives(tpot_s=0.045, search=True), spread=2))
+    for row in s["stages"]:
+        runs = row["spread_runs"]["tpot_p50_s"]
+        assert 1 <= len(runs) <= 3 and runs[0] <= row["tpot_p50_s"] <= runs[-1]
+    assert [r["concurrency"] for r in s["stages"]][:3] == [16, 32, 64] and s["stages"][-1]["search"]

@@ -117,12 +117,15 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
     few discrete levels (a prompt's prefill alone, or behind one or two others'). Then, per row and
     for output tok/s, TTFT p50 and TPOT p50: the figure is the median over the K + 1 runs (the lower
     middle one: a value some run gave), ``spread`` its [min, max] and ``spread_runs`` every run's
-    value, sorted; the other figures, the knee and the SLO answer are the first run's."""
+    value, sorted; the other figures, the knee and the SLO answer are the first run's. A stage is
+    matched by its load (an SLO search may measure other loads in another run: those are left out)."""
     summary = _predict_once(cfg, w, 0.0)
     if w.spread:
-        others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
-        for i, row in enumerate(summary["stages"]):
-            rows = [row] + [o[i] for o in others]
+        load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
+        others = [{r[load_key]: r for r in _predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"]}
+                  for k in range(1, w.spread + 1)]
+        for row in summary["stages"]:
+            rows = [row] + [o[row[load_key]] for o in others if row[load_key] in o]
             values = {key: sorted(r[key] for r in rows if r.get(key) is not None) for key in SPREAD_KEYS}
             row["spread"] = {key: [v[0], v[-1]] if v else None for key, v in values.items()}
             row["spread_runs"] = values
@@ -130,8 +133,7 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
                 if v:
                     row[key] = statistics.median_low(v)
         if (c := summary["confirm"]) is not None:
-            key = "offered_rate_per_s" if w.open_loop else "concurrency"
-            row = next(r for r in summary["stages"] if r.get(key) == c["load"])
+            row = next(r for r in summary["stages"] if r.get(load_key) == c["load"])
             c.update({k: row[k] for k in SPREAD_KEYS})
     return summary
 

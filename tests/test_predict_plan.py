@@ -93,3 +93,17 @@ def test_spread_runs_match_stages_by_load_when_the_search_differs():
         runs = row["spread_runs"]["tpot_p50_s"]
         assert 1 <= len(runs) <= 3 and runs[0] <= row["tpot_p50_s"] <= runs[-1]
     assert [r["concurrency"] for r in s["stages"]][:3] == [16, 32, 64] and s["stages"][-1]["search"]
+
+
+def test_a_search_stage_above_the_last_one_asks_stopped_users_back():
+    """tpot_s = 0.0555 holds for C <= 45: 64 fails, 48 fails, 40 passes, then the search goes up to
+    44 (passes; 44..48 is within slo.resolution): the four users stopped at 40 are asked back,
+    each once, and the stage runs its 44 with its window on time."""
+    from loadgen.predict.whatif import WhatIf, predict
+    from loadgen.stats.slo import Objectives
+
+    s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
+                                           objectives=Objectives(tpot_s=0.0555, search=True)))
+    assert [(r["concurrency"], r["slo"]["pass"]) for r in s["stages"][3:]] == [(48, False), (40, True), (44, True)]
+    last = s["stages"][-1]
+    assert last["server"]["running_max"] == 44 and last["window_s"] == 3.0 and s["slo"]["max_concurrency"] == 44

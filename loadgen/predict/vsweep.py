@@ -95,7 +95,6 @@ class _Sweep:
         self.timing: dict[int, Timing] = {}  # id(SimRequest) -> Timing, requests in flight
         self.user_of: dict[int, int] = {}  # id(SimRequest) -> user index (closed loop)
         self.users = 0  # users wanted; a user above it stops after its request
-        self.started = 0  # users started so far (Locust's user count, with ``users``)
         self.starts: list[tuple[float, int]] = []  # closed loop: users still to start (time, user), in order
         self.schedule = None  # open loop: this stage's arrivals (loadgen.predict.vworkload)
         self.stage_t0 = 0.0
@@ -197,7 +196,6 @@ class _Sweep:
         while self.starts and self.starts[0][0] <= until:
             t, user = self.starts.pop(0)
             if user < self.users:
-                self.started = max(self.started, user + 1)
                 self.send(t, user)
         while self.due is not None and self.due[0] <= until:
             t, line = self.due
@@ -256,7 +254,9 @@ class _Sweep:
                 return
 
     def _observe(self, t: float) -> run_plan.Observation:
-        users = (1 if self.schedule is not None else 0) if self.open_loop else min(self.users, self.started)
+        # Locust's user count: the users wanted less those it has yet to spawn
+        users = (1 if self.schedule is not None else 0) if self.open_loop else \
+            self.users - sum(1 for _, u in self.starts if u < self.users)
         return run_plan.Observation(now=t, users=users, finished=lambda k: self.finished_of.get(k, 0),
                            stage_done=lambda k: not self.running_of.get(k), idle=lambda: not self.timing,
                            finished_total=self.finished, inflight=len(self.timing),
@@ -269,13 +269,13 @@ class _Sweep:
 
     def _want(self, users: int, spawn_rate: float) -> None:
         """The plan's users: new ones start as Locust spawns them; above ``users`` they stop after
-        their request."""
+        their request (one asked back while its request still runs just goes on after it)."""
         if users > self.users:
             offsets = spawn_offsets(self.users, users, spawn_rate)
-            at = self.server.now_s
-            self.starts += [(at + off, u) for u, off in zip(range(self.users, users), offsets, strict=True)]
+            at, running = self.server.now_s, set(self.user_of.values())
+            self.starts += [(at + off, u) for u, off in zip(range(self.users, users), offsets, strict=True)
+                            if u not in running]
         self.users = users
-        self.started = min(self.started, users)
 
     def _on_event(self, ev, t: float) -> None:
         engine = self.server.engine

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.predict.vsweep import StagePlan  # noqa: E402
+from loadgen.predict.vsweep import stage_rules  # noqa: E402
 from loadgen.predict.vworkload import VirtualWorkload  # noqa: E402
 from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
@@ -33,7 +33,7 @@ def main() -> int:
     loads = tuple(2 ** k for k in range(1, 11))  # 2 .. 1024: 10 stages
     w = WhatIf(1000, 1000, loads)
     if args.mixed:
-        w = WhatIf(1000, 1000, loads, plan=StagePlan(ramp_s=5.0), workload=VirtualWorkload(
+        w = WhatIf(1000, 1000, loads, stages=stage_rules(ramp_s=5.0), workload=VirtualWorkload(
             LengthDist("lognormal", mean=1000, std=300, min=100, max=4000), LengthDist("uniform", min=500, max=1500)))
     cpu0, wall0 = time.process_time(), time.perf_counter()
     summary = predict(load(args.preset), w)

@@ -36,10 +36,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.config import build_scenario  # noqa: E402
+from loadgen.config import StagesConfig, build_scenario  # noqa: E402
 from loadgen.predict.__main__ import main as predict_main  # noqa: E402
 from loadgen.predict.scenario import whatif_of  # noqa: E402
-from loadgen.predict.vsweep import StagePlan  # noqa: E402
+from loadgen.predict.vsweep import stage_rules  # noqa: E402
 from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
@@ -112,9 +112,10 @@ def _truth():
     return load(None, {**keys, **HIDDEN})
 
 
-def _plan(measured: dict) -> StagePlan:
+def _plan(measured: dict) -> StagesConfig:
     sc = measured["scenario"]["stages"]
-    return StagePlan(sc["warmup_s"], sc["duration_s"], sc["turnover"], sc["max_warmup_s"], sc["max_window_s"])
+    return stage_rules(ramp_s=0, warmup_s=sc["warmup_s"], duration_s=sc["duration_s"], turnover=sc["turnover"],
+                       max_warmup_s=sc["max_warmup_s"], max_window_s=sc["max_window_s"])
 
 
 def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: int, spread: int = 0,
@@ -126,7 +127,7 @@ def compare(title: str, cfg, measured: dict, input_tokens: int, output_tokens: i
     (the same way) with that configuration. ``whatif``: the WhatIf to predict (default: fixed
     ``input_tokens`` / ``output_tokens`` at the measured stages)."""
     loads = tuple(s["concurrency"] for s in measured["stages"])
-    w = whatif or WhatIf(input_tokens, output_tokens, loads, plan=_plan(measured), spread=spread)
+    w = whatif or WhatIf(input_tokens, output_tokens, loads, stages=_plan(measured), spread=spread)
     pred = predict(cfg, w)["stages"]
     other_rows = {name: predict(c, w)["stages"] for name, c in (also or {}).items()}
     print(f"\n{title}: predicted vs measured")

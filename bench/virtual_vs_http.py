@@ -22,7 +22,7 @@ import gevent
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.predict.rows import stage_row  # noqa: E402
-from loadgen.predict.vsweep import StagePlan, run_sweep  # noqa: E402
+from loadgen.predict.vsweep import run_sweep, stage_rules  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
 from loadgen.sim.raw_client import Connection  # noqa: E402
@@ -69,9 +69,10 @@ def main() -> int:
           f"TPOT p50 {statistics.median((c - b) / (OUTPUT - 1) for _, b, c in reqs) * 1e3:6.2f} ms  "
           f"E2E p50 {statistics.median(c - a for a, _, c in reqs):5.2f} s")
     cfg = load(None, ENGINE)
-    plan = StagePlan(warmup_s=warm, duration_s=args.seconds - warm, turnover=False, max_warmup_s=warm,
-                     max_window_s=args.seconds - warm, tick_s=0)  # raw users: no shape, no ramp tick
-    (rec,) = run_sweep(cfg.engine_params(), [args.users], args.input_tokens, OUTPUT, plan)
+    plan = stage_rules(ramp_s=0, warmup_s=warm, duration_s=args.seconds - warm, turnover=False, max_warmup_s=warm,
+                       max_window_s=args.seconds - warm)
+    (rec,) = run_sweep(cfg.engine_params(), [args.users], args.input_tokens, OUTPUT, plan,
+                       tick_s=0)  # raw users: no shape, no ramp tick
     row = stage_row(rec, cfg.kv_tokens)
     print(f"virtual {row['requests']:>4} requests  TTFT p50 {row['ttft_p50_s'] * 1e3:7.1f} ms  "
           f"p90 {row['ttft_p90_s'] * 1e3:7.1f} ms  TPOT p50 {row['tpot_p50_s'] * 1e3:6.2f} ms  "

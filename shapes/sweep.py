@@ -16,7 +16,7 @@ from locust import LoadTestShape
 
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
-from loadgen.run.plan import Observation, SweepPlan, Tick
+from loadgen.run.plan import Observation, SweepPlan, Tick, plan_of
 from loadgen.run.results import slo_outcomes
 from loadgen.stats.slo_early import live_counts
 from loadgen.stats.stage_load import CONCURRENCY, RATE
@@ -33,15 +33,9 @@ class SweepShape(LoadTestShape):
     CLOSED_LOOP_USER, OPEN_LOOP_USER = "LLMUser", "RateUser"
 
     def _build_plan(self, rt) -> SweepPlan:
-        st = rt.scenario.stages
-        return SweepPlan(
-            rt.scenario.loads(),
-            users_for=self.session.stage_guard.load_processes if rt.scenario.open_loop else None,
-            ramp_s=st.ramp_s, warmup_s=st.warmup_s, duration_s=st.duration_s,
-            min_requests=st.min_requests, max_window_s=st.max_window_s, drain_s=st.drain_s,
-            turnover=st.turnover, max_warmup_s=st.max_warmup_s,
-            decide=self.session.stage_guard.decide, slo=rt.scenario.slo,
-        )
+        sc, guard = rt.scenario, self.session.stage_guard
+        return plan_of(sc.loads(), sc.stages, sc.slo, guard.decide,
+                       users_for=guard.load_processes if sc.open_loop else None)
 
     def _step(self, rt, now: float) -> Tick:
         """One plan tick; its events go to the session, whose answer to a closed window (a reason

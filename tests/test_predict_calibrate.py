@@ -21,7 +21,7 @@ from loadgen.predict.calibrate import (
     stage_accept_length,
 )
 from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.predict.vsweep import run_sweep, stage_rules
 from loadgen.sim.engine import EngineParams, batch_cost_s
 
 HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
@@ -31,7 +31,7 @@ LOADS = [1, 4, 16, 64, 128]
 
 
 def _summary(params: EngineParams, n_in: int = 500, n_out: int = 300, loads: list[int] = LOADS) -> dict:
-    recs = run_sweep(params, loads, n_in, n_out, StagePlan(warmup_s=5, duration_s=20))
+    recs = run_sweep(params, loads, n_in, n_out, stage_rules(ramp_s=0, warmup_s=5, duration_s=20))
     rows = [stage_row(r, params.kv_tokens) for r in recs]
     return {"scenario": {"input_tokens": n_in, "output_tokens": n_out}, "stages": rows,
             "guard": {"capacity_tokens": params.kv_tokens}, "server": {"flavor": "sglang", "max_model_len": 32768}}
@@ -92,7 +92,7 @@ def test_the_bench_sweeps_fit_each_parameter_within_five_percent():
     # step) b came out 5.4-6.4 % low on these seeds, as over HTTP; with the occupied batch 3.3-4.3 %
     # (docs/development/whatif-validation.md, 'Why the calibration counts the batch as it does':
     # the rest is the TPOT p50's)
-    plan = StagePlan(warmup_s=2, duration_s=10)
+    plan = stage_rules(ramp_s=0, warmup_s=2, duration_s=10)
     for seed in (0, 1, 3):
         params = dataclasses.replace(HIDDEN, seed=seed)
         runs = []

@@ -9,17 +9,17 @@ import pytest
 
 from loadgen import cli
 from loadgen.cli_help import format_help
-from loadgen.predict.vsweep import StagePlan
+from loadgen.predict.vsweep import stage_rules
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import load
 
-PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
+PLAN = stage_rules(ramp_s=0, warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A finished run folder: summary.json of a sweep of a known engine at C = 1, 4, 16."""
-    measured = predict(load("qwen35-397b-8gpu"), WhatIf(500, 100, (1, 4, 16), plan=PLAN))
+    measured = predict(load("qwen35-397b-8gpu"), WhatIf(500, 100, (1, 4, 16), stages=PLAN))
     measured["scenario"]["stages"] = {"warmup_s": 1, "duration_s": 3, "max_warmup_s": 10, "max_window_s": 20}
     run = tmp_path_factory.mktemp("run")
     (run / "summary.json").write_text(json.dumps(measured))

@@ -126,7 +126,7 @@ def test_a_trace_is_one_rate_stage_whose_lines_arrive_at_their_times(tmp_path):
     w, _ = whatif_of(sc)
     period = 1.5 + 1.5 / 2  # span + mean gap (loadgen.workload.trace)
     assert w.open_loop and w.loads == (pytest.approx(3 / period),)
-    (rec,) = run_sweep(EngineParams(), list(w.loads), plan=w.plan, open_loop=True, workload=w.workload)
+    (rec,) = run_sweep(EngineParams(), list(w.loads), stages=w.stages, open_loop=True, workload=w.workload)
     assert len(rec.requests) >= 6
     by_time = {round(t / 1000, 6): (i, o) for t, i, o in lines}
     for timing in rec.requests:

@@ -95,7 +95,7 @@ def test_mixed_lengths_time_the_same_in_both_drivers():
     it (``loadgen.predict.vworkload``): over HTTP and in virtual time each request's TTFT (its own
     prefill step, the engine idle) and E2E (its own output's decode steps) come out alike, so the
     engine takes each request's lengths from the request in both drivers."""
-    from loadgen.predict.vsweep import StagePlan, run_sweep
+    from loadgen.predict.vsweep import run_sweep, stage_rules
     from loadgen.predict.vworkload import VirtualWorkload
     from loadgen.workload.lengths import LengthDist
 
@@ -119,7 +119,7 @@ def test_mixed_lengths_time_the_same_in_both_drivers():
                      "--max-running", "64", "--step-base-ms", str(BASE_MS), "--step-per-seq-ms", str(PER_SEQ_MS),
                      "--step-per-prefill-token-us", str(PREFILL_US), "--prefill-chunk-tokens", "8192") as sim:
         measured = gevent.spawn(http, sim.url).get()
-    (rec,) = run_sweep(PARAMS, [1], plan=StagePlan(warmup_s=0, duration_s=3, turnover=False, tick_s=0),
+    (rec,) = run_sweep(PARAMS, [1], stages=stage_rules(ramp_s=0, warmup_s=0, duration_s=3, turnover=False), tick_s=0,
                        workload=wl)
     virtual = {t.input_tokens: (t.ttft_s, t.e2e_s) for t in rec.requests if t.done}
     step = (BASE_MS + PER_SEQ_MS) / 1e3

@@ -7,25 +7,26 @@ import json
 import pytest
 
 from loadgen.predict.__main__ import main
-from loadgen.predict.vsweep import StagePlan
+from loadgen.predict.vsweep import stage_rules
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import PRESET_DIR, load
 from loadgen.stats.slo import Objectives
 
-PLAN = StagePlan(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20, tick_s=0)  # lockstep known answers
+# lockstep known answers: users start together, the plan is ticked after every engine step
+PLAN = {"stages": stage_rules(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20, ramp_s=0), "tick_s": 0}
 LINEAR = load("slo-linear")  # TPOT(C) = 10 ms + 1 ms x C in lockstep, prefill free
 
 
 def test_two_replicas_serve_twice_the_users_at_the_latency_of_half():
-    one = predict(LINEAR, WhatIf(100, 50, (4,), plan=PLAN))["stages"][0]
-    two = predict(LINEAR, WhatIf(100, 50, (8,), replicas=2, plan=PLAN))["stages"][0]
+    one = predict(LINEAR, WhatIf(100, 50, (4,), **PLAN))["stages"][0]
+    two = predict(LINEAR, WhatIf(100, 50, (8,), replicas=2, **PLAN))["stages"][0]
     assert two["concurrency"] == 8 and two["tpot_p50_s"] == pytest.approx(0.014) == one["tpot_p50_s"]
     assert two["output_tokens_per_s"] == pytest.approx(2 * one["output_tokens_per_s"], rel=0.01)
 
 
 def test_slo_maximum_is_the_preset_s_known_answer_and_every_output_says_predicted():
     """tpot_s = 0.045 holds for C <= 35 (10 + C ms), so among 16, 32, 64 the maximum is 32."""
-    s = predict(LINEAR, WhatIf(100, 50, (16, 32, 64), plan=PLAN, objectives=Objectives(tpot_s=0.045)))
+    s = predict(LINEAR, WhatIf(100, 50, (16, 32, 64), **PLAN, objectives=Objectives(tpot_s=0.045)))
     assert s["slo"]["max_concurrency"] == 32 and s["slo"]["bracket"] == [32, 64]
     assert s["predicted"] and all(r["predicted"] and "predicted" in r["flags"] for r in s["stages"])
     assert s["confirm"]["load"] == 32 and s["confirm"]["tpot_p50_s"] == pytest.approx(0.042)
@@ -34,17 +35,20 @@ def test_slo_maximum_is_the_preset_s_known_answer_and_every_output_says_predicte
 
 def test_kv_change_moves_the_ceiling_and_preemptions_appear_below_it_no_more():
     small = load("llama8b-1gpu-vllm", {"kv_tokens": 40_000})
-    s = predict(small, WhatIf(1000, 1000, (8, 32), plan=PLAN))
+    s = predict(small, WhatIf(1000, 1000, (8, 32), **PLAN))
     assert s["guard"]["max_concurrency"] == 20
     assert s["stages"][0]["server"]["preemptions"] == 0 and s["stages"][1]["server"]["preemptions"] > 0
 
 
 def test_the_command_calibrates_a_run_and_writes_a_predicted_report(tmp_path, capsys):
     truth = load("qwen35-397b-8gpu")
-    measured = predict(truth, WhatIf(500, 200, (1, 4, 16, 64), plan=PLAN))
+    # a 10 s window: the plan closes a window once C requests of any stage finished in it, and the
+    # requests sent in its last request lifetime (2.4 s at C=16) finish under the next stage's load
+    stages = {"warmup_s": 1, "duration_s": 10, "max_warmup_s": 10, "max_window_s": 20, "ramp_s": 0}
+    measured = predict(truth, WhatIf(500, 200, (1, 4, 16, 64), stages=stage_rules(**stages), tick_s=0))
     run = tmp_path / "run"
     run.mkdir()
-    measured["scenario"]["stages"] = {"warmup_s": 1, "duration_s": 3, "max_warmup_s": 10, "max_window_s": 20}
+    measured["scenario"]["stages"] = stages
     measured["server"]["flavor"] = "sglang"
     (run / "summary.json").write_text(json.dumps(measured))
     preset = tmp_path / "mine.yaml"
@@ -68,7 +72,7 @@ def test_the_command_calibrates_a_run_and_writes_a_predicted_report(tmp_path, ca
 def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
     """Speculative accept draws and a client's jitter move a cohort's prefills between steps: the
     range over reseeded runs holds the prediction, and it is not a point at C=16 on the NEXTN preset."""
-    s = predict(load("qwen35-397b-8gpu"), WhatIf(1000, 200, (1, 16), plan=PLAN, spread=3))
+    s = predict(load("qwen35-397b-8gpu"), WhatIf(1000, 200, (1, 16), **PLAN, spread=3))
     for row in s["stages"]:
         for key in ("output_tokens_per_s", "ttft_p50_s", "tpot_p50_s"):
             lo, hi = row["spread"][key]
@@ -100,11 +104,11 @@ def test_each_spread_run_moves_the_engine_s_speed_by_one_seeded_factor():
 def test_open_loop_rates_below_capacity_are_achieved_and_above_it_not():
     """10-token requests alone take 10 steps of 11 ms; batched, a step serves them all, so 5 and 20
     req/s are sustained; 400-token requests at 20 req/s hold ~200 in flight, each step 210+ ms: not."""
-    s = predict(LINEAR, WhatIf(100, 10, (5.0, 20.0), open_loop=True, plan=PLAN))
+    s = predict(LINEAR, WhatIf(100, 10, (5.0, 20.0), open_loop=True, **PLAN))
     for row in s["stages"]:
         assert row["concurrency"] is None and row["achieved_rate_per_s"] == pytest.approx(row["offered_rate_per_s"], rel=0.1)
     assert s["knee"]["rate_per_s"] is None  # every rate sustained
-    heavy = predict(LINEAR, WhatIf(100, 400, (1.0, 20.0), open_loop=True, plan=PLAN))
+    heavy = predict(LINEAR, WhatIf(100, 400, (1.0, 20.0), open_loop=True, **PLAN))
     assert heavy["stages"][1]["achieved_rate_per_s"] < 0.9 * 20 and heavy["knee"]["rate_per_s"] == 1.0
 
 

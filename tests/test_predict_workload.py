@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StagePlan, StageRecord, Timing, run_sweep, spawn_offsets
+from loadgen.predict.vsweep import StageRecord, Timing, run_sweep, spawn_offsets, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.run.kv_guard import decide, max_fitting_concurrency, max_fitting_concurrency_of
@@ -26,7 +26,7 @@ from loadgen.workload.lengths import LengthDist
 
 PARAMS = EngineParams(kv_tokens=2_000_000, max_running=512, step_base_s=0.01, step_per_seq_s=0.0001,
                       step_per_prefill_token_s=2e-6)
-PLAN = StagePlan(warmup_s=2, duration_s=20, turnover=False, tick_s=1.0)
+PLAN = stage_rules(ramp_s=0, warmup_s=2, duration_s=20, turnover=False)
 UNIFORM_OUT = LengthDist("uniform", min=50, max=150)
 LOGNORMAL_IN = LengthDist("lognormal", mean=2000, std=600, min=200, max=4000)
 
@@ -38,7 +38,7 @@ def _sent(rec: StageRecord) -> list[tuple[int, int]]:
 
 def test_uniform_output_and_lognormal_input_are_drawn_as_asked():
     wl = VirtualWorkload(LOGNORMAL_IN, UNIFORM_OUT)
-    (rec,) = run_sweep(PARAMS, [32], plan=PLAN, workload=wl)
+    (rec,) = run_sweep(PARAMS, [32], stages=PLAN, workload=wl)
     ins, outs = np.array(_sent(rec)).T
     n = len(outs)
     assert n > 300
@@ -69,7 +69,7 @@ def _lines(n: int) -> tuple[DatasetRequest, ...]:
 def test_one_user_sends_the_dataset_s_lines_in_file_order_cycling():
     lines = _lines(5)
     wl = VirtualWorkload(dataset=lines, dataset_path="d.jsonl")
-    (rec,) = run_sweep(PARAMS, [1], plan=PLAN, workload=wl)
+    (rec,) = run_sweep(PARAMS, [1], stages=PLAN, workload=wl)
     sent = _sent(rec)
     assert len(sent) > 10
     cycle = [(r.input_tokens, r.output_tokens) for r in lines]
@@ -80,7 +80,7 @@ def test_one_user_sends_the_dataset_s_lines_in_file_order_cycling():
 def test_a_shuffled_dataset_follows_the_run_s_seeded_permutation():
     lines = _lines(7)
     wl = VirtualWorkload(dataset=lines, dataset_path="d.jsonl", shuffled=True, prompt_seed=3)
-    (rec,) = run_sweep(PARAMS, [1], plan=PLAN, workload=wl)
+    (rec,) = run_sweep(PARAMS, [1], stages=PLAN, workload=wl)
     order = [(r.input_tokens, r.output_tokens) for r in share(list(lines), 0, 1, True, 3)]
     assert order != [(r.input_tokens, r.output_tokens) for r in lines]
     sent = _sent(rec)
@@ -106,8 +106,8 @@ def test_a_text_prompt_line_is_refused_naming_the_dataset():
 def test_poisson_arrivals_follow_the_stage_s_seeded_schedule():
     rate, seed = 20.0, 5
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 5), arrival="poisson", rate_seed=seed)
-    plan = StagePlan(warmup_s=5, duration_s=60, turnover=False, tick_s=1.0)
-    (rec,) = run_sweep(PARAMS, [rate], plan=plan, open_loop=True, workload=wl)
+    plan = stage_rules(ramp_s=0, warmup_s=5, duration_s=60, turnover=False)
+    (rec,) = run_sweep(PARAMS, [rate], stages=plan, open_loop=True, workload=wl)
     sent = [t.sent_s for t in rec.requests]
     # the count in the window: Poisson(rate x window), within 4 standard deviations
     expected = rate * rec.window_s
@@ -120,21 +120,22 @@ def test_poisson_arrivals_follow_the_stage_s_seeded_schedule():
 
 
 def test_locust_s_spawn_schedule_for_the_plan_s_spawn_rate():
-    """The plan asks spawn_rate = max(C / ramp_s, 1); Locust starts floor(rate) users every
-    floor(rate) / rate seconds. 8 -> 16 over 5 s: rate 3.2, 3 users every 0.9375 s."""
-    assert spawn_offsets(8, 16, 5.0) == pytest.approx([0, 0, 0, 0.9375, 0.9375, 0.9375, 1.875, 1.875])
-    assert spawn_offsets(2, 4, 5.0) == [0.0, 1.0]  # rate max(4/5, 1) = 1: one a second
-    assert spawn_offsets(0, 3, 0.0) == [0.0, 0.0, 0.0]  # ramp_s 0: together
-    assert spawn_offsets(4, 4, 5.0) == []
+    """The plan asks spawn_rate = max(C / ramp_s, 1) (``Tick.spawn_rate``); Locust starts floor(rate)
+    users every floor(rate) / rate seconds. 8 -> 16 over 5 s: rate 3.2, 3 users every 0.9375 s."""
+    assert spawn_offsets(8, 16, 3.2) == pytest.approx([0, 0, 0, 0.9375, 0.9375, 0.9375, 1.875, 1.875])
+    assert spawn_offsets(2, 4, 1.0) == [0.0, 1.0]  # rate max(4/5, 1) = 1: one a second
+    assert spawn_offsets(0, 3, 3.0) == [0.0, 0.0, 0.0]  # ramp_s 0: the plan asks every user at once
+    assert spawn_offsets(4, 4, 3.2) == []
 
 
 def test_a_ramp_starts_the_users_spread_and_opens_the_window_a_tick_after_the_last():
-    plan = StagePlan(warmup_s=0, duration_s=5, turnover=False, tick_s=1.0, ramp_s=5.0)
+    plan = stage_rules(warmup_s=0, duration_s=5, turnover=False, ramp_s=5.0)
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 2000))  # requests outlast the stage
-    together = run_sweep(PARAMS, [16], plan=StagePlan(warmup_s=0, duration_s=5, turnover=False), workload=wl)
-    spread = run_sweep(PARAMS, [16], plan=plan, workload=wl)
-    # 0 -> 16 over 5 s: 3 users every 0.9375 s, the last at 5 x 0.9375 = 4.69 s: the window opens at 5 s
-    assert spread[0].window_start_s == 5.0 and together[0].window_start_s == 1.0
+    together = run_sweep(PARAMS, [16], stages=stage_rules(ramp_s=0, warmup_s=0, duration_s=5, turnover=False), workload=wl)
+    spread = run_sweep(PARAMS, [16], stages=plan, workload=wl)
+    # 0 -> 16 over 5 s: 3 users every 0.9375 s, the last at 5 x 0.9375 = 4.69 s: the ramp ends at tick
+    # 5, and the plan's warmup, a phase of its own even at 0 s, ends at the next tick: the window opens at 6 s
+    assert spread[0].window_start_s == 6.0 and together[0].window_start_s == 2.0
 
 
 def test_rows_count_each_request_s_own_tokens():
@@ -145,6 +146,8 @@ def test_rows_count_each_request_s_own_tokens():
 
     rec = StageRecord(0, 3, None, window_s=2.0, window_tokens=30,
                       requests=[timing(100, [1, 4]), timing(2500, [1, 9, 10]), timing(700, [], rejected=True)])
+    for t in rec.requests:  # as each finishes in the virtual run: the run's StageStats of its RequestResult
+        rec.stats.add_result(t.result(), t.input_tokens, t.output_tokens)
     row = stage_row(rec, 10_000)
     assert row["input_tokens"] == 2600 and row["output_tokens"] == 25 and row["requests"] == 2
     assert row["errors"] == {"overload_503": 1}
@@ -161,6 +164,8 @@ def test_a_two_mode_ttft_p50_is_a_value_a_request_had_as_a_run_reports_it():
     rec = StageRecord(0, 4, None, window_s=30.0, window_tokens=1280,
                       requests=[Timing(0.0, 0, chunk_t=[t, t + 0.5], chunk_n=[1, 63], done=True, input_tokens=1024)
                                 for t in slow + fast])
+    for t in rec.requests:
+        rec.stats.add_result(t.result(), t.input_tokens, t.output_tokens)
     row = stage_row(rec, 16_384)
     assert row["ttft_p50_s"] == pytest.approx(fast[-1], rel=0.0117)
     assert row["ttft_p90_s"] == pytest.approx(slow[7], rel=0.0117)  # rank ceil(0.9 x 20) = 18
@@ -168,7 +173,7 @@ def test_a_two_mode_ttft_p50_is_a_value_a_request_had_as_a_run_reports_it():
 
 def test_a_request_above_max_model_len_is_answered_400_and_its_user_pauses():
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("uniform", min=10, max=300))
-    (rec,) = run_sweep(PARAMS, [4], plan=PLAN, workload=wl, max_model_len=300)
+    (rec,) = run_sweep(PARAMS, [4], stages=PLAN, workload=wl, max_model_len=300)
     row = stage_row(rec, PARAMS.kv_tokens)
     too_long = [t for t in rec.requests if t.too_long]
     assert too_long and all(t.tokens == 0 for t in too_long)
@@ -185,9 +190,9 @@ def test_after_a_refused_request_the_user_pauses_as_the_scenario_says(pause_s, t
     sc = build_scenario({"output": {"dist": "uniform", "min": 10, "max": 300},
                          "request": {"client_error_pause_s": pause_s}})
     w, _ = whatif_of(sc)
-    assert w.plan.client_error_pause_s == pause_s
+    assert w.client_error_pause_s == pause_s
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("uniform", min=10, max=300))
-    (rec,) = run_sweep(PARAMS, [1], plan=dataclasses.replace(PLAN, client_error_pause_s=pause_s), workload=wl,
+    (rec,) = run_sweep(PARAMS, [1], stages=PLAN, error_pause_s=pause_s, workload=wl,
                        max_model_len=300)
     sent = sorted(rec.requests, key=lambda t: t.sent_s)
     gaps = [b.sent_s - a.sent_s for a, b in itertools.pairwise(sent) if a.too_long]
@@ -207,9 +212,9 @@ def test_the_kv_ceiling_is_the_guard_s_projection():
 
 def test_predict_without_a_workload_is_the_fixed_prediction():
     cfg = load("llama8b-1gpu-vllm")
-    plan = StagePlan(warmup_s=1, duration_s=4)
-    old = predict(cfg, WhatIf(500, 50, (1, 8), plan=plan))
-    new = predict(cfg, WhatIf(500, 50, (1, 8), plan=plan, workload=VirtualWorkload.fixed(500, 50)))
+    plan = stage_rules(ramp_s=0, warmup_s=1, duration_s=4)
+    old = predict(cfg, WhatIf(500, 50, (1, 8), stages=plan))
+    new = predict(cfg, WhatIf(500, 50, (1, 8), stages=plan, workload=VirtualWorkload.fixed(500, 50)))
     assert old["stages"] == new["stages"]
     assert old["scenario"]["predicted_workload"] == "500 in / 50 out"
     assert old["stages"][1]["input_tokens"] == 500 * old["stages"][1]["requests"]
@@ -219,12 +224,12 @@ def test_an_arrival_due_with_max_inflight_requests_in_flight_is_dropped_not_dela
     """Overload (requests of 2000 tokens out, 50 arrivals/s): with rate.max_inflight 8 the dispatcher
     sends only while fewer than 8 are in flight; the rest are counted, never sent late."""
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 2000), arrival="constant", max_inflight=8)
-    plan = StagePlan(warmup_s=2, duration_s=10, turnover=False, tick_s=1.0)
-    (rec,) = run_sweep(PARAMS, [50.0], plan=plan, open_loop=True, workload=wl)
+    plan = stage_rules(ramp_s=0, warmup_s=2, duration_s=10, turnover=False)
+    (rec,) = run_sweep(PARAMS, [50.0], stages=plan, open_loop=True, workload=wl)
     row = stage_row(rec, PARAMS.kv_tokens)
     assert row["scheduled_rate_per_s"] == pytest.approx(50.0, rel=0.01)
     assert row["dropped_by_client"] == rec.scheduled - len(rec.requests) > 400
     assert len(rec.requests) <= 8  # at most 8 in flight, and each lives far longer than the window
-    (free,) = run_sweep(PARAMS, [50.0], plan=plan, open_loop=True,
+    (free,) = run_sweep(PARAMS, [50.0], stages=plan, open_loop=True,
                         workload=dataclasses.replace(wl, max_inflight=None))
     assert free.dropped == 0 and len(free.requests) == free.scheduled

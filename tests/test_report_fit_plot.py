@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.predict.calibrate import fit, residuals
 from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.predict.vsweep import run_sweep, stage_rules
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.report.files import write_derived
 from loadgen.report.fit_plot import fit_figure, model_ms
@@ -22,7 +22,7 @@ HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefi
                       step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,
                       spec_accept=(0.2, 0.3, 0.5))
 LOADS = [1, 4, 16]
-PLAN = StagePlan(warmup_s=2, duration_s=6)
+PLAN = stage_rules(ramp_s=0, warmup_s=2, duration_s=6)
 
 
 def _summary(n_in: int) -> dict:
@@ -133,7 +133,7 @@ def test_a_fit_file_without_measured_values_says_so_rather_than_drawing_nothing(
 
 @pytest.fixture(scope="module")
 def predicted_summary(fit_doc) -> dict:
-    s = predict(load("slo-linear"), WhatIf(100, 50, (1, 4), plan=StagePlan(warmup_s=1, duration_s=3)))
+    s = predict(load("slo-linear"), WhatIf(100, 50, (1, 4), stages=stage_rules(ramp_s=0, warmup_s=1, duration_s=3)))
     s["predicted_from"] = {"preset": "mine.yaml", "changes": {"input_tokens": 100, "spread": 0, "rates": None}}
     s["calibration"] = {**fit_doc, "file": "mine.fit.json"}
     return s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.predict.vsweep import StagePlan, run_sweep
+from loadgen.predict.vsweep import run_sweep, stage_rules
 from loadgen.sim.config import load
 from loadgen.sim.engine import EngineParams, SimRequest
 from loadgen.sim.virtual import VirtualServer
@@ -50,7 +50,7 @@ def test_an_idle_engine_starts_a_step_at_the_arrival():
 @pytest.mark.parametrize("users", [1, 4, 32])
 def test_closed_loop_lockstep_ttft_and_tpot_are_one_step_of_the_whole_batch(users):
     """C users sent together stay in step: every step holds all C, so TTFT = TPOT = 10 ms + C x 1 ms."""
-    (rec,) = run_sweep(LINEAR, [users], 100, 50, StagePlan(warmup_s=1, duration_s=3))
+    (rec,) = run_sweep(LINEAR, [users], 100, 50, stage_rules(ramp_s=0, warmup_s=1, duration_s=3))
     step = 0.010 + 0.001 * users
     assert rec.requests and all(t.done for t in rec.requests)
     for t in rec.requests:
@@ -61,7 +61,7 @@ def test_closed_loop_lockstep_ttft_and_tpot_are_one_step_of_the_whole_batch(user
 
 def test_open_loop_stage_at_a_low_rate_sees_an_empty_server():
     """1 req/s of 10-token requests on a 11 ms step: each request runs alone, E2E = 10 steps."""
-    (rec,) = run_sweep(LINEAR, [1.0], 100, 10, StagePlan(warmup_s=2, duration_s=10), open_loop=True)
+    (rec,) = run_sweep(LINEAR, [1.0], 100, 10, stage_rules(ramp_s=0, warmup_s=2, duration_s=10), open_loop=True)
     assert 9 <= len(rec.requests) <= 11
     for t in rec.requests:
         assert t.ttft_s == pytest.approx(0.011) and t.e2e_s == pytest.approx(0.110)
@@ -70,13 +70,13 @@ def test_open_loop_stage_at_a_low_rate_sees_an_empty_server():
 def test_kv_pressure_preempts_in_virtual_time_too():
     params = EngineParams(kv_tokens=4000, block_size=16, max_running=64, prefill_chunk_tokens=8192,
                           step_base_s=0.01, step_per_seq_s=0.0, step_per_prefill_token_s=0.0)
-    (rec,) = run_sweep(params, [8], 300, 300, StagePlan(warmup_s=1, duration_s=5))
+    (rec,) = run_sweep(params, [8], 300, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=5))
     assert rec.preemptions > 0 and rec.peak_kv_tokens <= 4000
 
 
 def _closed_loop(params: EngineParams, users: int, prompt: int, output: int, warmup_s: float, window_s: float):
     """One closed-loop stage of ``users`` on a fresh engine, fixed warmup and window (no turnover)."""
-    plan = StagePlan(warmup_s=warmup_s, duration_s=window_s, turnover=False, max_warmup_s=warmup_s,
+    plan = stage_rules(ramp_s=0, warmup_s=warmup_s, duration_s=window_s, turnover=False, max_warmup_s=warmup_s,
                      max_window_s=window_s)
     (rec,) = run_sweep(params, [users], prompt, output, plan)
     return rec
@@ -104,11 +104,12 @@ def test_slo_linear_preset_has_tpot_in_closed_form(users):
 def test_stage_rules_are_checked_on_the_shapes_one_second_tick():
     """As SweepShape: the ramp ends at the next tick (1 s), and a rule that holds between ticks is
     seen at the next one. One user, 300 tokens on an 11 ms step: each request lives 3.3 s. Warmup
-    1 s from tick 1, turnover (1 finished, at 3.3 s): the window opens at tick 4. Its first measured
-    request is the one sent at 6.6 s (the one sent at 3.3 s is not); it finishes at 9.9 s and the
-    window closes at tick 10, after the user sent its next one (measured too)."""
-    (rec,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True))
-    assert rec.window_start_s == 4.0 and rec.window_s == 6.0
-    assert [t.sent_s for t in rec.requests] == [pytest.approx(6.6), pytest.approx(9.9)]
-    (cont,) = run_sweep(LINEAR, [1], 1, 300, StagePlan(warmup_s=1, duration_s=1, turnover=True, tick_s=0))
-    assert cont.window_start_s == pytest.approx(3.3) and cont.window_s == pytest.approx(6.6)  # at the rule's instants
+    1 s from tick 1, turnover (1 finished, at 3.3 s): the window opens at tick 4. The plan's window
+    turnover counts requests of any stage finished since it opened (``SweepPlan._turned_over``): the
+    one sent at 3.3 s (not measured) finishes at 6.6 s and the window closes at tick 7, holding the
+    one measured request sent at 6.6 s."""
+    (rec,) = run_sweep(LINEAR, [1], 1, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=1, turnover=True))
+    assert rec.window_start_s == 4.0 and rec.window_s == 3.0
+    assert [t.sent_s for t in rec.requests] == [pytest.approx(6.6)]
+    (cont,) = run_sweep(LINEAR, [1], 1, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=1, turnover=True), tick_s=0)
+    assert cont.window_start_s == pytest.approx(3.3) and cont.window_s == pytest.approx(3.3)  # at the rule's instants

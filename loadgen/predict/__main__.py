@@ -22,17 +22,18 @@ cannot be calibrated.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import yaml
 
-from loadgen.config import build_scenario
+from loadgen.config import StagesConfig, build_scenario
 from loadgen.errors import ConfigError
 from loadgen.predict.calibrate import CalibrationError, fit, residuals
 from loadgen.predict.calibrate import accept_distribution as spec_for
-from loadgen.predict.vsweep import StagePlan
+from loadgen.predict.vsweep import stage_rules
 from loadgen.predict.whatif import NOTE, WhatIf, predict
 from loadgen.report.atomic import atomic_write_bytes, atomic_write_text
 from loadgen.report.files import load_summary, write_results
@@ -44,15 +45,16 @@ from loadgen.sim.config import SimConfigError, load, set_value, validate
 from loadgen.stats.slo import Objectives
 
 
-def _plan(scenario: dict) -> StagePlan:
-    """The measured run's stage rules (its ramp too: users started as Locust spawned them); isolated
-    stages when it had SLO objectives (as its plan did)."""
-    s, d = scenario.get("stages") or {}, StagePlan()
-    isolated = bool(scenario.get("slo")) and build_scenario({"slo": scenario["slo"]}).slo.enabled  # limits too
-    return StagePlan(float(s.get("warmup_s", d.warmup_s)), float(s.get("duration_s", d.duration_s)),
-                     bool(s.get("turnover", d.turnover)), float(s.get("max_warmup_s", d.max_warmup_s)),
-                     float(s.get("max_window_s", d.max_window_s)), isolated, ramp_s=float(s.get("ramp_s", d.ramp_s)),
-                     min_requests=int(s.get("min_requests", d.min_requests)))
+def _stages(scenario: dict) -> StagesConfig:
+    """The measured run's ``stages`` section, as its summary.json recorded it (its ramp too: users
+    started as Locust spawned them), read by the run's loader: defaults for keys an older summary lacks."""
+    keys = {f.name for f in dataclasses.fields(StagesConfig)}
+    return build_scenario({"stages": {k: v for k, v in (scenario.get("stages") or {}).items() if k in keys}}).stages
+
+
+def _objectives_of(scenario: dict) -> Objectives:
+    """The measured run's SLO objectives (its stages were isolated as its plan isolated them)."""
+    return build_scenario({"slo": scenario["slo"]}).slo if scenario.get("slo") else Objectives()
 
 
 def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | None = None) -> int:
@@ -65,7 +67,7 @@ def calibrate(runs: list[str], out: str, plots: bool = True, max_batch: int | No
     sc = summary["scenario"]
     loads = [s["concurrency"] for s in summary["stages"] if s.get("concurrency") and not s.get("search")]
     predicted = predict(cfg, WhatIf(sc["input_tokens"], sc["output_tokens"], tuple(loads),
-                                    plan=_plan(sc)))
+                                    stages=_stages(sc), objectives=_objectives_of(sc)))
     res = residuals(summary, predicted["stages"])
     head = [f"Calibrated by llm-loadgen calibrate from {', '.join(map(str, run_dirs))}",
             "model: step = step_base_ms + step_per_seq_ms x batch + step_per_prefill_token_us x prefill tokens"
@@ -141,26 +143,30 @@ def _config(preset: dict):
     return cfg
 
 
-def _objectives(text: str | None, attainment: float) -> Objectives:
+def _objectives(args: argparse.Namespace) -> Objectives:
     """--slo without --scenario: parsed and validated as the run's --slo (``loadgen.config``), so it
     takes every slo.* key the run takes (per-request objectives, percentile limits such as
-    ttft_p99_s, a named preset) and a bad key gets the run's error."""
-    if not text:
+    ttft_p99_s, a named preset) and a bad key gets the run's error; --slo-search and
+    --slo-early-stop as the run's."""
+    if not args.slo:
         return Objectives()
     from loadgen.config import scenario_from_options
 
-    return scenario_from_options(argparse.Namespace(scenario=None, set=[f"slo.attainment={attainment}"],
-                                                    slo=text)).slo
+    sets = [f"slo.attainment={args.attainment}"]
+    sets += [f"{AS_SCENARIO_KEY[k]}=true" for k in ("slo_search", "slo_early_stop") if getattr(args, k)]
+    return scenario_from_options(argparse.Namespace(scenario=None, set=sets, slo=args.slo)).slo
 
 
+# the whatif's own defaults without --scenario (the stage rules are the scenario's: ``stage_rules``)
 DEFAULTS = {"input_tokens": 1000, "output_tokens": 1000, "stages": "1,2,4,8,16,32,64,128,256,512",
-            "attainment": 0.99, "warmup_s": 30.0, "duration_s": 60.0, "max_warmup_s": 600.0, "max_window_s": 900.0}
+            "attainment": 0.99}
+RULE_FLAGS = ("warmup_s", "duration_s", "max_warmup_s", "max_window_s")  # stages.<flag>
 # whatif flag -> the run's option of the same meaning (loadgen.config.options: the same parsing and errors)
 AS_RUN_OPTION = {"input_tokens": "input_tokens", "output_tokens": "output_tokens", "stages": "stages",
                  "rates": "rates", "warmup_s": "warmup", "duration_s": "stage_duration"}
 # whatif flag -> the scenario key it sets (no run option of its own)
 AS_SCENARIO_KEY = {"max_warmup_s": "stages.max_warmup_s", "max_window_s": "stages.max_window_s",
-                   "attainment": "slo.attainment"}
+                   "attainment": "slo.attainment", "slo_search": "slo.search", "slo_early_stop": "slo.early_stop"}
 
 
 def scenario_whatif(args: argparse.Namespace, **changes) -> tuple[WhatIf, list[str]]:
@@ -208,9 +214,9 @@ def whatif(args: argparse.Namespace) -> int:
             if getattr(args, key) is None:
                 setattr(args, key, value)
         loads = tuple(float(x) if args.rates else int(x) for x in (args.rates or args.stages).split(","))
-        plan = StagePlan(args.warmup_s, args.duration_s, True, args.max_warmup_s, args.max_window_s)
-        w = WhatIf(args.input_tokens, args.output_tokens, loads, bool(args.rates), args.replicas, plan,
-                   _objectives(args.slo, args.attainment), spread=args.spread)
+        stages = stage_rules(**{k: getattr(args, k) for k in RULE_FLAGS if getattr(args, k) is not None})
+        w = WhatIf(args.input_tokens, args.output_tokens, loads, bool(args.rates), args.replicas, stages,
+                   _objectives(args), spread=args.spread)
         if args.input_tokens + args.output_tokens > cfg.max_model_len:  # the run's start check refuses it too
             raise SimConfigError("--input-tokens + --output-tokens", args.input_tokens + args.output_tokens,
                                  f"exceeds the preset's max_model_len {cfg.max_model_len:,}: every request would "
@@ -284,6 +290,10 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
     wi.add_argument("--slo", help="objectives as the run's --slo (any slo.* key), e.g. ttft_s=2,tpot_s=0.03 or "
                     "ttft_p99_s=2 or preset=NAME (seconds)")
     wi.add_argument("--attainment", type=float, help="SLO attainment (default 0.99)")
+    wi.add_argument("--slo-search", action="store_const", const=True,
+                    help="as the run's: after the sweep, the search's bisection stages (predicted)")
+    wi.add_argument("--slo-early-stop", action="store_const", const=True,
+                    help="as the run's: a window closes once its SLO verdict is decided (predicted)")
     wi.add_argument("--warmup-s", type=float, help="stages.warmup_s (default 30)")
     wi.add_argument("--duration-s", type=float, help="stages.duration_s (default 60)")
     wi.add_argument("--max-warmup-s", type=float, help="stages.max_warmup_s (default 600)")

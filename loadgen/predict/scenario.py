@@ -6,18 +6,17 @@ ConfigError, naming the key, for the same bad input), its dataset by the run's
 resolves it), and a timestamped dataset becomes the run's one rate stage at the trace's mean rate
 (``loadgen.workload.trace.trace_scenario``). What is predicted of it:
 
-- the stages (``stages.*``: list or geometric series, ramp_s, warmup_s, duration_s, turnover,
-  max_warmup_s, max_window_s, min_requests) or the rate stages (``rate.*``: arrival, burstiness, seed);
+- the stages (``stages.*``, played by the run's own plan: ``loadgen.predict.vsweep``) or the rate
+  stages (``rate.*``: arrival, burstiness, seed);
   a user's pause after a refused request (``request.client_error_pause_s``);
 - the requests: ``input:`` / ``output:`` distributions, or the dataset's lines (``workload.dataset``,
   ``dataset_order``), seeded by ``prompt.seed`` (``loadgen.predict.vworkload``);
-- the SLO objectives (``slo.*``: isolated stages, each stage's attainment and the SLO maximum) and
-  the knee threshold (``knee.threshold``).
+- the SLO objectives (``slo.*``: isolated stages, each stage's attainment, the search's stages, the
+  early stop and the SLO maximum) and the knee threshold (``knee.threshold``).
 
 Not predicted, refused with the key to change: multi-turn conversations (``workload.turns`` > 1).
 Stated in the summary's notes instead: a shared prefix (``prompt.shared_prefix_tokens``, dataset
-``hash_ids``: the virtual prompts share nothing, so no prefix-cache hit is predicted) and the SLO
-search (``slo.search``: only the listed stages are predicted).
+``hash_ids``: the virtual prompts share nothing, so no prefix-cache hit is predicted).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 
 from loadgen.config import ConfigError, Scenario
-from loadgen.predict.vsweep import StagePlan
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.predict.whatif import WhatIf
 from loadgen.server.start_check import check_context
@@ -46,24 +44,17 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     if max_model_len is not None:
         check_context(sc, dataset, max_model_len)
     sc = trace_scenario(sc, dataset)
-    st = sc.stages
-    plan = StagePlan(float(st.warmup_s), float(st.duration_s), bool(st.turnover), float(st.max_warmup_s),
-                     float(st.max_window_s), isolated=sc.slo.enabled, ramp_s=float(st.ramp_s),
-                     min_requests=int(st.min_requests),
-                     client_error_pause_s=float(sc.request.client_error_pause_s))
     workload = VirtualWorkload(sc.length_dist("input"), sc.length_dist("output"), sc.prompt.seed,
                                tuple(dataset or ()), sc.workload.dataset, sc.workload.dataset_order == "shuffled",
                                sc.rate.arrival, sc.rate.burstiness, sc.rate.seed, sc.workload.trace_speedup,
                                sc.rate.max_inflight)
     loads = tuple(float(x) for x in sc.loads()) if sc.open_loop else tuple(int(x) for x in sc.loads())
-    w = WhatIf(sc.input_tokens, sc.output_tokens, loads, sc.open_loop, plan=plan, objectives=sc.slo,
-               knee_threshold=sc.knee.threshold, workload=workload, scenario=sc.to_dict())
+    w = WhatIf(sc.input_tokens, sc.output_tokens, loads, sc.open_loop, stages=sc.stages, objectives=sc.slo,
+               knee_threshold=sc.knee.threshold, workload=workload, scenario=sc.to_dict(),
+               client_error_pause_s=sc.request.client_error_pause_s)
     w = dataclasses.replace(w, **changes)
     notes = []
     if sc.prompt.shared_prefix_tokens or any(r.hash_ids for r in dataset or ()):
         notes.append("not predicted: shared prompt prefixes (prompt.shared_prefix_tokens, hash_ids); every "
                      "virtual prompt is distinct, so no prefix-cache hit is counted")
-    if sc.slo.enabled and sc.slo.search:
-        notes.append("not predicted: the SLO search stages (slo.search); the SLO maximum is read from the "
-                     "listed stages")
     return w, notes

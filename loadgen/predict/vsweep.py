@@ -1,143 +1,95 @@
-"""A sweep played on the virtual-time engine: each stage's requests and their timings, as a run sees them.
+"""A sweep played on the virtual-time engine: the run's own plan, ticked in simulated seconds.
 
 Pure: no I/O, no wall clock (the simulated clock of ``loadgen.sim.virtual``). The stages follow the
-run plan's rules (``loadgen.run.plan``) in simulated seconds:
+run's ``loadgen.run.plan.SweepPlan``, built by ``plan_of`` from the scenario's ``stages`` section and
+``slo`` objectives exactly as the run builds it: this module holds no rule of its own. It is the
+plan's adapter, as ``shapes.sweep.SweepShape`` is in a run: once a tick (``tick_s``, 1 s as the
+shape; at the first engine step that ends at or after it) it observes the virtual run (users
+started, measured requests finished and still running per stage, requests in flight, the SLO
+outcomes of final stages for the search) and acts on the plan's events; after a ``WindowClosed`` it
+ticks again at once, as the shape does. ``tick_s`` 0: the plan is ticked after every engine step,
+and again at once while it has something to say (a rule acts at the instant it holds).
 
-- closed loop: stage C runs C users (users carry over from the stage before; the new ones start
-  as Locust spawns them for the plan's spawn rate, ``spawn_offsets``: spread over about
-  ``ramp_s`` x new / C, or together when ``ramp_s`` is 0; a user whose request finishes sends the
-  next one at once, as Locust's ``wait_time = constant(0)``); open loop: requests arrive on the
-  stage's seeded schedule (poisson, constant or gamma gaps: ``loadgen.predict.vworkload``);
-- ticks (``tick_s``, 1 s as ``shapes.sweep.SweepShape``): the rules below are checked once a tick
-  (at the first engine step that ends at or after it), the ramp ends at the tick after the stage
-  started, and the next stage starts at the tick the window closed. A window then opens about
-  ``warmup_s`` + 1 s after a stage's users started, where a real run's does (``tick_s`` 0: at the
-  instant a rule holds, a second earlier, when the users that started together are still closer);
-- warmup: ``warmup_s``, and (turnover) until as many requests finished since the stage began as the
-  stage holds (C, or in flight), at most ``max_warmup_s``;
-- window: ``duration_s``, and (turnover) until as many of its measured requests finished, at most
-  ``max_window_s``; a request is measured when *sent* in the window, its tokens count toward
-  throughput when they *arrive* in it; the next stage begins when the window closes, or with
-  ``isolated`` (a run with SLO objectives) once the stage's measured requests finished, its users
-  still running meanwhile (the plan's ``closing``).
+- closed loop: the plan's users start as Locust spawns them for the plan's spawn rate
+  (``spawn_offsets``); a user whose request finishes sends the next one at once, as Locust's
+  ``wait_time = constant(0)``; a refused request (a 4xx) pauses it ``client_error_pause_s``;
+- open loop: one dispatcher (``users_for``: 1); requests arrive on the stage's seeded schedule
+  (poisson, constant or gamma gaps: ``loadgen.predict.vworkload``) from the tick the stage started;
+- a request is measured when *sent* in a window, its tokens count toward throughput when they
+  *arrive* in it; in the drain no request is sent.
 
-Each request asks for the lengths its sender draws (``loadgen.predict.vworkload``: the scenario's
-distributions or dataset lines, seeded as the run seeds them; loadgen forces the output length, so
-the simulator's early-EOS setting plays no part). The engine holds each request's own KV (its
-prompt plus what it generated); nothing here assumes one length for all.
+The guard is not played (every stage is allowed): the what-if predicts the KV ceiling beside the
+stages instead (``loadgen.predict.whatif``). Each request asks for the lengths its sender draws
+(``loadgen.predict.vworkload``: the scenario's distributions or dataset lines, seeded as the run
+seeds them; loadgen forces the output length, so the simulator's early-EOS setting plays no part).
+The engine holds each request's own KV (its prompt plus what it generated).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from functools import cache
 
+from loadgen.config import StagesConfig, build_scenario
 from loadgen.config.schema import DEFAULTS
+from loadgen.phases import Phase
+from loadgen.predict.rows import StageRecord, Timing
 from loadgen.predict.vworkload import Sender, VirtualWorkload
+from loadgen.run import plan as run_plan
+from loadgen.run.kv_guard import GuardDecision
 from loadgen.sim.engine import EngineParams, SimRequest
 from loadgen.sim.virtual import VirtualServer
+from loadgen.stats.slo import Objectives, request_verdict
+from loadgen.stats.slo_early import live_counts
 from loadgen.workload.trace import TraceSchedule
 
-
-@dataclass(frozen=True)
-class StagePlan:
-    """The run plan's timing rules, simulated seconds (``stages.*`` of a scenario)."""
-
-    warmup_s: float = 30.0
-    duration_s: float = 60.0
-    turnover: bool = True
-    max_warmup_s: float = 600.0
-    max_window_s: float = 900.0
-    isolated: bool = False  # SLO objectives set: stage k+1 starts once stage k's measured requests ended
-    tick_s: float = 1.0  # the sweep shape's tick (SweepShape: 1 s): rules are checked on it; 0: at every step
-    ramp_s: float = 0.0  # stages.ramp_s: a stage's new users start spread over it (0: together)
-    min_requests: int = 0  # stages.min_requests: a window also holds this many finished measured requests
-    # request.client_error_pause_s: a closed-loop user's pause after a refused request (a 4xx)
-    client_error_pause_s: float = DEFAULTS["request"]["client_error_pause_s"]
+TICK_S = 1.0  # the sweep shape's tick (shapes.sweep.SweepShape: Locust ticks a shape once a second)
+IDLE_S = 0.01  # tick_s 0: an idle engine with nothing due sleeps this long between the plan's ticks
+ERROR_PAUSE_S = DEFAULTS["request"]["client_error_pause_s"]
 
 
-@dataclass
-class Timing:
-    """One request as the client sees it: sent, and each chunk's arrival and tokens."""
-
-    sent_s: float
-    stage: int | None  # the stage whose window it was sent in; None: unmeasured
-    chunk_t: list[float] = field(default_factory=list)
-    chunk_n: list[int] = field(default_factory=list)
-    done: bool = False
-    rejected: bool = False  # max_queued: refused (a 503)
-    input_tokens: int = 0  # the prompt's tokens, as asked
-    too_long: bool = False  # input + output above max_model_len: refused (a 400)
-
-    @property
-    def failed(self) -> bool:
-        return self.rejected or self.too_long
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.chunk_n)
-
-    @property
-    def ttft_s(self) -> float | None:
-        return self.chunk_t[0] - self.sent_s if self.chunk_t else None
-
-    @property
-    def e2e_s(self) -> float | None:
-        return self.chunk_t[-1] - self.sent_s if self.chunk_t else None
-
-    @property
-    def tpot_s(self) -> float | None:
-        """(E2E - TTFT) / (N - 1), None when N < 2 (``loadgen.stats.records``)."""
-        n = self.tokens
-        return (self.chunk_t[-1] - self.chunk_t[0]) / (n - 1) if n >= 2 else None
+@cache
+def _default_stages() -> StagesConfig:
+    return build_scenario({}).stages
 
 
-@dataclass
-class StageRecord:
-    """What the virtual run saw of one stage: its load, window and measured requests."""
-
-    index: int
-    concurrency: int | None
-    rate_per_s: float | None
-    window_start_s: float = 0.0
-    window_s: float = 0.0
-    window_tokens: int = 0  # output tokens whose chunk arrived in the window
-    window_finished: int = 0  # requests (measured or not) that finished in the window
-    requests: list[Timing] = field(default_factory=list)
-    preemptions: int = 0
-    peak_running: int = 0
-    peak_waiting: int = 0
-    peak_kv_tokens: int = 0
-    scheduled: int = 0  # open loop: arrivals that came due in the window (sent + dropped)
-    dropped: int = 0  # open loop: arrivals not sent, rate.max_inflight requests already in flight
+def stage_rules(**changes) -> StagesConfig:
+    """The scenario's ``stages`` section: its defaults (``loadgen.config``) with ``changes``."""
+    return dataclasses.replace(_default_stages(), **changes)
 
 
+def _allow(load: float) -> GuardDecision:
+    """The what-if's guard: every stage runs (the KV ceiling is predicted beside the stages)."""
+    return GuardDecision(load, True, load, 0.0, None, "warn", False, "not played in the what-if")
 
-def spawn_offsets(old: int, new: int, ramp_s: float) -> list[float]:
-    """When users ``old .. new-1`` start, seconds after the stage's ramp began, as Locust starts them
-    for the plan's (users, spawn_rate): the plan asks spawn_rate = max(new / ramp_s, 1) users/s
-    (``loadgen.run.plan.SweepPlan.tick``; every user at once when ramp_s is 0), and Locust's
-    dispatcher starts k = max(1, floor(spawn_rate)) users at once every k / spawn_rate seconds,
-    the first k at once (``locust.dispatch.UsersDispatcher``)."""
+
+def spawn_offsets(old: int, new: int, spawn_rate: float) -> list[float]:
+    """When users ``old .. new-1`` start, seconds after the plan asked for them, as Locust starts
+    them for the plan's (users, spawn_rate) (``loadgen.run.plan.Tick``): Locust's dispatcher starts
+    k = max(1, floor(spawn_rate)) users at once every k / spawn_rate seconds, the first k at once
+    (``locust.dispatch.UsersDispatcher``)."""
     if new <= old:
         return []
-    if ramp_s <= 0:
-        return [0.0] * (new - old)
-    rate = max(new / ramp_s, 1.0)
-    per = max(1, math.floor(rate))
-    return [(j // per) * (per / rate) for j in range(new - old)]
+    per = max(1, math.floor(spawn_rate))
+    return [(j // per) * (per / spawn_rate) for j in range(new - old)]
 
 
 class _Sweep:
-    """The virtual clients and the stage bookkeeping around one VirtualServer."""
+    """The virtual clients around one VirtualServer, and the plan's adapter (``play``)."""
 
-    def __init__(self, params: EngineParams, workload: VirtualWorkload, jitter_s: float = 0.0,
-                 part: int = 0, parts: int = 1, max_model_len: int | None = None, error_pause_s: float = 1.0):
+    def __init__(self, params: EngineParams, workload: VirtualWorkload, open_loop: bool = False,
+                 jitter_s: float = 0.0, part: int = 0, parts: int = 1, max_model_len: int | None = None,
+                 error_pause_s: float = ERROR_PAUSE_S, judge: Callable[[StageRecord], bool | None] | None = None,
+                 objectives: Objectives | None = None):
         self.rng, self.jitter_s, self.error_pause_s = random.Random(params.seed), jitter_s, error_pause_s
         self.server = VirtualServer(params, self._on_chunk)
         self.workload, self.part, self.parts, self.max_model_len = workload, part, parts, max_model_len
+        self.open_loop, self.judge = open_loop, judge
+        self.objectives = objectives if objectives is not None and objectives.enabled else None
         self.cursor = workload.cursor(part, parts)  # the dataset, shared by every sender
         self.senders: dict[int, Sender] = {}  # user index -> its asks (the open-loop dispatcher: 0)
         self.timing: dict[int, Timing] = {}  # id(SimRequest) -> Timing, requests in flight
@@ -148,9 +100,13 @@ class _Sweep:
         self.stage_t0 = 0.0
         self.due: tuple[float, object] | None = None  # open loop: the next arrival (time, trace line)
         self.measuring: StageRecord | None = None
+        self.records: list[StageRecord] = []  # every stage the plan started, in order (index = position)
         self.finished = 0  # requests finished in the whole run
-        self.finished_measured = 0  # measured requests of the open window finished
-        self.phase_at = 0.0  # when the last phase ended (a tick): the next stage starts then
+        self.finished_of: dict[int, int] = {}  # stage -> its measured requests finished
+        self.running_of: dict[int, int] = {}  # stage -> its measured requests still running
+        self.outcomes: list[tuple[float, bool]] = []  # (load, passed) of final stages judged (the search)
+        self.preempted_at_open = 0
+        self.draining = self.done = False
 
     def _sender(self, user: int) -> Sender:
         if user not in self.senders:
@@ -164,9 +120,10 @@ class _Sweep:
         n_in, n_out = sender.next() if line is None else sender.line(line)
         req = SimRequest(n_in, n_out)
         st = self.measuring
-        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in)
+        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in, output_tokens=n_out)
         if st is not None:
             st.requests.append(timing)
+            self.running_of[st.index] = self.running_of.get(st.index, 0) + 1
         if user is not None:
             self.user_of[id(req)] = user
         if self.max_model_len is not None and n_in + n_out > self.max_model_len:
@@ -194,8 +151,13 @@ class _Sweep:
         self.finished += 1
         if self.measuring is not None:
             self.measuring.window_finished += 0 if timing.failed else 1
-            if timing.stage == self.measuring.index:
-                self.finished_measured += 1
+        if timing.stage is not None:  # a measured request: counted in its stage as the run's collector does
+            self.running_of[timing.stage] -= 1
+            self.finished_of[timing.stage] = self.finished_of.get(timing.stage, 0) + 1
+            result = timing.result()
+            verdict = request_verdict(result, self.objectives) if self.objectives is not None else None
+            self.records[timing.stage].stats.add_result(result, timing.input_tokens, timing.output_tokens,
+                                                        verdict=verdict)
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             if timing.too_long:  # a refused request: the user pauses (request.client_error_pause_s)
@@ -247,105 +209,119 @@ class _Sweep:
                 self.send(t, line=line)
             self._next_due()
 
-    def advance_to(self, end_s: float, until, cap_s: float, tick_s: float = 0.0) -> float:
-        """Run until ``end_s`` has passed and ``until()`` holds, or ``cap_s`` passed; returns the time
-        the rule held. With ``tick_s`` the rule is checked once per tick (at the first step end at or
-        after it, as the sweep shape observes the run once a second) and the time returned is the tick's."""
-        server = self.server
-        checked = -1  # the last tick checked
+    # -- the plan's adapter ------------------------------------------------------------------------
+    def play(self, plan: run_plan.SweepPlan, tick_s: float) -> list[StageRecord]:
+        """Tick ``plan`` on the simulated clock until the sweep is done; the stages it ran."""
+        server, checked = self.server, -1
         while True:
             now = server.now_s
             if tick_s:
                 k = int(now / tick_s + 1e-9)
-                at = k * tick_s
-                if k > checked:
+                if k > checked:  # the first step end at or after tick k: the shape's tick k
                     checked = k
-                    if (at >= end_s and until()) or at >= cap_s:
-                        return at
-            elif (now >= end_s and until()) or now >= cap_s:
-                return now
-            horizon = end_s if now < end_s else cap_s
-            if tick_s:
-                horizon = min(horizon, (checked + 1) * tick_s)  # an idle engine sleeps to the next tick at most
+                    self._tick(plan, k * tick_s, again=False)
+                horizon = (checked + 1) * tick_s  # an idle engine sleeps to the next tick at most
+            else:
+                self._tick(plan, now, again=True)
+                horizon = now + IDLE_S
+            if self.done:
+                return self.records
             self.release(horizon)
             if not server.advance(horizon):
-                if now >= end_s and not tick_s:
-                    return now  # idle with nothing due before the cap: nothing more can finish
                 server.now_s = max(now, horizon)
-            st, engine = self.measuring, server.engine
-            if st is not None:
+            if (st := self.measuring) is not None:
+                engine = server.engine
+                if self.open_loop:  # the in-flight integral and peak (concurrency_mean, _max)
+                    st.stats.inflight_us += int((server.now_s - now) * 1e6 * len(self.timing))
+                    st.stats.inflight_peak = max(st.stats.inflight_peak, len(self.timing))
                 st.peak_running = max(st.peak_running, engine.num_running)
                 st.peak_waiting = max(st.peak_waiting, engine.num_waiting)
                 st.peak_kv_tokens = max(st.peak_kv_tokens, engine.kv_used)
 
+    def _tick(self, plan: run_plan.SweepPlan, t: float, again: bool) -> None:
+        """The shape's tick: observe, tick the plan, act on its events; once more at once if the
+        plan is closing a window (as the shape), or with ``again`` as long as it has events."""
+        for _ in range(100 if again else 2):
+            tick = plan.tick(self._observe(t))
+            for ev in tick.events:
+                self._on_event(ev, t)
+            if tick.users is None:
+                self.done = True
+                return
+            if not self.draining and not self.open_loop:
+                self._want(tick.users, tick.spawn_rate)
+            if not tick.events or not (again or plan.kind is Phase.CLOSING):
+                return
+
+    def _observe(self, t: float) -> run_plan.Observation:
+        # Locust's user count: the users wanted less those it has yet to spawn
+        users = (1 if self.schedule is not None else 0) if self.open_loop else \
+            self.users - sum(1 for _, u in self.starts if u < self.users)
+        return run_plan.Observation(now=t, users=users, finished=lambda k: self.finished_of.get(k, 0),
+                           stage_done=lambda k: not self.running_of.get(k), idle=lambda: not self.timing,
+                           finished_total=self.finished, inflight=len(self.timing),
+                           slo_outcomes=lambda: list(self.outcomes), slo_live=self._live)
+
+    def _live(self, k: int):
+        """Stage k's SLO counts so far and its measured requests running (the early stop's look)."""
+        stats = self.records[k].stats if k < len(self.records) else None
+        return live_counts(stats, self.running_of.get(k, 0), self.objectives or Objectives())
+
+    def _want(self, users: int, spawn_rate: float) -> None:
+        """The plan's users: new ones start as Locust spawns them; above ``users`` they stop after
+        their request (one asked back while its request still runs just goes on after it)."""
+        if users > self.users:
+            offsets = spawn_offsets(self.users, users, spawn_rate)
+            at, running = self.server.now_s, set(self.user_of.values())
+            self.starts += [(at + off, u) for u, off in zip(range(self.users, users), offsets, strict=True)
+                            if u not in running]
+        self.users = users
+
+    def _on_event(self, ev, t: float) -> None:
+        engine = self.server.engine
+        if isinstance(ev, run_plan.PhaseStarted) and ev.phase is Phase.RAMP:
+            load = ev.concurrency
+            rec = StageRecord(ev.stage, None if self.open_loop else int(load),
+                              float(load) if self.open_loop else None, search=ev.search)
+            self.records.append(rec)
+            if self.open_loop:  # the new rate's schedule starts at the stage's tick
+                self.start_stage_arrivals(float(load), ev.stage, t)
+        elif isinstance(ev, run_plan.PhaseStarted) and ev.phase is Phase.DRAIN:
+            self.draining, self.users = True, 0
+            self.stop_arrivals()
+        elif isinstance(ev, run_plan.WindowOpened):
+            rec = self.records[ev.stage]
+            rec.window_start_s, self.measuring = ev.t, rec
+            self.preempted_at_open = engine.stats.preemptions_total
+        elif isinstance(ev, run_plan.WindowClosed):
+            rec = self.records[ev.stage]
+            rec.window_s, rec.early, self.measuring = ev.t - rec.window_start_s, ev.early, None
+            rec.preemptions = engine.stats.preemptions_total - self.preempted_at_open
+        elif isinstance(ev, run_plan.StageFinal) and self.judge is not None:
+            rec = self.records[ev.stage]
+            if (passed := self.judge(rec)) is not None:
+                self.outcomes.append((rec.rate_per_s if self.open_loop else rec.concurrency, passed))
+        elif isinstance(ev, run_plan.SweepDone):
+            self.done = True
+
 
 def run_sweep(params: EngineParams, loads: list[float], input_tokens: int = 1000, output_tokens: int = 1000,
-              plan: StagePlan = StagePlan(), open_loop: bool = False, jitter_s: float = 0.0,
-              workload: VirtualWorkload | None = None, part: int = 0, parts: int = 1,
-              max_model_len: int | None = None) -> list[StageRecord]:
-    """Play the stages ``loads`` (concurrencies, or with ``open_loop`` rates in requests/s) one
-    after the other on one engine, as a run does; returns each stage's record. ``workload``: what
-    each request asks for and when open-loop requests arrive (default: ``input_tokens`` /
-    ``output_tokens`` fixed, constant gaps); ``part`` of ``parts``: one replica's share (its own
-    draws; ``loads`` are this replica's). ``jitter_s``: each request reaches the server a seeded
-    uniform 0 .. jitter_s after it was sent (a client's turnaround; 0: at once). ``max_model_len``:
-    a request longer than it (input + output) is answered 400 at once, as the server does."""
+              stages: StagesConfig | None = None, objectives: Objectives | None = None, open_loop: bool = False,
+              jitter_s: float = 0.0, workload: VirtualWorkload | None = None, part: int = 0, parts: int = 1,
+              max_model_len: int | None = None, tick_s: float = TICK_S, error_pause_s: float = ERROR_PAUSE_S,
+              judge: Callable[[StageRecord], bool | None] | None = None) -> list[StageRecord]:
+    """Play the stages ``loads`` (concurrencies, or with ``open_loop`` rates in requests/s) on one
+    engine as the run's plan runs them (``stages``: the scenario's section, default its defaults;
+    ``objectives``: its ``slo``, which isolates the stages and may add search stages and early
+    stops); returns each stage's record. ``judge``: whether a final stage's requests passed the SLO
+    (None: not judged), read by the search. ``workload``: what each request asks for and when
+    open-loop requests arrive (default: ``input_tokens`` / ``output_tokens`` fixed, constant gaps);
+    ``part`` of ``parts``: one replica's share (its own draws; ``loads`` are this replica's).
+    ``jitter_s``: each request reaches the server a seeded uniform 0 .. jitter_s after it was sent
+    (a client's turnaround; 0: at once). ``max_model_len``: a request longer than it (input + output)
+    is answered 400 at once, as the server does."""
     workload = workload or VirtualWorkload.fixed(input_tokens, output_tokens)
-    sw = _Sweep(params, workload, jitter_s, part, parts, max_model_len, plan.client_error_pause_s)
-    server = sw.server
-    records = [_play_stage(sw, index, load, plan, open_loop) for index, load in enumerate(loads)]
-    # the drain: no new requests; the last stage's measured ones finish (their figures need their ends)
-    sw.users = 0
-    sw.stop_arrivals()
-    if records:
-        last = records[-1]
-        sw.advance_to(server.now_s, lambda: all(t.done for t in last.requests), server.now_s + plan.max_window_s,
-                      plan.tick_s)
-    return records
-
-
-def _play_stage(sw: _Sweep, index: int, load: float, plan: StagePlan, open_loop: bool) -> StageRecord:
-    """Ramp, warmup, window: the stage's record. The stage starts at the tick the last one's window
-    closed (``sw.phase_at``). The ramp: open loop, the new rate's schedule starts then; closed loop,
-    the new users start as Locust spawns them (``spawn_offsets``; all at once when ``ramp_s`` is 0),
-    and with ticks the ramp ends at the first tick after the last of them started (the shape sees
-    them running); every rule after is checked on the tick."""
-    server, tick = sw.server, plan.tick_s
-    start = sw.phase_at
-    finished_at_start = sw.finished
-    last_start = 0.0
-    if open_loop:
-        rec = StageRecord(index, None, float(load))
-        sw.start_stage_arrivals(float(load), index, start)
-
-        def hold() -> int:  # the open-loop turnover counts against the requests in flight
-            return max(1, len(sw.timing))
-    else:
-        rec = StageRecord(index, int(load), None)
-        old, sw.users = sw.users, int(load)
-        offsets = spawn_offsets(old, sw.users, plan.ramp_s)
-        sw.starts += [(server.now_s + off, user) for user, off in zip(range(old, sw.users), offsets, strict=True)]
-        last_start = offsets[-1] if offsets else 0.0
-
-        def hold() -> int:
-            return sw.users
-    on = plan.turnover
-    # the ramp ends at the first tick after the last user started (at once without ticks)
-    warm_from = start + (tick * (math.floor(last_start / tick + 1e-9) + 1) if tick else last_start)
-    t0 = sw.advance_to(warm_from + plan.warmup_s, lambda: not on or sw.finished - finished_at_start >= hold(),
-                       warm_from + max(plan.max_warmup_s, plan.warmup_s), tick)
-    rec.window_start_s = t0
-    preempted_before = server.engine.stats.preemptions_total
-    sw.measuring, sw.finished_measured = rec, 0
-
-    def closes() -> bool:  # the window's turnover, and the plan's min_requests measured requests finished
-        return (not on or sw.finished_measured >= hold()) and sw.finished_measured >= plan.min_requests
-
-    sw.phase_at = sw.advance_to(t0 + plan.duration_s, closes, t0 + max(plan.max_window_s, plan.duration_s), tick)
-    rec.window_s = sw.phase_at - t0
-    rec.preemptions = server.engine.stats.preemptions_total - preempted_before
-    sw.measuring = None
-    if plan.isolated:
-        now = sw.phase_at
-        sw.phase_at = sw.advance_to(now, lambda: all(t.done for t in rec.requests), now + plan.max_window_s, tick)
-    return rec
+    sw = _Sweep(params, workload, open_loop, jitter_s, part, parts, max_model_len, error_pause_s, judge, objectives)
+    plan = run_plan.plan_of(loads, stages or _default_stages(), objectives or Objectives(), _allow,
+                   users_for=(lambda rate: 1) if open_loop else None)
+    return sw.play(plan, tick_s)

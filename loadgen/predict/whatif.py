@@ -18,13 +18,17 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from loadgen.config import Scenario, StagesConfig, build_scenario
+from loadgen.config.schema import LengthConfig
 from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StagePlan, StageRecord, run_sweep
+from loadgen.predict.vsweep import ERROR_PAUSE_S, TICK_S, StageRecord, run_sweep, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.report.knee import find_knee, find_rate_knee
-from loadgen.run.kv_guard import max_fitting_concurrency_of
+from loadgen.run.results import GuardRecord, RunFacts, build_summary
+from loadgen.server.answers import Capacity
 from loadgen.sim.config import SimConfig
-from loadgen.stats.slo import Objectives, slo_answer
+from loadgen.stats.slo import Objectives
+from loadgen.stats.stage_stats import StageStats
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
         "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
@@ -39,7 +43,7 @@ class WhatIf:
     loads: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     open_loop: bool = False
     replicas: int = 1
-    plan: StagePlan = StagePlan()
+    stages: StagesConfig = field(default_factory=stage_rules)  # the scenario's stages section: the plan's rules
     objectives: Objectives = field(default_factory=Objectives)
     knee_threshold: float = 0.10
     spread: int = 0  # extra runs with other seeds, engine speeds and client jitters: how sure the prediction is
@@ -47,10 +51,30 @@ class WhatIf:
     # fixed, constant gaps (loadgen.predict.vworkload)
     workload: VirtualWorkload | None = None
     scenario: dict | None = None  # the scenario file predicted (Scenario.to_dict()), for the summary
+    tick_s: float = TICK_S  # how often the plan is ticked (the sweep shape's 1 s; 0: after every engine step)
+    client_error_pause_s: float = ERROR_PAUSE_S  # request.client_error_pause_s
 
     @property
     def requests(self) -> VirtualWorkload:
         return self.workload or VirtualWorkload.fixed(self.input_tokens, self.output_tokens)
+
+    def run_scenario(self) -> Scenario:
+        """The scenario the run would run: the file's (``scenario``), else the defaults with this
+        what-if's lengths, loads, stage rules, objectives and knee threshold."""
+        if self.scenario is not None:
+            return build_scenario(self.scenario)
+        base, wl = build_scenario({}), self.requests
+
+        def length(d) -> LengthConfig:
+            return LengthConfig(d.kind, d.mean, d.std, d.min, d.max)
+
+        loads = tuple(self.loads)
+        return dataclasses.replace(
+            base, input_tokens=self.input_tokens, output_tokens=self.output_tokens,
+            input=length(wl.inputs), output=length(wl.outputs),
+            stages=dataclasses.replace(self.stages, list=None if self.open_loop else loads),
+            rate=dataclasses.replace(base.rate, list=loads if self.open_loop else None), slo=self.objectives,
+            knee=dataclasses.replace(base.knee, threshold=self.knee_threshold))
 
 
 def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
@@ -66,10 +90,12 @@ def _merge(parts: list[StageRecord]) -> StageRecord:
     window = max((p.window_s for p in live), default=0.0)
     first = parts[0]
     rec = StageRecord(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
-                      None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window)
+                      None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window,
+                      search=first.search, early=first.early)
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
     rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
     for p in parts:
+        rec.stats.merge(p.stats)  # exact, as the master merges its workers' (loadgen.stats.stage_stats)
         rec.requests += p.requests
         rec.preemptions += p.preemptions
         rec.scheduled, rec.dropped = rec.scheduled + p.scheduled, rec.dropped + p.dropped
@@ -91,12 +117,15 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
     few discrete levels (a prompt's prefill alone, or behind one or two others'). Then, per row and
     for output tok/s, TTFT p50 and TPOT p50: the figure is the median over the K + 1 runs (the lower
     middle one: a value some run gave), ``spread`` its [min, max] and ``spread_runs`` every run's
-    value, sorted; the other figures, the knee and the SLO answer are the first run's."""
+    value, sorted; the other figures, the knee and the SLO answer are the first run's. A stage is
+    matched by its load (an SLO search may measure other loads in another run: those are left out)."""
     summary = _predict_once(cfg, w, 0.0)
     if w.spread:
-        others = [_predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"] for k in range(1, w.spread + 1)]
-        for i, row in enumerate(summary["stages"]):
-            rows = [row] + [o[i] for o in others]
+        load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
+        others = [{r[load_key]: r for r in _predict_once(_reseeded(cfg, k), w, SPREAD_JITTER_S)["stages"]}
+                  for k in range(1, w.spread + 1)]
+        for row in summary["stages"]:
+            rows = [row] + [o[row[load_key]] for o in others if row[load_key] in o]
             values = {key: sorted(r[key] for r in rows if r.get(key) is not None) for key in SPREAD_KEYS}
             row["spread"] = {key: [v[0], v[-1]] if v else None for key, v in values.items()}
             row["spread_runs"] = values
@@ -104,8 +133,7 @@ def predict(cfg: SimConfig, w: WhatIf) -> dict:
                 if v:
                     row[key] = statistics.median_low(v)
         if (c := summary["confirm"]) is not None:
-            key = "offered_rate_per_s" if w.open_loop else "concurrency"
-            row = next(r for r in summary["stages"] if r.get(key) == c["load"])
+            row = next(r for r in summary["stages"] if r.get(load_key) == c["load"])
             c.update({k: row[k] for k in SPREAD_KEYS})
     return summary
 
@@ -132,8 +160,6 @@ def _reseeded(cfg: SimConfig, k: int) -> SimConfig:
 
 def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     params = cfg.engine_params()
-    if w.objectives.enabled and not w.plan.isolated:  # as a run with objectives isolates its stages
-        w = dataclasses.replace(w, plan=dataclasses.replace(w.plan, isolated=True))
     lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
     wl = w.requests
     cache: dict[tuple, list[StageRecord]] = {}
@@ -144,70 +170,70 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
         if key not in cache:
             cache[key] = _lane(params, list(lane), w, jitter_s, part, cfg.max_model_len)
         per_lane.append(cache[key])
-    records = [_merge([lane[k] for lane in per_lane]) for k in range(len(w.loads))]
-    for rec, load in zip(records, w.loads, strict=True):  # the stage's own load, not the lanes' sum of 0s
+    # each replica's plan searches on its own share (the same draws: the same stages); the stages all ran
+    records = [_merge([lane[k] for lane in per_lane]) for k in range(min(map(len, per_lane)))]
+    for rec, load in zip(records, w.loads, strict=False):  # the stage's own load, not the lanes' sum of 0s
         if w.open_loop:
             rec.rate_per_s = float(load)
         else:
             rec.concurrency = int(load)
-    kv_total = cfg.kv_tokens * w.replicas
     rows = [stage_row(r, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
     knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
-    load_key = "offered_rate_per_s" if w.open_loop else "concurrency"
-    for row in rows:
-        if knee is not None and row.get(load_key) == knee:
-            row["flags"].append("knee")
-    slo = None
-    if w.objectives.enabled:
-        outcomes = [(r[load_key], r["slo"]["pass"]) for r in rows if r.get("slo") and r["slo"]["attainment"] is not None]
-        slo = slo_answer(outcomes, w.objectives, [], "rate_per_s" if w.open_loop else "concurrency")
-    ceiling = max_fitting_concurrency_of(kv_total, wl.mix(), 0.0)
+    return _summary(cfg, w, records, rows, knee)
+
+
+PREDICTED_CAPACITY = "predicted: preset kv_tokens x replicas"
+
+
+def _summary(cfg: SimConfig, w: WhatIf, records: list[StageRecord], rows: list[dict], knee) -> dict:
+    """The run's own summary.json (``loadgen.run.results.build_summary``) of the predicted stages,
+    marked predicted (``predicted`` at the top and on ``run`` and ``server``), with what a what-if
+    adds: what was predicted of the scenario, the stage to confirm and the notes."""
+    wl, sc = w.requests, w.run_scenario()
+    kv_total = cfg.kv_tokens * w.replicas
     name = f"{w.input_tokens}-{w.output_tokens}" if not wl.varied else (w.scenario or {}).get("name", "mixed")
-    return {
-        "schema": 1,
-        "predicted": True,
-        "tool": {"name": "llm-loadgen predict", "version": "0.1.0"},
-        "run": {"name": f"predicted_{cfg.model}_{name}_x{w.replicas}",
-                "model": cfg.model, "endpoint": "completions", "predicted": True, "exit_code": 0},
-        "scenario": _scenario(w, wl),
-        "server": {"flavor": cfg.flavor, "max_model_len": cfg.max_model_len, "predicted": True},
-        "guard": {"capacity_tokens": kv_total, "capacity_source": "predicted: preset kv_tokens x replicas",
-                  "per_request_tokens": "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest",
-                  "margin": 0.0, "max_concurrency": ceiling, "stopped_before": None, "clamped_to": None},
-        "knee": {"concurrency": None if w.open_loop else knee, "threshold": w.knee_threshold,
-                 **({"rate_per_s": knee} if w.open_loop else {})},
-        "slo": slo,
-        "stages": rows,
-        "confirm": confirm_stage(rows, knee, slo, ceiling, w.open_loop),
-        "notes": [NOTE],
-    }
+    run = RunFacts(None, None, None, cfg.model, sc.endpoint, 0, None, w.replicas, [],
+                   f"predicted_{cfg.model}_{name}_x{w.replicas}")
+    capacity = Capacity(kv_total, PREDICTED_CAPACITY, cfg.flavor, cfg.max_model_len, "the preset's kv_tokens")
+    totals = StageStats()  # the measured requests of every stage (warmup requests are not counted)
+    for rec in records:
+        totals.merge(rec.stats)
+    summary = build_summary(run, sc, capacity, GuardRecord(), rows, knee, totals, dataset=list(wl.dataset) or None)
+    summary["predicted"] = summary["run"]["predicted"] = summary["server"]["predicted"] = True
+    summary["scenario"].update(_predicted_of(w, wl))
+    summary["guard"]["per_request_tokens"] = "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest"
+    summary["confirm"] = confirm_stage(summary["stages"], knee, summary["slo"], summary["guard"]["max_concurrency"],
+                                       w.open_loop)
+    summary["notes"] = [NOTE]
+    return summary
 
 
-def _scenario(w: WhatIf, wl: VirtualWorkload) -> dict:
-    """summary.json's ``scenario``: the scenario file's own keys (the distributions, the dataset, the
-    arrivals: what a run's summary records) when one was given, and what was predicted of it."""
-    predicted = {"input_tokens": w.input_tokens, "output_tokens": w.output_tokens, "replicas": w.replicas,
-                 "open_loop": w.open_loop, "predicted_workload": wl.describe(), "plan": vars(w.plan)}
-    if w.scenario is not None:
-        return {**w.scenario, **predicted}
-    return {**predicted, "input": {"dist": wl.inputs.kind}, "output": {"dist": wl.outputs.kind},
-            "stages": {"list": list(w.loads), **vars(w.plan)} if not w.open_loop else None,
-            "rate": {"list": list(w.loads), "arrival": wl.arrival} if w.open_loop else None,
-            "slo": {**w.objectives.thresholds, "attainment": w.objectives.attainment}}
+def _predicted_of(w: WhatIf, wl: VirtualWorkload) -> dict:
+    """What summary.json's ``scenario`` adds in a what-if: the workload and plan predicted."""
+    return {"replicas": w.replicas, "open_loop": w.open_loop, "predicted_workload": wl.describe(),
+            "plan": {**dataclasses.asdict(w.stages), "tick_s": w.tick_s}}
 
 
 def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,
           max_model_len: int | None = None) -> list[StageRecord]:
-    """One replica's sweep; a replica with no users in a stage records an empty stage."""
+    """One replica's sweep, played by the run's plan; a replica with no users in a stage records an
+    empty stage; the SLO search's stages (judged on the replica's own requests) come after the listed ones."""
     busy = [k for k, x in enumerate(loads) if x > 0]
-    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.plan, w.open_loop,
-                     jitter_s, w.requests, part, w.replicas, max_model_len)
-    if len(busy) == len(loads):
-        return recs
+
+    def judge(rec: StageRecord) -> bool | None:
+        slo = stage_row(rec, params.kv_tokens, w.objectives).get("slo")
+        return None if slo is None or slo["attainment"] is None else slo["pass"]
+
+    recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.stages, w.objectives,
+                     w.open_loop, jitter_s, w.requests, part, w.replicas, max_model_len, w.tick_s,
+                     w.client_error_pause_s, judge if w.objectives.enabled else None)
     out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
-    for k, rec in zip(busy, recs, strict=True):
+    for k, rec in zip(busy, recs, strict=False):
         rec.index = k
         out[k] = rec
+    for j, rec in enumerate(recs[len(busy):]):  # search stages
+        rec.index = len(loads) + j
+        out.append(rec)
     return out
 
 

@@ -284,3 +284,14 @@ class SweepPlan:
         at_once = self.ramp_s <= 0 or self.users_for is not None
         spawn_rate = float(users) if at_once else max(users / self.ramp_s, 1.0)
         return Tick(users, spawn_rate, events)
+
+
+def plan_of(loads, stages, slo: Objectives, decide: Callable,
+            users_for: Callable[[float], int] | None = None) -> SweepPlan:
+    """The plan of a scenario's stage loads, its ``stages`` section (``loadgen.config.StagesConfig``)
+    and its ``slo`` objectives: built here once, for the run (``shapes.sweep``) and the what-if
+    (``loadgen.predict.vsweep``), so a rule or a parameter cannot differ between the two."""
+    return SweepPlan(list(loads), users_for=users_for, ramp_s=stages.ramp_s, warmup_s=stages.warmup_s,
+                     duration_s=stages.duration_s, min_requests=stages.min_requests,
+                     max_window_s=stages.max_window_s, drain_s=stages.drain_s, turnover=stages.turnover,
+                     max_warmup_s=stages.max_warmup_s, decide=decide, slo=slo)

@@ -95,6 +95,7 @@ SPEC: dict[str, Check] = {
     "stages.min_requests": integer("requests per window, e.g. 100; 0 turns it off", ge=0),
     "stages.max_window_s": number("seconds, e.g. 900", gt=0),
     "stages.drain_s": number("seconds to wait for in-flight requests, e.g. 300; 0 to not wait", ge=0),
+    "stages.slice_s": number("seconds per time slice of a window, e.g. 60; null for none", gt=0, nullable=True),
     "rate.list": rate_list,
     "rate.start": number("the first stage's rate in requests/s, e.g. 1; null for rate.list or "
                          "the concurrency sweep", gt=0, nullable=True),

@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
         "min_requests": 0,
         "max_window_s": 900,
         "drain_s": 300,
+        "slice_s": None,
     },
     "rate": {
         "list": None,
@@ -190,6 +191,7 @@ class StagesConfig:
     min_requests: int
     max_window_s: float
     drain_s: float
+    slice_s: float | None = None  # soak: every window is also cut into slices this long (docs/soak.md)
 
     def concurrencies(self) -> tuple[int, ...]:
         """Concurrency of each stage, in order.

@@ -77,3 +77,10 @@ def read_slice_rows(path: str | os.PathLike) -> list[dict]:
             except (KeyError, TypeError, ValueError):
                 continue
     return rows
+
+
+def with_csv_slices(run_dir: str | os.PathLike, summary: dict) -> dict:
+    """``summary`` with the slices of ``run_dir``'s slices.csv when it holds more of them than
+    summary.json (rewritten less often than slices close: a killed run's last slices)."""
+    rows = read_slice_rows(Path(run_dir) / SLICES_CSV)
+    return {**summary, "slices": rows} if len(rows) > len(summary.get("slices") or []) else summary

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from loadgen.stats.cost import CostConfig
+from loadgen.stats.drift import DriftConfig
 from loadgen.stats.slo import Objectives
 
 # The scenario's ``endpoint`` names the API; its streaming path (loadgen.wire.endpoints.PATHS) is
@@ -92,6 +93,16 @@ DEFAULTS: dict[str, Any] = {
         "over_capacity_kv_usage": 0.98,
     },
     "knee": {"threshold": 0.10},
+    "drift": {
+        "throughput_pct_per_h": 10.0,
+        "ttft_p99_pct_per_h": 20.0,
+        "itl_p99_pct_per_h": 20.0,
+        "error_rate_per_h": 0.01,
+        "kv_usage_per_h": 0.05,
+        "preemptions_per_min_per_h": 1.0,
+        "alpha": 0.01,
+        "min_slices": 10,
+    },
     "slo": {
         "ttft_s": None,
         "tpot_s": None,
@@ -301,6 +312,7 @@ class Scenario:
     rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
+    drift: DriftConfig  # loadgen.stats.drift: what counts as drift per hour over a soak's time slices
     slo: Objectives  # loadgen.stats.slo: per-request objectives; none set = no SLO accounting
     cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
@@ -372,6 +384,7 @@ SECTIONS: dict[str, type] = {
     "rate": RateConfig,
     "guard": GuardConfig,
     "knee": KneeConfig,
+    "drift": DriftConfig,
     "slo": Objectives,
     "cost": CostConfig,
     "exporter": ExporterConfig,

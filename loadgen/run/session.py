@@ -50,6 +50,7 @@ from loadgen.run.unstaged import UnstagedRequests
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
+from loadgen.stats.drift import attach, stage_drift
 from loadgen.stats.flags import cut_flag
 
 log = logging.getLogger("llm_loadgen")
@@ -232,6 +233,7 @@ class Session:
             unfinished = None
         row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
         self.rows.append(row)
+        self._attach_drift(k)
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
@@ -289,6 +291,8 @@ class Session:
             return
         stage = book.stage
         rows = book.tick(force=force)
+        if stage is not None and book.stage is None and self._attach_drift(stage) and not force:
+            self.write()  # the stage's row is out already: rewritten with its verdict
         if rows:
             try:
                 append_slice_rows(self.run_dir / SLICES_CSV, rows)
@@ -301,6 +305,18 @@ class Session:
         now = time.perf_counter()
         if not force and stage is not None and (rows and now - self._written_t >= 5.0 or now - self._written_t >= 60.0):
             self.write()
+
+    def _attach_drift(self, k: int) -> bool:
+        """Stage k's drift verdict (``loadgen.stats.drift``) onto its row, once its row is made and
+        its last slice closed; True when attached now."""
+        book = self.slice_book
+        row = next((r for r in self.rows if r.get("index") == k), None)
+        if book is None or row is None or "drift" in row or book.stage == k:
+            return False
+        drift = stage_drift([r for r in book.rows if r["stage"] == k], book.slice_s, self.rt.scenario.drift)
+        attach(row, drift)
+        self.console.notice(f"llm-loadgen: stage {k}: {drift['verdict']}", self._rows_pending())
+        return True
 
     def _window_plan_s(self) -> float:
         return self.rt.scenario.stages.duration_s

@@ -31,6 +31,7 @@ def steady(rng, n: int) -> dict:
         "output_tokens_per_s": 1000 * (1 + 0.03 * rng.standard_normal(n)),
         "ttft_p99_s": 0.4 * rng.lognormal(0, 0.15, n),
         "itl_p99_s": 0.04 * rng.lognormal(0, 0.1, n),
+        "itl_p50_s": 0.02 * rng.lognormal(0, 0.03, n),
         "error_rate": rng.binomial(500, 0.002, n) / 500,
         "server_kv_usage_mean": np.clip(0.6 + 0.03 * rng.standard_normal(n), 0, 1),
         "server_preemptions": rng.poisson(0.2, n),

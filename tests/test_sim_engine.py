@@ -244,6 +244,17 @@ def test_fixed_schedule_known_answer():
     assert sched.num_running == 0 and sched.kv_used == 0 and sched.next_due() is None
 
 
+def test_fixed_schedule_drifts_linearly_with_simulated_time():
+    """TTFT and the chunk gap grow by their drift fraction per simulated second (docs/soak.md)."""
+    sched = FixedSchedule(ttft_s=0.2, itl_s=0.02, tokens_per_chunk=1, ttft_drift_per_s=0.5 / 3600,
+                          gap_drift_per_s=1.0 / 3600)
+    req = SimRequest(10, 3)
+    sched.submit(req, t_s=3600.0)  # one simulated hour in: TTFT x 1.5
+    assert sched.next_due() == pytest.approx(3600.3)
+    sched.pop_due(3600.3)
+    assert sched.next_due() == pytest.approx(3600.3 + 0.02 * (1 + 3600.3 / 3600))  # ITL x ~2
+
+
 def test_fixed_schedule_abort_and_kv_report():
     sched = FixedSchedule(0.1, 0.01, 1)
     a, b = SimRequest(100, 5), SimRequest(50, 5)

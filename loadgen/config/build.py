@@ -123,7 +123,7 @@ SPEC: dict[str, Check] = {
     "guard.over_capacity_kv_usage": number("a KV cache use 0-1, e.g. 0.98", gt=0, le=1),
     "knee.threshold": number("e.g. 0.1: doubling concurrency adds < 10% throughput", gt=0, lt=1),
     **{f"drift.{k}": number("a change per hour, e.g. 10 (percent) or 0.05 (absolute)", gt=0) for k in (
-        "throughput_pct_per_h", "ttft_p99_pct_per_h", "itl_p99_pct_per_h", "error_rate_per_h", "kv_usage_per_h",
+        "throughput_pct_per_h", "ttft_p99_pct_per_h", "itl_p99_pct_per_h", "itl_p50_pct_per_h", "error_rate_per_h", "kv_usage_per_h",
         "preemptions_per_min_per_h")},
     "drift.alpha": number("the trend test's level, e.g. 0.01", gt=0, lt=0.5),
     "drift.min_slices": integer("slices a drift verdict needs, e.g. 10", ge=3),

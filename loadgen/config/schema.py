@@ -97,6 +97,7 @@ DEFAULTS: dict[str, Any] = {
         "throughput_pct_per_h": 10.0,
         "ttft_p99_pct_per_h": 20.0,
         "itl_p99_pct_per_h": 20.0,
+        "itl_p50_pct_per_h": 20.0,
         "error_rate_per_h": 0.01,
         "kv_usage_per_h": 0.05,
         "preemptions_per_min_per_h": 1.0,

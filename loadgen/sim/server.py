@@ -47,7 +47,9 @@ class SimServer:
             self.model = Engine(config.engine_params())
             self.runner = EngineRunner(self.model, config.time_scale, self._deliver)
         else:
-            self.model = FixedSchedule(config.ttft_ms / 1e3, config.itl_ms / 1e3, config.tokens_per_chunk)
+            self.model = FixedSchedule(config.ttft_ms / 1e3, config.itl_ms / 1e3, config.tokens_per_chunk,
+                                       config.drift_prefill_pct_per_h / 100 / 3600,
+                                       config.drift_decode_pct_per_h / 100 / 3600)
             self.runner = FixedRunner(self.model, config.time_scale, self._deliver)
         self.faults = FaultPlan(config.faults, config.seed)
         self._rng = random.Random(config.seed)  # early EOS and text offsets

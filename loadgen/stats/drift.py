@@ -15,7 +15,8 @@ lasts longer than a slice), which is one reason a trend must also be large to co
 
 A stage **drifts** in a series when p < ``alpha`` and |slope| >= that series' threshold per hour
 (``DriftConfig``): relative series (throughput, TTFT p99, ITL p99) in percent of the series'
-median per hour, absolute ones (error rate, KV use, preemptions per minute) in their unit per hour.
+median per hour (ITL p50 too: the decode speed, which ITL p99's client and network jitter can
+hide), absolute ones (error rate, KV use, preemptions per minute) in their unit per hour.
 **Since when**: the start of the slice where a hinge (flat, then a straight line) fits the series
 best (least squares over at most 200 candidate hinges). Fewer than ``min_slices`` usable slices
 (full, with the figure): no verdict. Above ``MAX_POINTS`` slices, consecutive slices are averaged
@@ -39,6 +40,7 @@ class DriftConfig:
     throughput_pct_per_h: float = 10.0  # output tok/s, % of its median per hour
     ttft_p99_pct_per_h: float = 20.0
     itl_p99_pct_per_h: float = 20.0
+    itl_p50_pct_per_h: float = 20.0  # the decode speed itself (p99 also holds client and network jitter)
     error_rate_per_h: float = 0.01  # failed / completed, per hour (0.01 = 1 percentage point)
     kv_usage_per_h: float = 0.05  # the server's KV use (0-1) per hour
     preemptions_per_min_per_h: float = 1.0
@@ -60,6 +62,7 @@ SERIES: tuple[Series, ...] = (
     Series("throughput", "output_tokens_per_s", "throughput_pct_per_h", True, "tok/s"),
     Series("ttft_p99", "ttft_p99_s", "ttft_p99_pct_per_h", True, "s"),
     Series("itl_p99", "itl_p99_s", "itl_p99_pct_per_h", True, "s"),
+    Series("itl_p50", "itl_p50_s", "itl_p50_pct_per_h", True, "s"),
     Series("error_rate", "error_rate", "error_rate_per_h", False, "ratio"),
     Series("kv_usage", "server_kv_usage_mean", "kv_usage_per_h", False, "ratio"),
     Series("preemptions", "server_preemptions", "preemptions_per_min_per_h", False, "/min", per_minute=True),

@@ -121,3 +121,21 @@ def test_too_few_slices_give_no_verdict_and_thresholds_are_configurable():
     assert not stage_drift(slices(60, **series), SLICE_S)["drift"]  # -5 %/h: under the 10 %/h default
     d = stage_drift(slices(60, **series), SLICE_S, DriftConfig(throughput_pct_per_h=2.0))
     assert [m["series"] for m in d["moved"]] == ["throughput"]
+
+
+def test_the_slices_figure_draws_each_series_and_the_trend_of_what_moved():
+    from loadgen.report.soak_plots import slices_figure
+
+    rng = np.random.default_rng(11)
+    series = steady(rng, 120)
+    series["output_tokens_per_s"] = 1000 * (1 - 0.2 * (np.arange(120) + 0.5) / 60) + rng.standard_normal(120)
+    rows = [dict(r, stage=0) for r in slices(120, **series)]
+    drift = stage_drift(rows, SLICE_S)
+    fig = slices_figure({"slices": rows, "stages": [{"index": 0, "drift": drift}]})
+    throughput = fig.axes[0]
+    labels = [line.get_label() for line in throughput.lines]
+    assert labels == ["stage 0", "stage 0 trend"] and fig._suptitle.get_text().startswith("drift: throughput")
+    t, y = throughput.lines[1].get_xdata(), throughput.lines[1].get_ydata()
+    slope_per_min = (y[1] - y[0]) / (t[1] - t[0])
+    assert slope_per_min == pytest.approx(-200 / 60, rel=0.05)  # -20 %/h of 1000 tok/s
+    assert [line.get_label() for line in fig.axes[1].lines] == ["stage 0"]  # TTFT steady: no trend line

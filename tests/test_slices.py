@@ -24,9 +24,11 @@ class FakeClock:
 
 
 def test_slice_count_and_span():
-    assert slice_count(60, 10) == 6 and slice_count(61, 10) == 7 and slice_count(5, 10) == 1
+    assert slice_count(60, 10) == 6 and slice_count(62, 10) == 7 and slice_count(5, 10) == 1
+    assert slice_count(61, 10) == 6 and slice_count(3.2, 3) == 1  # a tick past the end: no slice of its own
     assert slice_span(2, 10) == (20, 10)
-    assert slice_span(6, 10, window_s=61) == (60, 1)  # the last slice ends with the window
+    assert slice_span(6, 10, window_s=65) == (60, 5)  # the last slice ends with the window
+    assert slice_span(5, 10, window_s=60.8) == (50, pytest.approx(10.8))
 
 
 def test_a_slice_gets_what_its_stage_gets_while_it_is_open_and_nothing_else():
@@ -138,3 +140,19 @@ def test_slices_csv_appends_and_reads_back(tmp_path):
     assert len(back) == 3 and back[1]["errors"] == {OVERLOAD_429: 1} and back[2]["few_samples"] is True
     assert back[0]["ttft_p99_s"] == pytest.approx(rows[0]["ttft_p99_s"], rel=1e-5)
     assert read_slice_rows(tmp_path / "none.csv") == []
+
+
+def test_a_window_a_tick_past_its_duration_makes_no_sliver_of_a_slice():
+    rng = np.random.default_rng(6)
+    clock, c = FakeClock(), Collector()
+    book = SliceBook(3.0, c, grace_s=0.0, clock=clock)
+    book.opened(0)
+    for j in range(4):  # a worker's clock moved on to slice 3 in the window's last 11 ms
+        c.slice = (0, j)
+        c.record_result(ok_result(rng), 0, 100, None)
+    clock.t += 9.011
+    book.window_closed(0, 9.011)
+    clock.t += 0.01
+    rows = book.tick()
+    assert [(r["slice"], r["requests"]) for r in rows] == [(0, 1), (1, 1), (2, 2)]
+    assert rows[-1]["duration_s"] == pytest.approx(3.011) and not rows[-1]["partial"] and c.slices == {}

@@ -81,5 +81,8 @@ class SliceBook:
 
     def _close(self, index: int, start: float, duration: float) -> dict:
         stats = self.collector.pop_slice(self.stage, index)
+        if self._window_s is not None and index == self._cut - 1:  # the last: what its tolerance held
+            for key in sorted(k for k in self.collector.slices if k[0] == self.stage and k[1] > index):
+                stats.merge(self.collector.slices.pop(key))
         server, client = self._figures.pop(index, (None, None))
         return slice_row(self.stage, index, start, duration, stats, self.slice_s, server, client)

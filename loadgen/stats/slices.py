@@ -2,7 +2,7 @@
 
 A soak's window is cut into slices of ``slice_s`` seconds (``stages.slice_s``, docs/soak.md).
 Slice j covers [open + j x slice_s, open + (j+1) x slice_s) of the window; the last one ends when
-the window closes. A slice is a ``loadgen.stats.stage_stats.StageStats`` over its own time, kept by
+the window closes (a remainder of up to ``slice_tolerance`` joins it). A slice is a ``loadgen.stats.stage_stats.StageStats`` over its own time, kept by
 the ``Collector`` (``Collector.slice``): the requests of its stage that *completed* in it, the
 output tokens that *arrived* in it, the stage's in-flight time in it. Its row is computed with the
 stage metrics' own formulas (``loadgen.stats.metrics.StageMetric.value``) over ``duration_s``:
@@ -39,16 +39,23 @@ SERVER_FIELDS = ("kv_usage_mean", "kv_usage_max", "waiting_max", "preemptions", 
 CLIENT_FIELDS = ("cpu_percent", "loop_lag_s")
 
 
+def slice_tolerance(slice_s: float) -> float:
+    """A window closes on the run's 1 s tick, so up to a second past its duration: that much (at most
+    a tenth of a slice) joins the last slice rather than making a slice of its own."""
+    return min(1.0, slice_s / 10)
+
+
 def slice_count(window_s: float, slice_s: float) -> int:
-    """Slices in a window of ``window_s``: ceil(window_s / slice_s), at least 1."""
-    return max(1, math.ceil(window_s / slice_s - 1e-9))
+    """Slices in a window of ``window_s``: ceil((window_s - tolerance) / slice_s), at least 1."""
+    return max(1, math.ceil((window_s - slice_tolerance(slice_s)) / slice_s - 1e-9))
 
 
 def slice_span(index: int, slice_s: float, window_s: float | None = None) -> tuple[float, float]:
     """(start, duration) of slice ``index`` in seconds since the window opened; with ``window_s``
     (the window has closed) the last slice ends at the close."""
     start = index * slice_s
-    end = start + slice_s if window_s is None else min(start + slice_s, window_s)
+    last = window_s is not None and index >= slice_count(window_s, slice_s) - 1
+    end = window_s if last else start + slice_s
     return start, max(end - start, 0.0)
 
 

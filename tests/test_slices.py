@@ -156,3 +156,14 @@ def test_a_window_a_tick_past_its_duration_makes_no_sliver_of_a_slice():
     rows = book.tick()
     assert [(r["slice"], r["requests"]) for r in rows] == [(0, 1), (1, 1), (2, 2)]
     assert rows[-1]["duration_s"] == pytest.approx(3.011) and not rows[-1]["partial"] and c.slices == {}
+
+
+def test_report_build_takes_the_slices_summary_json_missed_from_slices_csv(tmp_path):
+    from loadgen.report.slices_csv import with_csv_slices
+
+    rows = [slice_row(0, j, 10.0 * j, 10.0, StageStats(), 10.0) for j in range(5)]
+    append_slice_rows(tmp_path / "slices.csv", rows)
+    live = {"stages": [], "slices": rows[-2:], "slices_total": 5}  # a live summary: the newest only
+    assert [r["slice"] for r in with_csv_slices(tmp_path, live)["slices"]] == [0, 1, 2, 3, 4]
+    final = {"stages": [], "slices": rows}
+    assert with_csv_slices(tmp_path, final) is final

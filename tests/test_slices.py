@@ -167,3 +167,15 @@ def test_report_build_takes_the_slices_summary_json_missed_from_slices_csv(tmp_p
     assert [r["slice"] for r in with_csv_slices(tmp_path, live)["slices"]] == [0, 1, 2, 3, 4]
     final = {"stages": [], "slices": rows}
     assert with_csv_slices(tmp_path, final) is final
+
+
+def test_the_console_line_of_a_closed_slice_marks_a_p99_of_few_requests():
+    from loadgen.run.console import slice_line
+
+    row = slice_row(0, 17, 1020.0, 60.0, StageStats(), 60.0)
+    row.update(output_tokens_per_s=2912.4, ttft_p99_s=1.2041, requests=1803, few_samples=False,
+               error_count=2, errors={OVERLOAD_429: 2})
+    assert slice_line(row, "C=64", 14400) == ("llm-loadgen: stage 0 C=64 slice 17: 1,080/14,400 s, 2,912 tok/s, "
+                                              "TTFT p99 1,204 ms, 1,803 ok, 2 errors (429:2)")
+    row.update(few_samples=True, requests=40)
+    assert "TTFT p99 ~1,204 ms, 40 ok" in slice_line(row, "C=64", 14400)

@@ -30,7 +30,7 @@ from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
-from loadgen.run.console import FailureNotices, StageConsole, slice_line
+from loadgen.run.console import FailureNotices, StageConsole, drift_line, slice_line
 from loadgen.run.exporter_feed import ExporterFeed
 from loadgen.run.health import stage_client_bound
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
@@ -236,10 +236,12 @@ class Session:
             unfinished = None
         row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
         self.rows.append(row)
-        self._attach_drift(k)
+        drifted = self._attach_drift(k)  # before the row is printed: its flag shows
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
+        if drifted:
+            say(drift_line(k, row))
         if (extras := extras_line(row)) is not None:
             say(extras)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
@@ -294,8 +296,6 @@ class Session:
             return
         stage = book.stage
         rows = book.tick(force=force)
-        if stage is not None and book.stage is None and self._attach_drift(stage) and not force:
-            self.write()  # the stage's row is out already: rewritten with its verdict
         if rows:
             try:
                 append_slice_rows(self.run_dir / SLICES_CSV, rows)
@@ -303,8 +303,14 @@ class Session:
                 log.warning("could not append to %s: %s", self.run_dir / SLICES_CSV, exc)
             info = self.stage_info.get(stage)
             for row in rows:
-                self.console.notice(slice_line(row, info.label if info else None, self._window_plan_s()),
+                self.console.notice(slice_line(row, info.label if info else None, self.rt.scenario.stages.duration_s),
                                     self._rows_pending())
+        if stage is not None and book.stage is None and self._attach_drift(stage):
+            # the stage's row is out already: said, and rewritten (the stop path writes anyway)
+            self.console.notice(drift_line(stage, next(r for r in self.rows if r.get("index") == stage)),
+                                self._rows_pending())
+            if not force:
+                self.write()
         now = time.perf_counter()
         if not force and stage is not None and (rows and now - self._written_t >= 5.0 or now - self._written_t >= 60.0):
             self.write()
@@ -316,13 +322,8 @@ class Session:
         row = next((r for r in self.rows if r.get("index") == k), None)
         if book is None or row is None or "drift" in row or book.stage == k:
             return False
-        drift = stage_drift([r for r in book.rows if r["stage"] == k], book.slice_s, self.rt.scenario.drift)
-        attach(row, drift)
-        self.console.notice(f"llm-loadgen: stage {k}: {drift['verdict']}", self._rows_pending())
+        attach(row, stage_drift([r for r in book.rows if r["stage"] == k], book.slice_s, self.rt.scenario.drift))
         return True
-
-    def _window_plan_s(self) -> float:
-        return self.rt.scenario.stages.duration_s
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:

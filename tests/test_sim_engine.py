@@ -265,3 +265,21 @@ def test_fixed_schedule_abort_and_kv_report():
     sched.abort(a)
     assert sched.kv_used == 51 and sched.num_running == 1
     assert all(r is b for r, _, _ in sched.pop_due(1.0))
+
+
+def test_a_kv_leak_grows_the_reported_kv_use_by_its_rate_per_simulated_hour():
+    from prometheus_client.exposition import generate_latest
+
+    from loadgen.sim.config import load
+    from loadgen.sim.server import SimServer
+
+    server = SimServer(load("fixed", {"drift_kv_leak_tokens_per_h": 100_000, "kv_tokens": 1_000_000}))
+    server.runner.now_s = lambda: 1800.0  # half a simulated hour, nothing running: the leak alone
+
+    def usage() -> float:
+        text = generate_latest(server.registry).decode()
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("vllm:kv_cache_usage_perc")))
+
+    assert usage() == pytest.approx(0.05)
+    server.runner.now_s = lambda: 36000.0 * 10  # never above full
+    assert usage() == 1.0

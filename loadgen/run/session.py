@@ -90,7 +90,7 @@ class Session:
         self.unstaged = UnstagedRequests(rt)  # requests sent outside the stages (loadgen.run.unstaged)
         self.notices = FailureNotices(rt, say)
         self.stage_guard = StageGuard(rt, fleet, say)  # the KV guard's numbers; the plan calls stage_guard.decide
-        self.slice_book = self._slice_book()  # stages.slice_s: the soak's time slices (docs/soak.md)
+        self.slice_book: SliceBook | None = None  # stages.slice_s: the soak's time slices (docs/soak.md), from start
         self._written_t = time.perf_counter()
 
     @property
@@ -113,6 +113,7 @@ class Session:
             self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
             return False
+        self.slice_book = self._slice_book()
         if sc.requests_jsonl:
             try:
                 rt.request_sink = RequestFile(self.run_dir, self.tags.run_name(run_name(sc)))

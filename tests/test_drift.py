@@ -139,3 +139,17 @@ def test_the_slices_figure_draws_each_series_and_the_trend_of_what_moved():
     slope_per_min = (y[1] - y[0]) / (t[1] - t[0])
     assert slope_per_min == pytest.approx(-200 / 60, rel=0.05)  # -20 %/h of 1000 tok/s
     assert [line.get_label() for line in fig.axes[1].lines] == ["stage 0"]  # TTFT steady: no trend line
+
+
+def test_a_latency_drift_with_the_client_lag_growing_too_says_it_may_be_the_client():
+    rng = np.random.default_rng(12)
+    series = steady(rng, 120)
+    hours = (np.arange(120) + 0.5) * SLICE_S / 3600
+    series["ttft_p99_s"] *= 1 + 0.5 * hours
+    series["client_loop_lag_s"] = 0.002 + 0.004 * hours + 0.0002 * rng.standard_normal(120)
+    d = stage_drift(slices(120, **series), SLICE_S)
+    assert d["client_lag"]["slope_per_h"] == pytest.approx(0.004, rel=0.1)
+    assert "the client's loop lag grew too (+4 ms/h)" in d["verdict"]
+    series["client_loop_lag_s"] = 0.002 + 0.0002 * rng.standard_normal(120)  # a steady client: not said
+    d = stage_drift(slices(120, **series), SLICE_S)
+    assert d["client_lag"] is None and "client" not in d["verdict"]

@@ -69,6 +69,12 @@ SERIES: tuple[Series, ...] = (
 )
 
 
+LATENCY = frozenset(("ttft_p99", "itl_p99", "itl_p50"))
+# Not a drift of the server's: the load generator's own event-loop lag. When it grows while a latency
+# series moved, the verdict says so (the latency may be the client's).
+CLIENT_LAG = Series("client_loop_lag", "client_loop_lag_s", "", False, "s")
+
+
 @dataclass(frozen=True)
 class Trend:
     slope: float  # Sen's slope, unit per hour
@@ -173,8 +179,21 @@ def stage_drift(slices: list[dict], slice_s: float, config: DriftConfig | None =
             out["moved"].append({"series": s.key, **entry})
     if out["series"]:
         out["drift"] = bool(out["moved"])
+    if LATENCY & {m["series"] for m in out["moved"]}:
+        out["client_lag"] = _client_lag(slices, slice_s, config)
     out["verdict"] = verdict_line(out)
     return out
+
+
+def _client_lag(slices: list[dict], slice_s: float, config: DriftConfig) -> dict | None:
+    """The client's loop lag trend when it grew significantly (None otherwise, or without enough slices)."""
+    t, y = series_points(slices, CLIENT_LAG, slice_s)
+    if len(t) < max(config.min_slices, 3) or np.ptp(t) <= 0:
+        return None
+    tr = trend(*_binned(t, y), config.alpha)
+    if tr.p >= config.alpha or tr.slope <= 0:
+        return None
+    return {"slope_per_h": tr.slope, "low_per_h": tr.low, "high_per_h": tr.high, "p": tr.p}
 
 
 def _series_entry(t: np.ndarray, y: np.ndarray, s: Series, config: DriftConfig) -> dict | None:
@@ -218,6 +237,9 @@ def verdict_line(d: dict) -> str:
         else:
             rate = f"{m['slope_per_h']:+.3g} {m['unit']}/h [{m['low_per_h']:+.3g}, {m['high_per_h']:+.3g}]"
         parts.append(f"{m['series']} {rate} since {m['since_s'] / 60:.0f} min")
+    if lag := d.get("client_lag"):
+        parts.append(f"the client's loop lag grew too ({lag['slope_per_h'] * 1000:+.2g} ms/h): the latency drift "
+                     "may be the client's (see client_bound)")
     return "drift: " + "; ".join(parts)
 
 

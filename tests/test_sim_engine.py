@@ -283,3 +283,14 @@ def test_a_kv_leak_grows_the_reported_kv_use_by_its_rate_per_simulated_hour():
     assert usage() == pytest.approx(0.05)
     server.runner.now_s = lambda: 36000.0 * 10  # never above full
     assert usage() == 1.0
+
+
+def test_kv_lost_to_a_leak_shrinks_the_pool_admission_sees():
+    params = EngineParams(kv_tokens=1000, block_size=10, max_running=8, prefill_chunk_tokens=10_000)
+    full, leaky = Engine(params), Engine(params)
+    leaky.kv_lost = 700  # a pool of 300: room for one
+    for engine in (full, leaky):
+        for _ in range(4):
+            engine.submit(SimRequest(190, 50))  # 200 tokens of KV each at admission
+        engine.step()
+    assert (full.num_running, leaky.num_running) == (4, 1) and leaky.num_waiting == 3

@@ -136,7 +136,7 @@ def hinge_start(t: np.ndarray, y: np.ndarray) -> float:
         a = np.column_stack([np.ones_like(x), x])
         coef, *_ = np.linalg.lstsq(a, y, rcond=None)
         sse = float(((a @ coef - y) ** 2).sum())
-        if sse < best - 1e-12 * abs(best if math.isfinite(best) else 1):
+        if sse < best * (1 - 1e-12):  # the earliest of equally good hinges
             best, best_t = sse, float(t[k])
     return best_t
 

@@ -15,6 +15,8 @@ Sections (each bounded to about 1-2 minutes, the soak to a few):
   memory    bench/memory.py          (c) RSS of one process with 1024 streaming users
   sim       bench/bench_sim.py       (d) the simulator's emission rate per simulator CPU-second
   soak      bench/soak.py            (e) RSS / exporter series / scrape time per simulated hour
+  slices    bench/soak_slices.py     a soak's time slices: per-request overhead, an open slice's memory,
+                                     summary.json rewrite and drift verdict times with 240..4320 slices
   open_loop bench/open_loop.py       (f) the highest request rate one process holds on schedule
                                      (send lateness p99 < 5 ms)
   workers   bench/many_workers.py    8 x 128 and 16 x 640 workers x users on one master: users and
@@ -42,7 +44,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-SECTIONS = ("datapath", "ingest", "fidelity", "capacity", "memory", "sim", "soak", "open_loop", "workers", "repeat")
+SECTIONS = ("datapath", "ingest", "fidelity", "capacity", "memory", "sim", "soak", "slices", "open_loop", "workers",
+            "repeat")
 
 
 def _script(name: str, *args: str) -> int:
@@ -75,6 +78,8 @@ def run_section(name: str, args) -> int:
         import soak
 
         return soak.main(["--minutes", str(args.soak_minutes), "--time-scale", "50"])
+    if name == "slices":
+        return _script("soak_slices.py")
     if name == "open_loop":
         import open_loop
 

@@ -81,6 +81,7 @@ class SweepShape(LoadTestShape):
                 tick = self._step(rt, now)
             fleet.broadcast_phase()
             session.progress(now)
+            session.close_slices()
         except Exception as exc:  # a bug of ours must not lose the stages already measured
             log.exception("sweep failed")
             session.fatal(EXIT_INTERNAL, f"internal error in the sweep: {exc!r}")

@@ -340,3 +340,19 @@ def test_cost_figures_are_exported_per_stage_with_the_formulas_values():
     assert not {n for n in names if "per_gpu" in n or "usd" in n}  # an unpriced run has no cost series
 
 
+
+
+def test_soak_gauges_show_the_latest_slice_and_each_stage_drift_state():
+    c = Collector()
+    latest = {"stage": 0, "slice": 7, "start_s": 420.0, "output_tokens_per_s": 2900.0, "ttft_p99_s": None,
+              "requests": 1800, "error_rate": 0.0}
+    drift = {"drift": True, "series": {"throughput": {"slope_per_h": -120.0}, "kv_usage": {"slope_per_h": 0.1}}}
+    rows = ({**stage_rows()[0], "index": 0, "drift": drift},)
+    samples = scrape(make_registry(Source(c, latest_slice=latest, stages=rows)))
+    assert value(samples, "llm_loadgen_slice_output_tokens_per_second", stage="0") == 2900.0
+    assert value(samples, "llm_loadgen_slice_start_seconds", stage="0") == 420.0
+    assert not any(name == "llm_loadgen_slice_ttft_p99_seconds" for name, _ in samples)  # no figure: absent
+    assert value(samples, "llm_loadgen_stage_drift", stage="0") == 1.0
+    assert value(samples, "llm_loadgen_stage_drift_slope_per_hour", stage="0", series="throughput") == -120.0
+    before = scrape(make_registry(Source(c)))
+    assert not any(name.startswith(("llm_loadgen_slice_", "llm_loadgen_stage_drift")) for name, _ in before)

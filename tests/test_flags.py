@@ -52,6 +52,9 @@ def test_every_flag_a_row_can_get_is_declared():
     from loadgen.predict.vsweep import StageRecord
 
     seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 1000)["flags"])  # what-if rows
+    from loadgen.stats.drift import attach
+
+    seen |= set(attach({"flags": []}, {"drift": True})["flags"])  # a soak stage whose figures moved
     assert seen == FLAG_KEYS
 
 

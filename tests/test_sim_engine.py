@@ -244,6 +244,17 @@ def test_fixed_schedule_known_answer():
     assert sched.num_running == 0 and sched.kv_used == 0 and sched.next_due() is None
 
 
+def test_fixed_schedule_drifts_linearly_with_simulated_time():
+    """TTFT and the chunk gap grow by their drift fraction per simulated second (docs/soak.md)."""
+    sched = FixedSchedule(ttft_s=0.2, itl_s=0.02, tokens_per_chunk=1, ttft_drift_per_s=0.5 / 3600,
+                          gap_drift_per_s=1.0 / 3600)
+    req = SimRequest(10, 3)
+    sched.submit(req, t_s=3600.0)  # one simulated hour in: TTFT x 1.5
+    assert sched.next_due() == pytest.approx(3600.3)
+    sched.pop_due(3600.3)
+    assert sched.next_due() == pytest.approx(3600.3 + 0.02 * (1 + 3600.3 / 3600))  # ITL x ~2
+
+
 def test_fixed_schedule_abort_and_kv_report():
     sched = FixedSchedule(0.1, 0.01, 1)
     a, b = SimRequest(100, 5), SimRequest(50, 5)
@@ -254,3 +265,32 @@ def test_fixed_schedule_abort_and_kv_report():
     sched.abort(a)
     assert sched.kv_used == 51 and sched.num_running == 1
     assert all(r is b for r, _, _ in sched.pop_due(1.0))
+
+
+def test_a_kv_leak_grows_the_reported_kv_use_by_its_rate_per_simulated_hour():
+    from prometheus_client.exposition import generate_latest
+
+    from loadgen.sim.config import load
+    from loadgen.sim.server import SimServer
+
+    server = SimServer(load("fixed", {"drift_kv_leak_tokens_per_h": 100_000, "kv_tokens": 1_000_000}))
+    server.runner.now_s = lambda: 1800.0  # half a simulated hour, nothing running: the leak alone
+
+    def usage() -> float:
+        text = generate_latest(server.registry).decode()
+        return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("vllm:kv_cache_usage_perc")))
+
+    assert usage() == pytest.approx(0.05)
+    server.runner.now_s = lambda: 36000.0 * 10  # never above full
+    assert usage() == 1.0
+
+
+def test_kv_lost_to_a_leak_shrinks_the_pool_admission_sees():
+    params = EngineParams(kv_tokens=1000, block_size=10, max_running=8, prefill_chunk_tokens=10_000)
+    full, leaky = Engine(params), Engine(params)
+    leaky.kv_lost = 700  # a pool of 300: room for one
+    for engine in (full, leaky):
+        for _ in range(4):
+            engine.submit(SimRequest(190, 50))  # 200 tokens of KV each at admission
+        engine.step()
+    assert (full.num_running, leaky.num_running) == (4, 1) and leaky.num_waiting == 3

@@ -349,3 +349,11 @@ def test_without_objectives_the_next_stage_does_not_wait():
     ramp_t = [t for t, ev in events if isinstance(ev, PhaseStarted) and ev.phase is Phase.RAMP]
     close_t = [t for t, ev in events if isinstance(ev, WindowClosed)]
     assert ramp_t[1] == close_t[0]
+
+
+def test_a_long_window_is_not_cut_at_max_window_s():
+    """A soak's --stage-duration (hours, days) with the default stages.max_window_s (900 s): the
+    window lasts as long as asked; max_window_s caps only an extension (min_requests, turnover)."""
+    fake = FakeRun()
+    fake.run(plan(fake, [1], duration_s=7200, max_window_s=900))
+    assert fake.closed_at[0] - fake.opened_at[0] == 7200

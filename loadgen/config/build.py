@@ -98,6 +98,7 @@ SPEC: dict[str, Check] = {
     "stages.min_requests": integer("requests per window, e.g. 100; 0 turns it off", ge=0),
     "stages.max_window_s": number("seconds, e.g. 900", gt=0),
     "stages.drain_s": number("seconds to wait for in-flight requests, e.g. 300; 0 to not wait", ge=0),
+    "stages.slice_s": number("seconds per time slice of a window, e.g. 60; null for none", gt=0, nullable=True),
     "rate.list": rate_list,
     "rate.start": number("the first stage's rate in requests/s, e.g. 1; null for rate.list or "
                          "the concurrency sweep", gt=0, nullable=True),
@@ -124,6 +125,11 @@ SPEC: dict[str, Check] = {
     "guard.over_capacity_queue_share": number("a share of the window's polls, e.g. 0.5", gt=0, le=1),
     "guard.over_capacity_kv_usage": number("a KV cache use 0-1, e.g. 0.98", gt=0, le=1),
     "knee.threshold": number("e.g. 0.1: doubling concurrency adds < 10% throughput", gt=0, lt=1),
+    **{f"drift.{k}": number("a change per hour, e.g. 10 (percent) or 0.05 (absolute)", gt=0) for k in (
+        "throughput_pct_per_h", "ttft_p99_pct_per_h", "itl_p99_pct_per_h", "itl_p50_pct_per_h", "error_rate_per_h", "kv_usage_per_h",
+        "preemptions_per_min_per_h")},
+    "drift.alpha": number("the trend test's level, e.g. 0.01", gt=0, lt=0.5),
+    "drift.min_slices": integer("slices a drift verdict needs, e.g. 10", ge=3),
     "slo.ttft_s": number("seconds, e.g. 2 (1 ms at least), or null for no TTFT objective", ge=0.001,
                          nullable=True),
     "slo.tpot_s": number("seconds per output token, e.g. 0.05, or null", gt=0, nullable=True),

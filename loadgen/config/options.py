@@ -38,6 +38,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
                                                  "request (docs/results.md 'Per-request export')"),
     ("--stages", "stages.list", "stages", "stage concurrencies, e.g. 1,4,16 (strictly increasing)"),
     ("--stage-duration", "stages.duration_s", float, "measured seconds per stage"),
+    ("--slice-s", "stages.slice_s", float, "soak: cut every window into slices this many seconds long"),
     ("--warmup", "stages.warmup_s", float, "seconds per stage excluded from statistics"),
     ("--ramp", "stages.ramp_s", float, "seconds to start each stage's users"),
     ("--min-requests", "stages.min_requests", int, "extend each window until this many requests finished"),

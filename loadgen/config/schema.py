@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import Any
 
 from loadgen.stats.cost import CostConfig
+from loadgen.stats.drift import DriftConfig
 from loadgen.stats.slo import Objectives
 
 # The scenario's ``endpoint`` names the API; its streaming path (loadgen.wire.endpoints.PATHS) is
@@ -67,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
         "min_requests": 0,
         "max_window_s": 900,
         "drain_s": 300,
+        "slice_s": None,
     },
     "rate": {
         "list": None,
@@ -92,6 +94,17 @@ DEFAULTS: dict[str, Any] = {
         "over_capacity_kv_usage": 0.98,
     },
     "knee": {"threshold": 0.10},
+    "drift": {
+        "throughput_pct_per_h": 10.0,
+        "ttft_p99_pct_per_h": 20.0,
+        "itl_p99_pct_per_h": 20.0,
+        "itl_p50_pct_per_h": 20.0,
+        "error_rate_per_h": 0.01,
+        "kv_usage_per_h": 0.05,
+        "preemptions_per_min_per_h": 1.0,
+        "alpha": 0.01,
+        "min_slices": 10,
+    },
     "slo": {
         "ttft_s": None,
         "tpot_s": None,
@@ -192,6 +205,7 @@ class StagesConfig:
     min_requests: int
     max_window_s: float
     drain_s: float
+    slice_s: float | None = None  # soak: every window is also cut into slices this long (docs/soak.md)
 
     def concurrencies(self) -> tuple[int, ...]:
         """Concurrency of each stage, in order.
@@ -301,6 +315,7 @@ class Scenario:
     rate: RateConfig
     guard: GuardConfig
     knee: KneeConfig
+    drift: DriftConfig  # loadgen.stats.drift: what counts as drift per hour over a soak's time slices
     slo: Objectives  # loadgen.stats.slo: per-request objectives; none set = no SLO accounting
     cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
@@ -378,6 +393,7 @@ SECTIONS: dict[str, type] = {
     "rate": RateConfig,
     "guard": GuardConfig,
     "knee": KneeConfig,
+    "drift": DriftConfig,
     "slo": Objectives,
     "cost": CostConfig,
     "exporter": ExporterConfig,

@@ -43,6 +43,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from loadgen.errors import FAILURE_KINDS, OVERLOAD_KINDS, ConfigError
+from loadgen.export.slice_gauges import slice_families
 from loadgen.export.stage_gauges import stage_families
 from loadgen.phases import Phase
 from loadgen.stats import metrics
@@ -86,6 +87,7 @@ class ExporterSnapshot:
     slo_stage_attainment: float | None = None  # the current stage's, so far
     # the finished stages' rows (summary.json's stages), oldest first (loadgen.export.stage_gauges)
     stages: tuple[dict, ...] = ()
+    latest_slice: dict | None = None  # a soak's latest closed time slice (loadgen.export.slice_gauges)
     model: str = ""
     endpoint: str = ""
     scenario: str = ""
@@ -108,6 +110,7 @@ class LoadgenCollector:
         yield from _histograms(snap.totals, labels)
         yield from _gauges(snap, labels)
         yield from stage_families(snap.stages, LABELS, labels)
+        yield from slice_families(snap.latest_slice, snap.stages, LABELS, labels)
 
 
 def _counters(snap: ExporterSnapshot, labels: list[str]) -> Iterator[Any]:

@@ -150,7 +150,7 @@ def _hook(environment, rt, fleet: Fleet, session: Session | None) -> None:
 
 
 def _interrupt_on_signals(environment) -> None:
-    """Ctrl-C and SIGTERM stop the run the way Locust stops it on Ctrl-C: KeyboardInterrupt in the
+    """Ctrl-C, SIGTERM and (headless) SIGHUP stop the run the way Locust stops it on Ctrl-C: KeyboardInterrupt in the
     main greenlet, then ``quitting`` (results written, exit code 130).
 
     Locust 2.47 installs its SIGTERM handler only after a headless shape run has ended, so SIGTERM
@@ -168,3 +168,5 @@ def _interrupt_on_signals(environment) -> None:
     gevent.signal_handler(signal.SIGINT, interrupt)
     if environment.parsed_options is None or environment.parsed_options.headless:
         gevent.signal_handler(signal.SIGTERM, interrupt)
+        # a soak outlives its terminal: a closed ssh session's SIGHUP stops it as SIGTERM does (results written)
+        gevent.signal_handler(signal.SIGHUP, interrupt)

@@ -25,6 +25,8 @@ from loadgen.report.files import load_summary, write_derived
 from loadgen.report.gate_command import is_repeat_dir, run_gate
 from loadgen.report.knee import knee_of
 from loadgen.report.runs import resolve_run_dir
+from loadgen.report.slices_csv import with_csv_slices
+from loadgen.report.soak_html import unfinished_note
 from loadgen.report.table import format_stage_table
 from loadgen.stats.stage_load import is_rate_run
 
@@ -60,11 +62,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def build(results_dir: Path) -> int:
     results_dir = resolve_run_dir(results_dir)
-    summary = load_summary(results_dir)
+    summary = with_csv_slices(results_dir, load_summary(results_dir))
+    if (note := unfinished_note(summary)) is not None:
+        print(f"report: {note}", file=sys.stderr)
     threshold = (summary.get("knee") or {}).get("threshold", 0.1)
     emit(format_stage_table(summary["stages"], knee_of(summary), summary.get("guard"), threshold,
                             slo=summary.get("slo"), open_loop=is_rate_run(summary)))
     written = write_derived(results_dir, summary)
+    if summary.get("slices"):
+        emit(f"time slices: {len(summary['slices'])} (slices.csv)")
     missing = [name for name in ("throughput", "latency", "tradeoff", "html") if name not in written]
     for path in written.values():
         emit(f"wrote {path}")

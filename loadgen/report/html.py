@@ -13,6 +13,7 @@ from loadgen.report.html_page import esc as _e
 from loadgen.report.html_page import kv_table, page, png_img
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
+from loadgen.report.soak_html import slices_section
 from loadgen.report.table import (
     columns,
     errors_compact,
@@ -205,6 +206,7 @@ def render_report_html(
         stage_table_html(stages, knee, is_rate_run(summary)),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         *breakdown_section(stages),
+        *slices_section(summary),
         "<h2>Flags</h2>",
         flags_legend_html(set(all_flags)),
         "<h2>Errors by kind</h2>",

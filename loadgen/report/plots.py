@@ -13,7 +13,8 @@ Figures of one run (names are also the PNG file names):
 - ``pareto`` (with ``cost.gpus``): output tok/s per GPU vs tok/s per user (decode tok/s p50), the
   Pareto front (``loadgen.stats.cost.pareto_front``) joined and marked;
 - ``spec_cache`` (when the server reported them): its accept length beside the client's tokens
-  per chunk, its prefix cache hit rate beside the client's cached share, vs concurrency.
+  per chunk, its prefix cache hit rate beside the client's cached share, vs concurrency;
+- ``slices`` (a soak's time slices): ``loadgen.report.soak_plots``.
 A rate sweep's x axis is the offered rate, and its loads are labelled ``8 req/s``
 (``loadgen.stats.stage_load``).
 """
@@ -29,6 +30,7 @@ from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
 from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.knee import knee_of
+from loadgen.report.soak_plots import slices_figure
 from loadgen.stats.cost import pareto_front
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
@@ -377,6 +379,8 @@ def build_run_figures(summary: dict) -> dict[str, Figure]:
         figures["pareto"] = pareto_figure(stages)
     if has_server_spec_or_cache(stages):
         figures["spec_cache"] = spec_cache_figure(stages)
+    if summary.get("slices"):  # a soak (docs/soak.md): its time slices and their trend
+        figures["slices"] = slices_figure(summary)
     return figures
 
 

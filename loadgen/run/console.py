@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loadgen.errors import short_kind
 from loadgen.phases import Phase
 from loadgen.stats.failures import locust_name
 
@@ -80,3 +81,22 @@ class FailureNotices:
                 if (kind, status, text) not in self._said:
                     self._said.add((kind, status, text))
                     self.say(self.rt.redact(f"llm-loadgen: failed request ({locust_name(kind, status)}): {text}"))
+
+
+def drift_line(stage: int, row: dict) -> str:
+    """A sliced stage's drift verdict (``loadgen.stats.drift``), one line."""
+    return f"llm-loadgen: stage {stage}: {row['drift']['verdict']}"
+
+
+def slice_line(row: dict, load: str | None, window_plan_s: float) -> str:
+    """One closed time slice (docs/soak.md): ``stage k <load> slice j: <end>/<planned window> s,
+    <tok/s>, TTFT p99 <ms>, <errors>``; a p99 of few requests is marked ``~`` (``few_samples``)."""
+    end_s = row["start_s"] + row["duration_s"]
+    tps = row.get("output_tokens_per_s")
+    p99 = row.get("ttft_p99_s")
+    ttft = "-" if p99 is None else f"{'~' if row.get('few_samples') else ''}{p99 * 1000:,.0f} ms"
+    errors = row.get("error_count") or 0
+    kinds = " ".join(f"{short_kind(k)}:{n}" for k, n in (row.get("errors") or {}).items())
+    return (f"llm-loadgen: stage {row['stage']} {load or '?'} slice {row['slice']}: {end_s:,.0f}/{window_plan_s:,.0f} s, "
+            f"{'-' if tps is None else f'{tps:,.0f}'} tok/s, TTFT p99 {ttft}, {row['requests']:,} ok, "
+            f"{errors:,} errors{f' ({kinds})' if kinds else ''}")

@@ -37,6 +37,7 @@ class ExporterFeed:
             slo_attainment_target=rt.scenario.slo.attainment if rt.scenario.slo.enabled else None,
             slo_stage_attainment=results.latest_attainment(rt.collector.stages, rt.stage),
             stages=tuple(session.rows),  # finished stages' rows: final once written
+            latest_slice=session.slice_book.rows[-1] if session.slice_book and session.slice_book.rows else None,
             model=rt.model_name or "",
             endpoint=rt.scenario.endpoint,
             scenario=rt.scenario.name,

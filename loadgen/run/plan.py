@@ -259,7 +259,8 @@ class SweepPlan:
         elif self.kind is Phase.MEASURE:
             enough = obs.finished(self.index) >= self.min_requests and self._turned_over(obs)
             early = self._early(obs) if enough and elapsed < self.duration_s else None
-            if (elapsed >= self.duration_s and enough) or elapsed >= self.max_window_s or early:
+            # max_window_s caps an extension, never the window asked for (a soak's --stage-duration of days)
+            if (elapsed >= self.duration_s and enough) or elapsed >= max(self.max_window_s, self.duration_s) or early:
                 self._enter(Phase.CLOSING, now, events)
                 events.append(WindowClosed(self.index, now, obs.users, early))
                 self.pending.append(self.index)

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
+import gevent
 from gevent.lock import Semaphore
 
 from loadgen.config import ConfigError, Scenario, scenario_from_options
@@ -78,6 +79,7 @@ class Runtime:
         # once the run folder exists) or a worker's RequestBuffer; None: no per-request export
         self.request_sink = None
         self._request_numbers = itertools.count(1)
+        self._slice_clock: gevent.Greenlet | None = None  # stages.slice_s: moves collector.slice on
 
     # -- Locust's test_start / test_stop (registered by loadgen.locust_face.plugin) -----------------
     def on_test_start(self, environment, **_) -> None:
@@ -167,6 +169,27 @@ class Runtime:
             settle_heap()
         self.measuring = stage if self.kind is Phase.MEASURE else None
         self.inflight.measure(self.measuring, time.perf_counter())
+        self._slices(self.measuring)
+
+    def _slices(self, stage: int | None) -> None:
+        """Time slices (``stages.slice_s``): from now, slice j of ``stage`` is open during
+        [now + j x slice_s, now + (j+1) x slice_s) as this process's clock says (a worker's slices
+        start when it adopts the window, a phase message's trip later than the master's)."""
+        if self._slice_clock is not None:
+            self._slice_clock.kill(block=False)
+            self._slice_clock = None
+        self.collector.slice = None
+        slice_s = self.scenario.stages.slice_s
+        if stage is not None and slice_s:
+            self.collector.slice = (stage, 0)
+            self._slice_clock = gevent.spawn(self._run_slices, stage, time.perf_counter(), slice_s)
+
+    def _run_slices(self, stage: int, t0: float, slice_s: float) -> None:
+        j = 0
+        while True:
+            j += 1
+            gevent.sleep(max(0.0, t0 + j * slice_s - time.perf_counter()))
+            self.collector.slice = (stage, j)
 
     def set_arrivals(self, rate_per_s: float | None, part: int | None, parts: int) -> None:
         """Open loop: the stage's offered rate and this process's part of ``parts`` (or None)."""

@@ -26,10 +26,11 @@ from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
 from loadgen.report.runs import create_run_dir, run_name, settle_run
+from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
-from loadgen.run.console import FailureNotices, StageConsole
+from loadgen.run.console import FailureNotices, StageConsole, drift_line, slice_line
 from loadgen.run.exporter_feed import ExporterFeed
 from loadgen.run.health import stage_client_bound
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
@@ -43,16 +44,21 @@ from loadgen.run.results import (
     stage_row,
     stage_warnings,
 )
+from loadgen.run.soak import SliceBook
 from loadgen.run.stage_guard import StageGuard
 from loadgen.run.unstaged import UnstagedRequests
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
+from loadgen.stats.drift import attach, stage_drift
 from loadgen.stats.flags import cut_flag
 from loadgen.wire.client import check_host
 from loadgen.wire.endpoints import PATHS, host_reading, server_root
 
 log = logging.getLogger("llm_loadgen")
+# summary.json rewritten during a soak holds this many newest slices (4 h of 60 s slices; slices.csv
+# has them all, and the final summary.json too): 4,320 slices (3 days) cost 0.2 s of JSON per write
+LIVE_SLICES = 240
 
 
 def say(line: str) -> None:
@@ -86,6 +92,8 @@ class Session:
         self.unstaged = UnstagedRequests(rt)  # requests sent outside the stages (loadgen.run.unstaged)
         self.notices = FailureNotices(rt, say)
         self.stage_guard = StageGuard(rt, fleet, say)  # the KV guard's numbers; the plan calls stage_guard.decide
+        self.slice_book: SliceBook | None = None  # stages.slice_s: the soak's time slices (docs/soak.md), from start
+        self._written_t = time.perf_counter()
 
     @property
     def capacity(self):
@@ -122,6 +130,7 @@ class Session:
             self.fatal(errors.EXIT_CONFIG, f"config error: results_dir: cannot create a run folder under "
                        f"{sc.results_dir!r} ({exc}); pass a writable --results-dir")
             return False
+        self.slice_book = self._slice_book()
         if sc.requests_jsonl:
             try:
                 rt.request_sink = RequestFile(self.run_dir, self.tags.run_name(run_name(sc)))
@@ -191,6 +200,8 @@ class Session:
                 info.open_t, info.open_wall = t, time.time()
                 if self.watch:
                     self.watch.begin_stage(k, info.concurrency)
+                if self.slice_book is not None:
+                    self.slice_book.opened(k)
             case WindowClosed():
                 return self._close_window(ev)
             case StageFinal(stage=k, forced=forced):
@@ -208,6 +219,8 @@ class Session:
         before), then read the server watch for it once."""
         k, info = ev.stage, self.stage_info[ev.stage]
         info.window_s, info.users, info.early = ev.t - info.open_t, ev.users, ev.early
+        if self.slice_book is not None:
+            self.slice_book.window_closed(k, info.window_s)
         if ev.early is not None:
             self.console.notice(f"llm-loadgen: stage {k} {info.label}: window closed after {info.window_s:.0f} s "
                                 f"of {self.rt.scenario.stages.duration_s:g}, SLO {ev.early.text()} "
@@ -242,9 +255,12 @@ class Session:
             unfinished = None
         row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
         self.rows.append(row)
+        drifted = self._attach_drift(k)  # before the row is printed: its flag shows
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))
         say(format_stage_row(row))
+        if drifted:
+            say(drift_line(k, row))
         if (extras := extras_line(row)) is not None:
             say(extras)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
@@ -270,6 +286,63 @@ class Session:
         self.console.progress(now, rt.stage, rt.kind, info.label if info else None,
                               rt.collector.stages.get(rt.stage), info.open_t if info else None,
                               self._rows_pending(), self.fleet.inflight_total())
+
+    # -- time slices (docs/soak.md) ---------------------------------------------------------------------
+    def _slice_book(self) -> SliceBook | None:
+        slice_s = self.rt.scenario.stages.slice_s
+        if not slice_s:
+            return None
+        from locust.runners import WORKER_REPORT_INTERVAL
+
+        # a master waits for two worker reports after a slice's end; a local run has every count at once
+        grace_s = 2 * WORKER_REPORT_INTERVAL + 1.0 if self.fleet.master else 1.0
+
+        def cut_server(first: bool) -> dict | None:
+            return self.watch.cut_slice(first) if self.watch is not None else None
+
+        def client_now() -> dict:
+            cpu, lag = self.fleet.health_now()
+            return {"cpu_percent": cpu, "loop_lag_s": lag}
+
+        return SliceBook(slice_s, self.rt.collector, grace_s=grace_s, cut_server=cut_server, client_now=client_now)
+
+    def close_slices(self, force: bool = False) -> None:
+        """Every tick: the slices that closed go to slices.csv (appended at once) and the console;
+        summary.json is rewritten with them (at most every 5 s, and at least once a minute while a
+        soak's window is open). ``force``: the run stops, every slice begun closes now."""
+        book = self.slice_book
+        if book is None or self.run_dir is None:
+            return
+        stage = book.stage
+        rows = book.tick(force=force)
+        if rows:
+            try:
+                append_slice_rows(self.run_dir / SLICES_CSV, rows)
+            except OSError as exc:
+                log.warning("could not append to %s: %s", self.run_dir / SLICES_CSV, exc)
+            info = self.stage_info.get(stage)
+            for row in rows:
+                self.console.notice(slice_line(row, info.label if info else None, self.rt.scenario.stages.duration_s),
+                                    self._rows_pending())
+        if stage is not None and book.stage is None and self._attach_drift(stage):
+            # the stage's row is out already: said, and rewritten (the stop path writes anyway)
+            self.console.notice(drift_line(stage, next(r for r in self.rows if r.get("index") == stage)),
+                                self._rows_pending())
+            if not force:
+                self.write()
+        now = time.perf_counter()
+        if not force and stage is not None and (rows and now - self._written_t >= 5.0 or now - self._written_t >= 60.0):
+            self.write()
+
+    def _attach_drift(self, k: int) -> bool:
+        """Stage k's drift verdict (``loadgen.stats.drift``) onto its row, once its row is made and
+        its last slice closed; True when attached now."""
+        book = self.slice_book
+        row = next((r for r in self.rows if r.get("index") == k), None)
+        if book is None or row is None or "drift" in row or book.stage == k:
+            return False
+        attach(row, stage_drift([r for r in book.rows if r["stage"] == k], book.slice_s, self.rt.scenario.drift))
+        return True
 
     # -- workers ------------------------------------------------------------------------------------
     def check_workers(self, now: float | None = None) -> None:
@@ -360,6 +433,7 @@ class Session:
             runner = env.runner
             failed = runner is not None and (runner.errors or runner.exceptions)
             self.exit_code = env.parsed_options.exit_code_on_error if failed else errors.EXIT_OK
+        self.close_slices(force=True)  # the slice under way too, as a partial one
         if self.watch:
             self.watch.stop()
         # A stage whose window closed but whose last requests were still running when the run was
@@ -394,13 +468,19 @@ class Session:
         run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
                        self.tags.run_name(run_name(rt.scenario)))
-        return self.tags.into_summary(build_summary(
+        summary = self.tags.into_summary(build_summary(
             run, rt.scenario, self.capacity, self.guard_record, self.rows, self.knee(), rt.collector.totals,
             self.server.compat if self.server else None, (self.unstaged.outcomes, self.unstaged.stats), rt.dataset))
+        if self.slice_book is not None:  # while running, the newest LIVE_SLICES: every one is in slices.csv
+            rows = self.slice_book.rows
+            summary["slices"] = list(rows if final else rows[-LIVE_SLICES:])
+            summary["slices_total"] = len(rows)
+        return summary
 
     def write(self, final: bool = False) -> None:
         if self.run_dir is None:  # the run never started (a web UI closed before its first run)
             return
+        self._written_t = time.perf_counter()
         if isinstance(self.rt.request_sink, RequestFile):
             self.rt.request_sink.flush()  # the requests so far on disk whenever the results are
         try:

@@ -46,6 +46,7 @@ class StageWatch:
       queued_polls_max = longest run of consecutive polls with waiting > 0
       queued_share  = share of polls with waiting >= max(1, queue_fraction x concurrency)
       kv_full_share = share of polls with kv_usage >= rule.kv_usage
+      kv_usage_mean = mean of the polled kv_usage values (None without one)
       over_capacity = any evidence of ``OverCapacityRule`` (listed in ``over_capacity_evidence``);
                       None when no poll arrived during the stage (unknown, not "fine")
     """
@@ -70,6 +71,8 @@ class StageWatch:
             "queued_polls_max": 0,
             "queued_polls": 0,
             "kv_full_polls": 0,
+            "kv_sum": 0.0,
+            "kv_polls": 0,
         }
 
     def feed(self, t: float, sample: dict) -> None:
@@ -93,6 +96,9 @@ class StageWatch:
         usage = sample.get("kv_usage")
         if usage is not None and usage >= rule.kv_usage:
             acc["kv_full_polls"] += 1
+        if usage is not None:
+            acc["kv_sum"] += usage
+            acc["kv_polls"] += 1
         for key in ("waiting", "running", "kv_usage"):
             acc[key + "_max"] = _max(acc[key + "_max"], sample.get(key))
 
@@ -127,6 +133,7 @@ class StageWatch:
             "queued_polls_max": acc["queued_polls_max"],
             "queued_share": acc["queued_polls"] / polls if polls else None,
             "kv_full_share": acc["kv_full_polls"] / polls if polls else None,
+            "kv_usage_mean": acc["kv_sum"] / acc["kv_polls"] if acc["kv_polls"] else None,
             "over_capacity": None if not polls else bool(evidence),
             "over_capacity_evidence": evidence,
         }

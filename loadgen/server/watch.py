@@ -23,6 +23,7 @@ from loadgen.server.answers import (
 )
 from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.window import Edge, window_figures
+from loadgen.server.window_spec import prefix_cache
 from loadgen.wire.client import StreamClient
 from loadgen.wire.endpoints import METRICS_PATH, server_root
 
@@ -60,6 +61,8 @@ class ServerWatch:
         self._poll_client, self._edge_client = client(), client()
         self.clock = clock
         self.stages = StageWatch(rule)
+        self.slices = StageWatch(rule)  # time slices (docs/soak.md): the same polls, cut by cut_slice
+        self._slice_edge: Edge | None = None
         self.disabled: str | None = None
         self._seen_ok = self._warned = False
         self._poll_errors = 0
@@ -83,6 +86,7 @@ class ServerWatch:
         if sample is not None:
             self._seen_ok = True
             self.stages.feed(self.clock(), sample)
+            self.slices.feed(self.clock(), sample)
         elif not self._seen_ok:
             self.disabled = error or f"no {self.flavor or 'vLLM/SGLang'} queue or KV metrics in it"
             log.warning(
@@ -139,6 +143,16 @@ class ServerWatch:
             poll_errors=self._poll_errors,
             disabled=self.disabled,
         )
+        return out
+
+    def cut_slice(self, first: bool = False) -> dict | None:
+        """A time slice's edge: the server's figures since the previous cut (StageWatch.end: KV use
+        mean and max, waiting max, preemptions; the prefix cache hit rate between the two edge
+        reads), and the next slice begins. ``first``: the window opens, nothing to return."""
+        t, edge = self.clock(), self.edge()
+        out = None if first else {**self.slices.end(0, t), **prefix_cache(self.flavor, self._slice_edge, edge)}
+        self.slices.begin(0, t)
+        self._slice_edge = edge
         return out
 
     def stop(self) -> None:

@@ -130,6 +130,7 @@ class Engine:
     kv_used: int = 0
     stats: EngineStats = field(default_factory=EngineStats)
     admitted: list[SimRequest] = field(default_factory=list)  # admitted for the first time in the last step
+    kv_lost: int = 0  # KV tokens a leak took (drift_kv_leak_tokens_per_h): the pool is kv_tokens - kv_lost
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.params.seed)
@@ -197,7 +198,7 @@ class Engine:
         need = self._blocks(tokens) - req.kv_held
         if need <= 0:
             return True
-        if self.kv_used + self._done_kv + need > self.params.kv_tokens:
+        if self.kv_used + self._done_kv + need > self.params.kv_tokens - self.kv_lost:
             return False
         self.kv_used += need
         req.kv_held += need
@@ -296,7 +297,7 @@ class Engine:
             req = self.waiting[0]
             reserve = int(p.admit_output_reserve * (req.output_tokens - req.generated))
             need = self._blocks(req.prefill_target + 1 + (reserve if self.running else 0))
-            if self.kv_used + self._done_kv + need > p.kv_tokens:
+            if self.kv_used + self._done_kv + need > p.kv_tokens - self.kv_lost:
                 break  # FIFO: the head waits for room, nobody overtakes it
             self.waiting.popleft()
             req.state = RUNNING

@@ -6,6 +6,11 @@ Pure: no I/O and no clock; the runner passes simulated time ``t_s``. For a reque
 TTFT = ``ttft_s``, per-chunk gap = ``itl_s * tokens_per_chunk``, per-token ITL = ``itl_s``.
 All times are simulated seconds (wall seconds = simulated / ``time_scale``). Requests never queue
 or interact; one heap holds every pending chunk, so one runner greenlet serves all streams.
+
+Drift (a soak's known answer): with ``ttft_drift_per_s`` / ``gap_drift_per_s`` (fractions per
+simulated second) a request submitted at ``t0`` waits ``ttft_s x (1 + ttft_drift_per_s x t0)`` for
+its first chunk, and a chunk due at ``d`` is followed by the next one ``gap x (1 + gap_drift_per_s x
+d)`` later: TTFT and ITL grow linearly with the simulated time since the server started.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from loadgen.sim.engine import ABORTED, FINISHED, RUNNING, EngineStats, SimReque
 class FixedSchedule:
     """Per-request schedules in one heap. KV use is reported (prompt + generated), never enforced."""
 
-    def __init__(self, ttft_s: float, itl_s: float, tokens_per_chunk: int):
+    def __init__(self, ttft_s: float, itl_s: float, tokens_per_chunk: int, ttft_drift_per_s: float = 0.0,
+                 gap_drift_per_s: float = 0.0):
         self.ttft_s = ttft_s
+        self.ttft_drift_per_s, self.gap_drift_per_s = ttft_drift_per_s, gap_drift_per_s
         self.gap_s = itl_s * tokens_per_chunk
         self.tokens_per_chunk = tokens_per_chunk
         self._heap: list[tuple[float, int, SimRequest]] = []
@@ -34,7 +41,7 @@ class FixedSchedule:
         req.state = RUNNING
         self.num_running += 1
         self.kv_used += req.prompt_tokens
-        heapq.heappush(self._heap, (t_s + self.ttft_s, next(self._seq), req))
+        heapq.heappush(self._heap, (t_s + self.ttft_s * (1 + self.ttft_drift_per_s * t_s), next(self._seq), req))
 
     def abort(self, req: SimRequest) -> None:
         """Forget ``req``; its heap entry is dropped lazily when it comes due."""
@@ -73,5 +80,5 @@ class FixedSchedule:
                 self._release(req)
             else:
                 # From the schedule, not from t_s: lateness must not accumulate.
-                heapq.heappush(heap, (due + self.gap_s, next(self._seq), req))
+                heapq.heappush(heap, (due + self.gap_s * (1 + self.gap_drift_per_s * due), next(self._seq), req))
         return events

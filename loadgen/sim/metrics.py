@@ -144,7 +144,8 @@ class SimCollector:
         s = self.server
         cfg, model, m = s.config, s.model, s.metrics
         lab, val = ["model_name"], [cfg.model]
-        kv_frac = model.kv_used / cfg.kv_tokens if cfg.kv_tokens else 0.0
+        leak = cfg.drift_kv_leak_tokens_per_h * s.runner.now_s() / 3600  # a leak's reported use (drift)
+        kv_frac = min((model.kv_used + leak) / cfg.kv_tokens, 1.0) if cfg.kv_tokens else 0.0
         p = cfg.flavor + ":"
 
         def gauge(name, doc, value):

@@ -99,8 +99,13 @@ class EngineRunner(Runner):
         self._wake.wait()
         return perf_counter()
 
+    kv_leak_per_s = 0.0  # drift_kv_leak_tokens_per_h / 3600: KV tokens lost per simulated second
+    kv_lost_max = 0  # never so much that one request of max_model_len no longer fits
+
     def admit_arrivals(self, start: float) -> None:
-        pass  # submit() queued each request as it arrived
+        # submit() queued each request as it arrived; a leak has taken its share of the pool by now
+        if self.kv_leak_per_s:
+            self.model.kv_lost = min(int(self.kv_leak_per_s * (start - self._t0) * self.time_scale), self.kv_lost_max)
 
     def sleep_until(self, end: float) -> float:
         now = perf_counter()

@@ -48,8 +48,12 @@ class SimServer:
         if config.timing == "engine":
             self.model = Engine(config.engine_params())
             self.runner = EngineRunner(self.model, config.time_scale, self._deliver)
+            self.runner.kv_leak_per_s = config.drift_kv_leak_tokens_per_h / 3600
+            self.runner.kv_lost_max = max(config.kv_tokens - config.max_model_len - config.block_size, 0)
         else:
-            self.model = FixedSchedule(config.ttft_ms / 1e3, config.itl_ms / 1e3, config.tokens_per_chunk)
+            self.model = FixedSchedule(config.ttft_ms / 1e3, config.itl_ms / 1e3, config.tokens_per_chunk,
+                                       config.drift_prefill_pct_per_h / 100 / 3600,
+                                       config.drift_decode_pct_per_h / 100 / 3600)
             self.runner = FixedRunner(self.model, config.time_scale, self._deliver)
         self.faults = FaultPlan(config.faults, config.seed)
         self._rng = random.Random(config.seed)  # early EOS and text offsets

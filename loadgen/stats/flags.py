@@ -46,6 +46,8 @@ FLAGS: tuple[Flag, ...] = (
          "finished (unfinished_requests)"),
     Flag("error", "a fatal error stopped the run before the stage's last requests finished "
          "(unfinished_requests)"),
+    Flag("drift", "a soak's figures moved beyond a drift threshold per hour over its time slices; what moved, "
+         "how fast, since when: the stage's drift.verdict"),
     Flag("predicted", "not measured: predicted by the calibrated simulator (llm-loadgen whatif)"),
 )
 

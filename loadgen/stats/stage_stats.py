@@ -283,12 +283,34 @@ class Collector:
     worker, ``take_delta()`` hands what was added since the previous call to the master and
     starts ``totals`` and ``stages`` afresh. ``inflight`` is this process's own absolute count; a
     worker reports it whole (``Runtime.report``), so the master can drop a lost worker's share.
+
+    Time slices (``stages.slice_s``, docs/soak.md): ``slice`` is the (stage, slice index) being
+    measured now (set by the Runtime's slice clock, None between windows); what a stage gets while
+    its slice is open also goes to ``slices[(stage, j)]``: a request completed in it, tokens that
+    arrived in it, its in-flight time. They ship and merge like ``stages``; the owner pops a slice
+    once it has closed (``pop_slice``), so a days-long stage holds only its open slices.
     """
 
     def __init__(self) -> None:
         self.totals = StageStats()
         self.stages: dict[int, StageStats] = {}
         self.inflight: dict[int | None, int] = {}
+        self.slice: tuple[int, int] | None = None
+        self.slices: dict[tuple[int, int], StageStats] = {}
+
+    def _slice(self, stage: int | None) -> StageStats | None:
+        """The open slice's statistics when ``stage`` is the stage it slices, else None."""
+        key = self.slice
+        if key is None or stage != key[0]:
+            return None
+        s = self.slices.get(key)
+        if s is None:
+            s = self.slices[key] = StageStats()
+        return s
+
+    def pop_slice(self, stage: int, index: int) -> StageStats:
+        """The owner: slice ``index`` of ``stage`` has closed; its statistics (empty if none came)."""
+        return self.slices.pop((stage, index), None) or StageStats()
 
     def _stage(self, stage: int) -> StageStats:
         s = self.stages.get(stage)
@@ -309,17 +331,21 @@ class Collector:
         itl = bin_itl(result)
         self.totals.add_result(result, expected_in, expected_out, itl, turn, verdict)
         self._stage(stage).add_result(result, expected_in, expected_out, itl, turn, verdict)
+        if (piece := self._slice(stage)) is not None:
+            piece.add_result(result, expected_in, expected_out, itl, turn, verdict)
 
     def add_window_tokens(self, stage: int | None, n: int) -> None:
         """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""
         self.totals.window_output_tokens += n
         if stage is not None:
             self._stage(stage).window_output_tokens += n
+            if (piece := self._slice(stage)) is not None:
+                piece.window_output_tokens += n
 
     def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
         """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
         (``None``: --max-inflight requests were in flight)."""
-        for s in (self.totals, None if stage is None else self._stage(stage)):
+        for s in (self.totals, None if stage is None else self._stage(stage), self._slice(stage)):
             if s is None:
                 continue
             s.scheduled_requests += 1
@@ -333,14 +359,18 @@ class Collector:
         self.totals.window_requests += 1
         if stage is not None:
             self._stage(stage).window_requests += 1
+            if (piece := self._slice(stage)) is not None:
+                piece.window_requests += 1
 
     def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
         """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
         now (loadgen.stats.inflight.InflightMeter)."""
-        s = self._stage(stage)
-        s.inflight_us += request_us
-        if inflight > s.inflight_peak:
-            s.inflight_peak = inflight
+        for s in (self._stage(stage), self._slice(stage)):
+            if s is None:
+                continue
+            s.inflight_us += request_us
+            if inflight > s.inflight_peak:
+                s.inflight_peak = inflight
 
     def request_started(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) + 1
@@ -351,7 +381,9 @@ class Collector:
     def record_cancelled(self, stage: int | None, tokens: int) -> None:
         """A request this process cut mid-flight (its user was stopped) after ``tokens`` arrived:
         counted in the totals and its stage, and shipped to the master like every other count."""
-        for s in (self.totals, self._stage(stage)) if stage is not None else (self.totals,):
+        for s in (self.totals, self._stage(stage), self._slice(stage)) if stage is not None else (self.totals,):
+            if s is None:
+                continue
             s.cancelled_requests += 1
             s.cancelled_output_tokens += tokens
 
@@ -365,8 +397,11 @@ class Collector:
             "totals": self.totals.to_wire(),
             "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
         }
+        if self.slices:  # [stage, slice index, wire]; absent without slices (older masters ignore it)
+            delta["slices"] = [[k, j, s.to_wire()] for (k, j), s in self.slices.items() if not s.is_empty()]
         self.totals = StageStats()
         self.stages = {}
+        self.slices = {}
         return delta
 
     def merge_delta(self, delta: dict) -> None:
@@ -374,3 +409,5 @@ class Collector:
         self.totals.merge(StageStats.from_wire(delta["totals"]))
         for k, wire in delta["stages"]:
             self._stage(int(k)).merge(StageStats.from_wire(wire))
+        for k, j, wire in delta.get("slices", ()):
+            self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_wire(wire))

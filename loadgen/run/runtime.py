@@ -177,16 +177,18 @@ class Runtime:
         self.collector.request_started(stage)
         self.inflight.change(+1, time.perf_counter())
 
-    def request_finished(self, stage: int | None, ok: bool) -> None:
-        """It finished (``ok``: completed); an ok one counts toward the window open now."""
+    def request_finished(self, stage: int | None, ok: bool, model: str | None = None) -> None:
+        """It finished (``ok``: completed); an ok one counts toward the window open now (and its
+        ``model``'s, with a mix of models)."""
         self.collector.request_finished(stage)
         self.inflight.change(-1, time.perf_counter())
         if ok:
-            self.collector.add_window_request(self.measuring)
+            self.collector.add_window_request(self.measuring, model)
 
-    def on_tokens(self, n: int) -> None:
-        """Live token arrival: counts toward the window of the stage being measured."""
-        self.collector.add_window_tokens(self.measuring, n)
+    def on_tokens(self, n: int, model: str | None = None) -> None:
+        """Live token arrival: counts toward the window of the stage being measured (and its
+        ``model``'s, with a mix of models)."""
+        self.collector.add_window_tokens(self.measuring, n, model)
 
     def finished(self, stage: int) -> int:
         """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""

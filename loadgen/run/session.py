@@ -240,7 +240,9 @@ class Session:
         unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
         if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
             unfinished = None
-        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
+        mix = sc.model_mix.names if sc.model_mix is not None else ()
+        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost,
+                        rt.collector.models.get(k), mix)
         self.rows.append(row)
         if len(self.rows) == 1:
             say(format_stage_header(info.rate_per_s is not None, slo=sc.slo.enabled))

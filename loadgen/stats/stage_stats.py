@@ -20,6 +20,9 @@ from loadgen.stats.slo import Objectives, SloCounts, request_verdict
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.stats.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
 PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
+# A model's row of a stage with a mix of models (StageStats.model_row): what each model got
+MODEL_FIELDS = ("requests", "error_count", "errors", "input_tokens", "output_tokens", "output_tokens_per_s",
+                "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s")
 
 
 class StageStats:
@@ -203,6 +206,12 @@ class StageStats:
             **self._length_hist(),
         }
 
+    def model_row(self, window_s: float | None) -> dict:
+        """One model's figures of a stage with a mix of models: the ``MODEL_FIELDS`` of ``row``
+        (same formulas; the models' counts add up to the stage's exactly, their tok/s up to rounding)."""
+        row = self.row(window_s)
+        return {key: row[key] for key in MODEL_FIELDS}
+
     def _answer_fields(self) -> dict:
         """``cached_prompt_tokens`` (None when no request's usage said) and, for a stage with
         reasoning, ``reasoning_tokens`` and where they came from (``reasoning_tokens_source``:
@@ -283,11 +292,18 @@ class Collector:
     worker, ``take_delta()`` hands what was added since the previous call to the master and
     starts ``totals`` and ``stages`` afresh. ``inflight`` is this process's own absolute count; a
     worker reports it whole (``Runtime.report``), so the master can drop a lost worker's share.
+
+    ``models[k][name]``: with a mix of models (loadgen.workload.model_mix), stage k's requests
+    that asked for model ``name``, counted by the same ``StageStats`` code as the stage, so the
+    models' requests, errors, output tokens and window tokens add up to the stage's exactly
+    (callers pass ``model`` only with a mix; a single model keeps no per-model statistics). The
+    in-flight integral and open-loop scheduling (arrivals, drops, lateness) are per stage only.
     """
 
     def __init__(self) -> None:
         self.totals = StageStats()
         self.stages: dict[int, StageStats] = {}
+        self.models: dict[int, dict[str, StageStats]] = {}
         self.inflight: dict[int | None, int] = {}
 
     def _stage(self, stage: int) -> StageStats:
@@ -296,25 +312,41 @@ class Collector:
             s = self.stages[stage] = StageStats()
         return s
 
+    def _model(self, stage: int, model: str) -> StageStats:
+        by_name = self.models.setdefault(stage, {})
+        s = by_name.get(model)
+        if s is None:
+            s = by_name[model] = StageStats()
+        return s
+
+    def _measured(self, stage: int | None, model: str | None) -> tuple[StageStats, ...]:
+        """The StageStats a measured event of ``stage`` (and ``model``, with a mix) counts in."""
+        if stage is None:
+            return ()
+        return (self._stage(stage),) if model is None else (self._stage(stage), self._model(stage, model))
+
     def record_result(
         self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
-        objectives: Objectives | None = None, turn: int | None = None,
+        objectives: Objectives | None = None, turn: int | None = None, model: str | None = None,
     ) -> None:
-        """Count a finished request in the totals and, if it was measured, in its stage. With
-        ``objectives`` set, its SLO verdict is computed here, once, and counted in both."""
+        """Count a finished request in the totals and, if it was measured, in its stage (and its
+        model's, ``model`` given with a mix). With ``objectives`` set, its SLO verdict is computed
+        here, once, and counted in each."""
         verdict = request_verdict(result, objectives) if objectives is not None and objectives.enabled else None
         if stage is None:
             self.totals.add_result(result, expected_in, expected_out, turn=turn, verdict=verdict)
             return
         itl = bin_itl(result)
         self.totals.add_result(result, expected_in, expected_out, itl, turn, verdict)
-        self._stage(stage).add_result(result, expected_in, expected_out, itl, turn, verdict)
+        for s in self._measured(stage, model):
+            s.add_result(result, expected_in, expected_out, itl, turn, verdict)
 
-    def add_window_tokens(self, stage: int | None, n: int) -> None:
-        """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""
+    def add_window_tokens(self, stage: int | None, n: int, model: str | None = None) -> None:
+        """Tokens that just arrived: totals always, stage ``stage`` (and ``model``'s) if it is being
+        measured."""
         self.totals.window_output_tokens += n
-        if stage is not None:
-            self._stage(stage).window_output_tokens += n
+        for s in self._measured(stage, model):
+            s.window_output_tokens += n
 
     def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
         """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
@@ -328,11 +360,12 @@ class Collector:
             else:
                 s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
 
-    def add_window_request(self, stage: int | None) -> None:
-        """An ok request finished now: totals always, stage ``stage`` if it is being measured."""
+    def add_window_request(self, stage: int | None, model: str | None = None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` (and ``model``'s) if it is
+        being measured."""
         self.totals.window_requests += 1
-        if stage is not None:
-            self._stage(stage).window_requests += 1
+        for s in self._measured(stage, model):
+            s.window_requests += 1
 
     def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
         """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
@@ -348,10 +381,10 @@ class Collector:
     def request_finished(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) - 1
 
-    def record_cancelled(self, stage: int | None, tokens: int) -> None:
+    def record_cancelled(self, stage: int | None, tokens: int, model: str | None = None) -> None:
         """A request this process cut mid-flight (its user was stopped) after ``tokens`` arrived:
-        counted in the totals and its stage, and shipped to the master like every other count."""
-        for s in (self.totals, self._stage(stage)) if stage is not None else (self.totals,):
+        counted in the totals, its stage (and model), and shipped to the master like every other count."""
+        for s in (self.totals, *self._measured(stage, model)):
             s.cancelled_requests += 1
             s.cancelled_output_tokens += tokens
 
@@ -359,14 +392,19 @@ class Collector:
         """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
 
         Stages are a list of ``[stage, wire]`` pairs so integer stage keys survive both JSON and
-        msgpack unchanged.
+        msgpack unchanged; with a mix, ``models`` is a list of ``[stage, {model: wire}]``.
         """
         delta = {
             "totals": self.totals.to_wire(),
             "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
         }
+        models = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
+                  for k, by_name in self.models.items()]
+        if any(by_name for _, by_name in models):
+            delta["models"] = [[k, by_name] for k, by_name in models if by_name]
         self.totals = StageStats()
         self.stages = {}
+        self.models = {}
         return delta
 
     def merge_delta(self, delta: dict) -> None:
@@ -374,3 +412,6 @@ class Collector:
         self.totals.merge(StageStats.from_wire(delta["totals"]))
         for k, wire in delta["stages"]:
             self._stage(int(k)).merge(StageStats.from_wire(wire))
+        for k, by_name in delta.get("models", ()):
+            for name, wire in by_name.items():
+                self._model(int(k), str(name)).merge(StageStats.from_wire(wire))

@@ -85,3 +85,14 @@ def test_draw_is_seeded_per_sender():
     assert seq == [same.next() for _ in range(64)]
     assert seq[:1] == first
     assert seq != [other.next() for _ in range(64)]
+
+
+def test_start_check_names_a_model_the_server_does_not_list():
+    from loadgen.server.answers import parse_models, unserved_models
+
+    info = parse_models({"data": [{"id": "base"}, {"id": "lora-1", "parent": "base"}, {"nope": 1}]})
+    assert info.model == "base" and info.ids == ("base", "lora-1")
+    assert unserved_models(("base", "lora-1"), info) is None
+    line = unserved_models(("base", "lora-2", "x"), info)
+    assert "'lora-2', 'x'" in line and "lists 'base', 'lora-1'" in line and "--model" in line
+    assert parse_models({"data": "bad"}).ids == ()

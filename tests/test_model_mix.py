@@ -96,3 +96,17 @@ def test_start_check_names_a_model_the_server_does_not_list():
     line = unserved_models(("base", "lora-2", "x"), info)
     assert "'lora-2', 'x'" in line and "lists 'base', 'lora-1'" in line and "--model" in line
     assert parse_models({"data": "bad"}).ids == ()
+
+
+def test_the_what_if_accepts_a_mix_and_says_it_is_not_predicted(tmp_path):
+    import json
+
+    from loadgen import cli
+
+    path = tmp_path / "mix.yaml"
+    path.write_text("model: {a: 0.7, b: 0.3}\nstages: {list: [1], warmup_s: 1, duration_s: 2, ramp_s: 1}\n")
+    out = tmp_path / "out"
+    assert cli.main(["whatif", "llama8b-1gpu-vllm", "--scenario", str(path), "--out", str(out), "--no-plots"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["scenario"]["model"] == {"a": 0.7, "b": 0.3}
+    assert any(n.startswith("not predicted: the mix of models") for n in summary["notes"])

@@ -66,4 +66,5 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     if sc.slo.enabled and sc.slo.search:
         notes.append("not predicted: the SLO search stages (slo.search); the SLO maximum is read from the "
                      "listed stages")
+    notes += ["not predicted: the mix of models; every virtual request is one model's"] if sc.model_mix else []
     return w, notes

@@ -54,7 +54,7 @@ def assert_split_70_30(stages: list[dict]) -> None:
 
 
 def test_local_mix_splits_by_weight_and_rows_sum_to_the_stage(sim, tmp_path):
-    run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--stages", "2,4", *MIX, timeout_s=120)
+    run = run_locust(sim.url, tmp_path / "r", *SMOKE, "--stages", "2,4", *MIX, "--requests-jsonl", timeout_s=120)
     assert run.code == 0, run.stderr[-3000:]
     summary = run.summary
     assert summary["run"]["model"] == "base=0.7,lora-a=0.3"
@@ -66,6 +66,12 @@ def test_local_mix_splits_by_weight_and_rows_sum_to_the_stage(sim, tmp_path):
         assert f"llm-loadgen: stage {stage['index']} models: base {stage['models']['base']['requests']} reqs" \
             in run.stderr
     assert_split_70_30(stages)
+    # requests.jsonl names each request's model: per stage and model, as many lines as the row counts
+    sent = [json.loads(line) for line in (run.run_dir / "requests.jsonl").read_text().splitlines()]
+    for stage in stages:
+        for name, row in stage["models"].items():
+            n = sum(1 for r in sent if r["stage"] == stage["index"] and r["model"] == name)
+            assert n == row["requests"] + row["error_count"], (stage["index"], name)
     lines = (run.run_dir / "models.csv").read_text().splitlines()
     assert lines[0].startswith("index,concurrency,offered_rate_per_s,model,requests,") and len(lines) == 1 + 4
     assert "models" not in (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")

@@ -110,3 +110,17 @@ def test_the_what_if_accepts_a_mix_and_says_it_is_not_predicted(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scenario"]["model"] == {"a": 0.7, "b": 0.3}
     assert any(n.startswith("not predicted: the mix of models") for n in summary["notes"])
+
+
+def test_models_console_line_and_csv():
+    from loadgen.report.models import models_csv_text, models_line
+
+    fig = {"requests": 7, "error_count": 2, "errors": {"http_5xx": 2}, "input_tokens": 700, "output_tokens": 140,
+           "output_tokens_per_s": 35.0, "ttft_p50_s": 0.021, "ttft_p99_s": 0.0254, "itl_p50_s": 0.005,
+           "itl_p99_s": 0.008, "e2e_p50_s": 0.12, "e2e_p99_s": 0.13}
+    row = {"index": 1, "concurrency": 4, "models": {"a": fig, "b": {**fig, "error_count": 0, "errors": {}}}}
+    assert models_line(row) == ("llm-loadgen: stage 1 models: a 7 reqs, 2 errors 35.0 tok/s TTFT p50/p99 21/25 ms "
+                                "E2E p50 0.12 s; b 7 reqs 35.0 tok/s TTFT p50/p99 21/25 ms E2E p50 0.12 s")
+    assert models_line({"index": 0}) is None
+    lines = models_csv_text([row, {"index": 2}]).splitlines()
+    assert len(lines) == 3 and lines[1].startswith("1,4,,a,7,2,700,140,35.0,")

@@ -114,3 +114,13 @@ def test_two_processes_merge_per_model_rows_exactly(sim, tmp_path):
         # both workers sent requests of the stage
         assert sum(1 for ledger in ledgers if any(sk == k for sk, _ in ledger.get("models", []))) == 2
     assert_split_70_30(summary["stages"])
+
+
+def test_open_loop_mix_rows_sum_to_the_stage(sim, tmp_path):
+    run = run_locust(sim.url, tmp_path / "r", "--scenario", "config/smoke.yaml", "--output-tokens", "20",
+                     "--rates", "40", "--warmup", "1", "--stage-duration", "4", *MIX, timeout_s=120)
+    assert run.code == 0, run.stderr[-3000:]
+    (stage,) = run.summary["stages"]
+    assert stage["offered_rate_per_s"] == 40
+    assert_rows_sum_to_stage(stage)
+    assert_split_70_30([stage])

@@ -307,3 +307,58 @@ def test_open_loop_counters_merge_and_peak_merges_by_max():
     row = s.row(2.0)
     assert row["achieved_rate_per_s"] == 0.5
     assert row["lateness_p99_s"] == pytest.approx(0.004, rel=0.03)
+
+
+# counted per stage only, not per model: in flight (a concurrency) and open-loop scheduling (a model
+# is drawn when a request is sent, after its arrival was scheduled or dropped)
+STAGE_ONLY = {"scheduled_requests", "dropped_by_client", "inflight_us", "inflight_peak"}
+
+
+@pytest.mark.parametrize("codec", ["msgpack", "json"])
+def test_per_model_stats_sum_to_the_stage_and_merge_exactly(codec):
+    """A mix of models: each model's StageStats of a stage, counted by the same code, add up to the
+    stage's; three workers' deltas merge into exactly what one collector that saw everything holds."""
+    rng = np.random.default_rng(11)
+    names = ("base", "lora")
+    reference, master = Collector(), Collector()
+    for _ in range(3):  # workers
+        w = Collector()
+        for _ in range(int(rng.integers(20, 60))):
+            stage, model = [None, 0, 1][int(rng.integers(3))], names[int(rng.integers(2))]
+            res = failed_result(OVERLOAD_429, 2) if rng.random() < 0.1 else ok_result(rng)
+            tokens = int(rng.integers(1, 50))
+            for c in (w, reference):
+                c.record_result(res, stage, 100, 64, OBJ, model=model)
+                c.add_window_tokens(stage, tokens, model)
+                if res.ok:
+                    c.add_window_request(stage, model)
+            if rng.random() < 0.05:
+                for c in (w, reference):
+                    c.record_cancelled(stage, 3, model)
+        delta = w.take_delta()
+        assert w.models == {}
+        delta = (json.loads(json.dumps(delta)) if codec == "json"
+                 else msgpack.loads(msgpack.dumps(delta), raw=False, strict_map_key=False))
+        master.merge_delta(delta)
+    assert_same(master, reference)
+    assert set(master.models) == {0, 1} and master.models == reference.models
+    for k, by_name in master.models.items():
+        stage = master.stages[k]
+        assert set(by_name) == set(names)
+        for n in set(COUNTERS) - STAGE_ONLY:  # every request counter of the stage is the sum of its models'
+            assert sum(getattr(s, n) for s in by_name.values()) == getattr(stage, n), n
+        assert sum(s.error_count for s in by_name.values()) == stage.error_count
+        for name in HISTOGRAMS:  # bucket for bucket
+            assert np.array_equal(sum(getattr(s, name).counts for s in by_name.values()), getattr(stage, name).counts)
+        rows = [s.model_row(10.0) for s in by_name.values()]
+        assert sum(r["requests"] for r in rows) == stage.row(10.0)["requests"]
+        assert sum(r["output_tokens_per_s"] for r in rows) == pytest.approx(stage.row(10.0)["output_tokens_per_s"])
+
+
+def test_one_model_keeps_no_per_model_stats():
+    rng = np.random.default_rng(12)
+    c = Collector()
+    c.record_result(ok_result(rng), 0, 100, 64)
+    c.add_window_tokens(0, 5)
+    c.add_window_request(0)
+    assert c.models == {} and "models" not in c.take_delta()

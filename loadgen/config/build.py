@@ -45,6 +45,7 @@ from loadgen.config.schema import (
 from loadgen.errors import ConfigError
 from loadgen.stats.slo import OBJECTIVES
 from loadgen.stats.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.workload.model_mix import ModelMix, parse_model
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
 MAX_SWEEP_STAGES = 200
@@ -53,7 +54,7 @@ MAX_SWEEP_STAGES = 200
 SPEC: dict[str, Check] = {
     "name": text("a short label for the scenario, e.g. fp8-kv (the run name adds endpoint, tokens, stages)", forbid="/\\"),
     "endpoint": api_name(ENDPOINT_PATHS),
-    "model": text("a model id from GET /v1/models, or null to use the first one", nullable=True),
+    "model": parse_model,  # a name, null (the first id from GET /v1/models), or a mix (loadgen.workload.model_mix)
     "api_key_env": env_var_name,
     "input_tokens": integer("prompt length in tokens, e.g. 1000", ge=1),
     "output_tokens": integer("tokens generated per request, e.g. 1000", ge=1),
@@ -376,4 +377,7 @@ def build_scenario(doc: Any, overrides: Mapping[str, Any] | None = None) -> Scen
         for name, cls in SECTIONS.items()
     }
     top = {k: v for k, v in values.items() if "." not in k}
+    if isinstance(top["model"], ModelMix):  # a mix: the first name stands for it where one model is needed
+        top["model_mix"] = top["model"]
+        top["model"] = top["model_mix"].names[0]
     return Scenario(**top, **sections)

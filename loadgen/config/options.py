@@ -29,7 +29,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--trace-speedup", "workload.trace_speedup", float, "a timestamped dataset replays this many times faster"),
     ("--turns", "workload.turns", int, "multi-turn: turns per conversation (history resent each turn)"),
     ("--endpoint", "endpoint", ENDPOINTS, "API to load: completions (/v1/completions) or chat (/v1/chat/completions)"),
-    ("--model", "model", str, "model id (default: the first id from GET /v1/models)"),
+    ("--model", "model", str, "model id (default: the first id from GET /v1/models), or a mix drawn per "
+                              "request by weight, e.g. base=0.7,my-lora=0.3"),
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
     ("--header", "request.headers", "headers", "'Name: value' sent on every request to the server, e.g. "
                                                "'X-Api-Key: abc' (repeatable; credentials hidden in results)"),

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from loadgen.stats.cost import CostConfig
 from loadgen.stats.drift import DriftConfig
 from loadgen.stats.slo import Objectives
+from loadgen.workload.model_mix import ModelMix
 
 # The scenario's ``endpoint`` names the API; its streaming path (loadgen.wire.endpoints.PATHS) is
 # declared here so that a path given where a name belongs can be recognised in the config layer.
@@ -322,6 +323,10 @@ class Scenario:
     client_check: ClientCheckConfig
     results_dir: str
     requests_jsonl: bool  # one JSON line per request in the run folder (loadgen.stats.request_line)
+    # a mix of models (loadgen.workload.model_mix.ModelMix): each request draws its model by weight;
+    # ``model`` is then the mix's first name (the start check's probe). None: every request sends ``model``.
+    # Not a key of its own: the scenario's ``model`` key holds the mix (``part_of``).
+    model_mix: ModelMix | None = field(default=None, metadata={"part_of": "model"})
 
     def concurrencies(self) -> list[int]:
         """Concurrency of each stage; see ``StagesConfig.concurrencies`` for the rule."""
@@ -361,6 +366,9 @@ class Scenario:
 
         out = _plain(self)
         out["request"]["headers"] = shown(self.request.headers)
+        mix = out.pop("model_mix")
+        if mix is not None:
+            out["model"] = self.model_mix.to_mapping()
         return out
 
 

@@ -72,6 +72,7 @@ class Fleet:
         self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
         self.workers_seen: set[str] = set()
         self.ledger = StageStats()  # worker: every total shipped to the master
+        self.model_ledger: dict[int, dict[str, StageStats]] = {}  # worker, a mix of models: per stage and model
         self.parts: list[str] = []  # master, open loop: the client ids sharing this stage's rate
         # master: what it last heard from each worker and its own phases, to book a loss
         self.evidence: dict[str, WorkerEvidence] = {}
@@ -89,6 +90,9 @@ class Fleet:
         rt = self.rt
         delta = rt.collector.take_delta()
         self.ledger.merge(StageStats.from_wire(delta["totals"]))
+        for k, by_name in delta.get("models", ()):
+            for name, wire in by_name.items():
+                self.model_ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_wire(wire))
         return {
             "delta": delta,
             "health": rt.health.take_delta(),
@@ -100,12 +104,17 @@ class Fleet:
         }
 
     def write_ledger(self) -> None:
-        """Worker: what this worker recorded and shipped (after its final report)."""
+        """Worker: what this worker recorded and shipped (after its final report); with a mix of
+        models also ``models``: [[stage, {model: wire}]], as ``Collector.take_delta`` ships them."""
         client_id = self.rt.environment.runner.client_id
         path = Path(self.rt.scenario.results_dir) / "workers" / f"{client_id}.json"
+        ledger = {"client_id": client_id, "totals": self.ledger.to_wire()}
+        if self.model_ledger:
+            ledger["models"] = [[k, {name: s.to_wire() for name, s in by_name.items()}]
+                                for k, by_name in sorted(self.model_ledger.items())]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"client_id": client_id, "totals": self.ledger.to_wire()}))
+            path.write_text(json.dumps(ledger))
         except OSError as exc:
             log.warning("could not write the worker ledger %s: %s", path, exc)
 

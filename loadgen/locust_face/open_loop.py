@@ -77,9 +77,10 @@ class RateUser(StreamUser):
         client = self.idle_clients.pop() if self.idle_clients else self._new_client()
         try:
             ask = self.prompts.next() if line is None else self.prompts.from_line(line)
-            body, ask = prepare(sc, self.model, rt.compat, ask)
+            model, counted_as = self.next_model()
+            body, ask = prepare(sc, model, rt.compat, ask)
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
-            send_request(self, client, body, ask, stage, sent_s=due_s)
+            send_request(self, client, body, ask, stage, sent_s=due_s, model=counted_as)
         finally:
             self.idle_clients.append(client)
 

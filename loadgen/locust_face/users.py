@@ -23,6 +23,7 @@ from loadgen.wire.client import StreamClient
 from loadgen.wire.compat import refusal_line
 from loadgen.wire.endpoints import PATHS
 from loadgen.wire.exchange import prepare, stream_prepared
+from loadgen.workload.model_mix import ModelDraw
 
 _user_numbers = itertools.count()
 
@@ -33,27 +34,30 @@ def _process_key(environment) -> int:
     return int(getattr(environment.runner, "worker_index", 0) or 0)
 
 
-def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None, sent_s: float | None = None):
+def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None, sent_s: float | None = None,
+                 model: str | None = None):
     """Send ``body`` and ``ask`` (``loadgen.wire.exchange.prepare``), account for it (in flight, statistics,
     Locust's stats) and return its RequestResult. ``sent_s``: when it counts as sent: now (closed
-    loop) or its scheduled time (open loop). Shared by the closed-loop user and the open-loop
-    dispatcher."""
+    loop) or its scheduled time (open loop). ``model``: the model it asked for, with a mix of
+    models (counted in that model's statistics too); None: one model. Shared by the closed-loop
+    user and the open-loop dispatcher."""
     rt, path = user.rt, user.path
     sc = rt.scenario
     rt.request_started(stage)
     start_wall, start_perf = time.time(), time.perf_counter()
     result = None
+    on_tokens = rt.on_tokens if model is None else lambda n: rt.on_tokens(n, model)
     try:
-        result, nbytes = stream_prepared(client, sc, body, ask, sent_s=sent_s, on_tokens=rt.on_tokens,
-                                         on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens))
+        result, nbytes = stream_prepared(client, sc, body, ask, sent_s=sent_s, on_tokens=on_tokens,
+                                         on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens, model))
     finally:
-        rt.request_finished(stage, ok=result is not None and result.ok)
+        rt.request_finished(stage, ok=result is not None and result.ok, model=model)
     if not result.ok:
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     turn = ask.turn if sc.workload.turns > 1 else None
-    rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn)
+    rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn, model=model)
     # sent: now, or an open-loop arrival's scheduled time (perf_counter), on the wall clock
-    rt.export_request(result, stage, ask.input_tokens, turn=turn,
+    rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model,
                       sent_unix_s=start_wall - (start_perf - sent_s if sent_s is not None else 0.0))
     user.environment.events.request.fire(
         request_type="POST",
@@ -94,6 +98,15 @@ class StreamUser(User):
         self.model = None
         self.prompts = None  # on first use: needs the model and what the server accepts (rt.compat)
         self._seed_key = key
+        # a mix of models: this sender's seeded draw (loadgen.workload.model_mix), one model a request
+        self.model_draw = ModelDraw(sc.model_mix, key) if sc.model_mix is not None else None
+
+    def next_model(self) -> tuple[str, str | None]:
+        """(the model the next request sends, the model it is counted under: None without a mix)."""
+        if self.model_draw is None:
+            return self.model, None
+        name = self.model_draw.next()
+        return name, name
 
     def on_stop(self) -> None:
         self.client.close()
@@ -122,8 +135,9 @@ class LLMUser(StreamUser):
             return
         if self.model is None or self.prompts is None:
             self._prepare()
-        body, ask = prepare(rt.scenario, self.model, rt.compat, self.prompts.next())
-        result = send_request(self, self.client, body, ask, rt.measuring)
+        model, counted_as = self.next_model()
+        body, ask = prepare(rt.scenario, model, rt.compat, self.prompts.next())
+        result = send_request(self, self.client, body, ask, rt.measuring, model=counted_as)
         self.prompts.answered(ask, result.ok, result.completion_tokens)
         self._after(result)
 

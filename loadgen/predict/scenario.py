@@ -57,4 +57,5 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     if sc.prompt.shared_prefix_tokens or any(r.hash_ids for r in dataset or ()):
         notes.append("not predicted: shared prompt prefixes (prompt.shared_prefix_tokens, hash_ids); every "
                      "virtual prompt is distinct, so no prefix-cache hit is counted")
+    notes += ["not predicted: the mix of models; every virtual request is one model's"] if sc.model_mix else []
     return w, notes

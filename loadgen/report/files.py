@@ -17,6 +17,7 @@ from pathlib import Path
 from loadgen.errors import ConfigError
 from loadgen.report.atomic import atomic_write_text
 from loadgen.report.html import render_report_html
+from loadgen.report.models import MODELS_CSV, has_models, write_models_csv
 from loadgen.report.predicted_html import FIT_FIGURE
 from loadgen.report.table import write_stages_csv
 
@@ -68,6 +69,8 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
     """
     out = Path(results_dir)
     written = {"stages_csv": write_stages_csv(out / STAGES_CSV, summary.get("stages") or [])}
+    if has_models(summary.get("stages") or []):  # a mix of models: one row per stage and model
+        written["models_csv"] = write_models_csv(out / MODELS_CSV, summary["stages"])
     images: dict[str, bytes] = {}
     if plots:
         try:

@@ -204,9 +204,12 @@ BASE_COLUMNS = [
 
 def flatten_stage(stage: dict) -> dict:
     """One CSV row: nested dicts become dotted columns (``errors.read_timeout``,
-    ``token_mismatch.output``, ``server.kv_usage_max``), ``flags`` is ``;``-joined."""
+    ``token_mismatch.output``, ``server.kv_usage_max``), ``flags`` is ``;``-joined; a mix's
+    ``models`` has a CSV of its own (``loadgen.report.models``)."""
     row: dict = {}
     for key, value in stage.items():
+        if key == "models":
+            continue
         if key in NESTED and isinstance(value, dict):
             for sub, v in value.items():
                 if isinstance(v, dict):  # slo.attainment_by.ttft_s, slo.limits.ttft_p99_s.pass

@@ -117,14 +117,17 @@ class GuardRecord:
 
 def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
               client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
-              objectives: Objectives | None = None, cost: CostConfig | None = None) -> dict:
+              objectives: Objectives | None = None, cost: CostConfig | None = None,
+              models: dict[str, StageStats] | None = None, mix_names: tuple[str, ...] = ()) -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
     ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
     with SLO ``objectives`` set, ``slo`` (``loadgen.stats.slo.stage_slo``) and the flag ``slo_fail`` when
     the stage missed the attainment target or a percentile limit (``loadgen.stats.slo_limits``); a
     window closed early (``slo.early_stop``) adds ``slo.early_stop`` and the flag ``slo_early``. Search
     stages have ``search: true`` and ``slo_search``. ``cost``: the scenario's, for the cost figures
-    (``loadgen.stats.cost.stage_cost``)."""
+    (``loadgen.stats.cost.stage_cost``). With a mix of models (``mix_names``), ``models``
+    {name: figures} in the mix's order (``StageStats.model_row`` of ``models[name]``, zeros for a
+    model no request of the stage drew)."""
     stats = stats or StageStats()
     row = {"index": info.index, "concurrency": info.concurrency, **stats.row(info.window_s)}
     if info.rate_per_s is not None:
@@ -163,6 +166,9 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
         if info.early is not None:
             row["slo"]["early_stop"] = info.early.to_row(row["slo"]["pass"])
             flags.append("slo_early")
+    if mix_names:
+        row["models"] = {name: ((models or {}).get(name) or StageStats()).model_row(info.window_s)
+                         for name in mix_names}
     row["users"] = info.users
     row["window_s"] = info.window_s
     if cost is not None:

@@ -142,16 +142,16 @@ class Runtime:
         return "master" if self.is_master else "local"
 
     def export_request(self, result, stage: int | None, input_tokens_asked: int | None, *, phase: str = LOAD,
-                       sent_unix_s: float | None = None, turn: int | None = None) -> None:
+                       sent_unix_s: float | None = None, turn: int | None = None, model: str | None = None) -> None:
         """One ended request (ok or failed) into the per-request export, when it is on.
-        ``sent_unix_s``: wall-clock send time (default: now - its E2E)."""
+        ``sent_unix_s``: wall-clock send time (default: now - its E2E); ``model``: with a mix of models."""
         if self.request_sink is None:
             return
         if sent_unix_s is None:
             sent_unix_s = time.time() - (result.e2e_s or 0.0)
         self.request_sink.add(request_fields(result, stage=stage, phase=phase, worker=self.process_name,
                                              n=next(self._request_numbers), sent_unix_s=sent_unix_s,
-                                             input_tokens_asked=input_tokens_asked, turn=turn))
+                                             input_tokens_asked=input_tokens_asked, turn=turn, model=model))
 
     # -- phase -----------------------------------------------------------------------------------
     def set_phase(self, stage: int | None, kind: str, seq: int | None = None) -> None:
@@ -200,16 +200,18 @@ class Runtime:
         self.collector.request_started(stage)
         self.inflight.change(+1, time.perf_counter())
 
-    def request_finished(self, stage: int | None, ok: bool) -> None:
-        """It finished (``ok``: completed); an ok one counts toward the window open now."""
+    def request_finished(self, stage: int | None, ok: bool, model: str | None = None) -> None:
+        """It finished (``ok``: completed); an ok one counts toward the window open now (and its
+        ``model``'s, with a mix of models)."""
         self.collector.request_finished(stage)
         self.inflight.change(-1, time.perf_counter())
         if ok:
-            self.collector.add_window_request(self.measuring)
+            self.collector.add_window_request(self.measuring, model)
 
-    def on_tokens(self, n: int) -> None:
-        """Live token arrival: counts toward the window of the stage being measured."""
-        self.collector.add_window_tokens(self.measuring, n)
+    def on_tokens(self, n: int, model: str | None = None) -> None:
+        """Live token arrival: counts toward the window of the stage being measured (and its
+        ``model``'s, with a mix of models)."""
+        self.collector.add_window_tokens(self.measuring, n, model)
 
     def finished(self, stage: int) -> int:
         """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""

@@ -25,6 +25,7 @@ from loadgen.phases import Phase
 from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
 from loadgen.report.knee import run_knee
+from loadgen.report.models import models_line
 from loadgen.report.runs import create_run_dir, run_name, settle_run
 from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.report.stage_extras import extras_line
@@ -253,7 +254,9 @@ class Session:
         unfinished = self.fleet.inflight(k) + (stats.cancelled_requests if stats else 0) if forced else None
         if unfinished == 0:  # nothing was cut: the stop came between its last request and its row
             unfinished = None
-        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost)
+        mix = sc.model_mix.names if sc.model_mix is not None else ()
+        row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost,
+                        rt.collector.models.get(k), mix)
         self.rows.append(row)
         drifted = self._attach_drift(k)  # before the row is printed: its flag shows
         if len(self.rows) == 1:
@@ -263,6 +266,8 @@ class Session:
             say(drift_line(k, row))
         if (extras := extras_line(row)) is not None:
             say(extras)
+        if (by_model := models_line(row)) is not None:
+            say(by_model)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
                                  any(r.hash_ids for r in rt.dataset or ()))
         for line in stage_warnings(row, *sc.expected_lengths(), sharing) + clock_lines(self.rows):
@@ -465,7 +470,8 @@ class Session:
         rt = self.rt
         exit_code = self.exit_code if self.exit_code is not None else (0 if final else None)
         ended = (self.finished_wall or time.time()) if final else None
-        run = RunFacts(self.started_wall, ended, rt.environment.host, rt.model_name,
+        mix = rt.scenario.model_mix  # a mix of models: run.model is the mix (a=0.7,b=0.3), as --model takes it
+        run = RunFacts(self.started_wall, ended, rt.environment.host, mix.text() if mix else rt.model_name,
                        rt.scenario.endpoint, exit_code, self.stop_reason, self.fleet.workers, self.worker_losses,
                        self.tags.run_name(run_name(rt.scenario)))
         summary = self.tags.into_summary(build_summary(

@@ -213,7 +213,8 @@ class ModelsInfo:
     """What ``GET /v1/models`` says about the first model it lists (None: not in the answer).
 
     ``max_model_len``: vLLM and SGLang; ``owned_by`` names the server (vllm, sglang, llamacpp);
-    ``n_vocab`` / ``n_ctx``: llama.cpp's ``meta`` (vocabulary size, context per the whole server).
+    ``n_vocab`` / ``n_ctx``: llama.cpp's ``meta`` (vocabulary size, context per the whole server);
+    ``ids``: every model id the answer lists, in its order (base models and LoRA adapters alike).
     """
 
     model: str | None
@@ -221,6 +222,7 @@ class ModelsInfo:
     owned_by: str | None = None
     n_vocab: int | None = None
     n_ctx: int | None = None
+    ids: tuple[str, ...] = ()
 
     @property
     def flavor(self) -> str | None:
@@ -244,4 +246,18 @@ def parse_models(answer: object) -> ModelsInfo:
         owned_by=owner if isinstance(owner, str) else None,
         n_vocab=_positive_int(meta.get("n_vocab")),
         n_ctx=_positive_int(meta.get("n_ctx")),
+        ids=tuple(card["id"] for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)
+                  and card["id"]) if isinstance(data, list) else (),
     )
+
+
+def unserved_models(names: tuple[str, ...], info: ModelsInfo) -> str | None:
+    """The start check's line when a model of a mix is not among the ids ``GET /v1/models`` lists
+    (naming each and what the server serves), else None."""
+    missing = [name for name in names if name not in info.ids]
+    if not missing:
+        return None
+    which = ", ".join(repr(name) for name in missing)
+    return (f"the server does not serve the model{'s' if len(missing) > 1 else ''} {which} of the mix "
+            f"(GET /v1/models lists {', '.join(repr(i) for i in info.ids) or 'no model'}); "
+            "name models as the server lists them in --model or model:")

@@ -35,6 +35,7 @@ from loadgen.server.answers import (
     parse_metrics,
     parse_models,
     slots_from_props,
+    unserved_models,
 )
 from loadgen.stats.failures import answer_words
 from loadgen.wire.client import StreamClient, check_host
@@ -284,10 +285,13 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
             exc = scheme_mismatch(host, req.connect_timeout_s, models.error) or models.error
             if model is None or exc.kind == errors.CONNECT_FAILED:
                 raise _refusal(host, exc, scenario.api_key_env)
-            say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); "
-                f"going on with model {model!r}")
+            going = f"the mix {scenario.model_mix.text()} unchecked" if scenario.model_mix else f"model {model!r}"
+            say(f"llm-loadgen: warning: model discovery failed ({exc.message or exc}); going on with {going}")
         elif model is None:
             model = models.info.model
+        elif scenario.model_mix is not None and (
+                problem := unserved_models(scenario.model_mix.names, models.info)) is not None:
+            raise StartRefused(errors.EXIT_CONFIG, f"config error: {problem}")
         capacity = resolve_capacity(scenario.guard.kv_capacity_tokens, root_client, models)
     finally:
         models_client.close()

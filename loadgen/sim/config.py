@@ -37,6 +37,7 @@ class SimConfig:
     timing: str = "fixed"
     flavor: str = "vllm"
     model: str = "llmsim"
+    served_models: str = ""  # comma-separated ids served instead of ``model`` (served_names)
     max_model_len: int = 32768
     kv_tokens: int = 1_000_000
     block_size: int = 16
@@ -84,6 +85,10 @@ class SimConfig:
     drift_prefill_pct_per_h: float = 0.0
     drift_kv_leak_tokens_per_h: float = 0.0
 
+    def served_names(self) -> list[str]:
+        """The model ids GET /v1/models lists: ``served_models``, else ``model``."""
+        return [m.strip() for m in self.served_models.split(",") if m.strip()] or [self.model]
+
     def reasoning_key(self) -> str:
         """The reasoning delta's field name (``reasoning_field``; auto: vLLM reasoning, SGLang reasoning_content)."""
         if self.reasoning_field != "auto":
@@ -112,6 +117,9 @@ HELP = {
               "step clock shared by all requests: batching, chunked prefill, KV cache, preemption)",
     "flavor": "server to imitate: vllm or sglang (metric names, /get_server_info, preempt vs retract)",
     "model": "model id listed by GET /v1/models",
+    "served_models": "comma-separated model ids GET /v1/models lists instead of model, e.g. base,my-lora "
+                     "(base models or LoRA adapters); a request for another model is answered 404 as vLLM "
+                     "does; empty: model only, and a request for any model is served",
     "max_model_len": "context length, tokens: prompt + max_tokens above it is answered 400",
     "kv_tokens": "KV cache capacity, tokens (reported to clients; enforced by the engine model)",
     "block_size": "KV cache block, tokens: a request's KV use is rounded up to whole blocks",

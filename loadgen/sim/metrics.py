@@ -85,7 +85,7 @@ class SimMetrics:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests_ok = 0
-        self.rejected: dict[str, int] = {"queue_full": 0, "bad_request": 0, "strict": 0}
+        self.rejected: dict[str, int] = {"queue_full": 0, "bad_request": 0, "strict": 0, "unknown_model": 0}
         self.faults: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
 
     def first_chunk(self, ttft_s: float, prompt_tokens: int, n: int) -> None:

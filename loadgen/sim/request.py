@@ -30,6 +30,7 @@ class GenParams:
     continuous_usage: bool
     prompt_ids: list[int] | None = None  # only when asked (prefix caching): IDs, or one per word
     thinking: bool = True  # chat_template_kwargs.enable_thinking (Qwen3-style templates); absent: on
+    model: str | None = None  # the body's ``model`` (None: absent or not text)
 
 
 def prompt_token_ids(obj: dict, chat: bool) -> list[int]:
@@ -115,7 +116,8 @@ def parse(body: bytes, chat: bool, max_model_len: int, default_max_tokens: int,
                      ignore_eos=_bool(obj, "ignore_eos"), stream=_bool(obj, "stream"),
                      include_usage=_bool(opts, "include_usage"),
                      continuous_usage=_bool(opts, "continuous_usage_stats"),
-                     prompt_ids=prompt_token_ids(obj, chat) if want_ids else None, thinking=_thinking(obj))
+                     prompt_ids=prompt_token_ids(obj, chat) if want_ids else None, thinking=_thinking(obj),
+                     model=obj["model"] if isinstance(obj.get("model"), str) else None)
 
 
 def _thinking(obj: dict) -> bool:

@@ -3,7 +3,8 @@
 Endpoints: ``POST /v1/completions``, ``POST /v1/chat/completions`` (stream and non-stream),
 ``GET /v1/models`` (with ``max_model_len``), ``GET /health``, ``POST /tokenize`` (and
 ``/v1/tokenize``), ``GET /metrics``; SGLang flavor also ``GET /get_server_info`` and
-``/server_info``. The model is not checked against ``/v1/models``: any ``model`` is served.
+``/server_info``. Without ``served_models`` the model is not checked against ``/v1/models``: any
+``model`` is served; with it, a request for a model it does not list is answered 404 as vLLM does.
 With a TLS context (``loadgen.sim.tls``) every connection is TLS: ``https://``.
 """
 
@@ -162,11 +163,18 @@ class SimServer:
 
     def _models(self) -> tuple[int, dict]:
         c = self.config
-        card = {"id": c.model, "object": "model", "created": self.created, "owned_by": c.flavor,
-                "root": c.model, "parent": None, "max_model_len": c.max_model_len}
-        if not c.advertise_max_model_len:
-            del card["max_model_len"]
-        return 200, {"object": "list", "data": [card]}
+        cards = []
+        for name in c.served_names():
+            card = {"id": name, "object": "model", "created": self.created, "owned_by": c.flavor,
+                    "root": name, "parent": None, "max_model_len": c.max_model_len}
+            if not c.advertise_max_model_len:
+                del card["max_model_len"]
+            cards.append(card)
+        return 200, {"object": "list", "data": cards}
+
+    def _answer_model(self, p: genreq.GenParams) -> str:
+        """The model a response names: the one asked for, when served_models lists it; else ``model``."""
+        return p.model if self.config.served_models and p.model else self.config.model
 
     def _server_info(self) -> tuple[int, dict]:
         c = self.config
@@ -211,6 +219,11 @@ class SimServer:
             self.metrics.rejected["bad_request"] += 1
             sock.sendall(wire.json_response(400, wire.error_obj(400, str(exc)), keep))
             return True
+        if cfg.served_models and p.model not in cfg.served_names():  # as vLLM answers an unknown model
+            self.metrics.rejected["unknown_model"] += 1
+            body = wire.error_obj(404, f"The model `{p.model}` does not exist.")
+            sock.sendall(wire.json_response(404, body, keep))
+            return True
         output, finish = self._output_length(p)
         fault = self.faults.draw(output)
         if fault is not None and fault.kind in PRE_STREAM:
@@ -226,7 +239,7 @@ class SimServer:
         fmt = None
         if p.stream:
             thinking = min(cfg.reasoning_tokens, output) if chat and p.thinking else 0
-            fmt = wire.StreamFormat(chat=chat, rid=rid, created=int(time.time()), model=cfg.model,
+            fmt = wire.StreamFormat(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
                                     prompt_tokens=p.prompt_tokens, flavor=cfg.flavor,
                                     include_usage=p.include_usage, continuous_usage=p.continuous_usage,
                                     reasoning_key=cfg.reasoning_key(), reasoning_tokens=thinking,
@@ -272,7 +285,7 @@ class SimServer:
         if stream.delay_s:  # --network-delay-ms: the body reaches the client that much later
             gevent.sleep(stream.delay_s)
         text = generated_text(stream.text_offset, 0, stream.sent).decode()
-        body = wire.completion_obj(chat=chat, rid=rid, created=int(time.time()), model=self.config.model,
+        body = wire.completion_obj(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
                                    text=text, finish=stream.finish_reason.decode(),
                                    prompt=p.prompt_tokens, completion=stream.sent)
         sock.sendall(wire.json_response(200, body, keep))

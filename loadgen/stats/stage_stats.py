@@ -20,6 +20,9 @@ from loadgen.stats.slo import Objectives, SloCounts, request_verdict
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.stats.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
 PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
+# A model's row of a stage with a mix of models (StageStats.model_row): what each model got
+MODEL_FIELDS = ("requests", "error_count", "errors", "input_tokens", "output_tokens", "output_tokens_per_s",
+                "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s")
 
 
 class StageStats:
@@ -203,6 +206,12 @@ class StageStats:
             **self._length_hist(),
         }
 
+    def model_row(self, window_s: float | None) -> dict:
+        """One model's figures of a stage with a mix of models: the ``MODEL_FIELDS`` of ``row``
+        (same formulas; the models' counts add up to the stage's exactly, their tok/s up to rounding)."""
+        row = self.row(window_s)
+        return {key: row[key] for key in MODEL_FIELDS}
+
     def _answer_fields(self) -> dict:
         """``cached_prompt_tokens`` (None when no request's usage said) and, for a stage with
         reasoning, ``reasoning_tokens`` and where they came from (``reasoning_tokens_source``:
@@ -289,11 +298,18 @@ class Collector:
     its slice is open also goes to ``slices[(stage, j)]``: a request completed in it, tokens that
     arrived in it, its in-flight time. They ship and merge like ``stages``; the owner pops a slice
     once it has closed (``pop_slice``), so a days-long stage holds only its open slices.
+
+    ``models[k][name]``: with a mix of models (loadgen.workload.model_mix), stage k's requests
+    that asked for model ``name``, counted by the same ``StageStats`` code as the stage, so the
+    models' requests, errors, output tokens and window tokens add up to the stage's exactly
+    (callers pass ``model`` only with a mix; a single model keeps no per-model statistics). The
+    in-flight integral and open-loop scheduling (arrivals, drops, lateness) are per stage only.
     """
 
     def __init__(self) -> None:
         self.totals = StageStats()
         self.stages: dict[int, StageStats] = {}
+        self.models: dict[int, dict[str, StageStats]] = {}
         self.inflight: dict[int | None, int] = {}
         self.slice: tuple[int, int] | None = None
         self.slices: dict[tuple[int, int], StageStats] = {}
@@ -318,29 +334,47 @@ class Collector:
             s = self.stages[stage] = StageStats()
         return s
 
+    def _model(self, stage: int, model: str) -> StageStats:
+        by_name = self.models.setdefault(stage, {})
+        s = by_name.get(model)
+        if s is None:
+            s = by_name[model] = StageStats()
+        return s
+
+    def _measured(self, stage: int | None, model: str | None) -> tuple[StageStats, ...]:
+        """The StageStats a measured event of ``stage`` counts in: the stage's, ``model``'s (given
+        with a mix) and the open slice's when it slices this stage."""
+        if stage is None:
+            return ()
+        found = [self._stage(stage)]
+        if model is not None:
+            found.append(self._model(stage, model))
+        if (piece := self._slice(stage)) is not None:
+            found.append(piece)
+        return tuple(found)
+
     def record_result(
         self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
-        objectives: Objectives | None = None, turn: int | None = None,
+        objectives: Objectives | None = None, turn: int | None = None, model: str | None = None,
     ) -> None:
-        """Count a finished request in the totals and, if it was measured, in its stage. With
-        ``objectives`` set, its SLO verdict is computed here, once, and counted in both."""
+        """Count a finished request in the totals and, if it was measured, in its stage (and its
+        model's, ``model`` given with a mix). With ``objectives`` set, its SLO verdict is computed
+        here, once, and counted in each."""
         verdict = request_verdict(result, objectives) if objectives is not None and objectives.enabled else None
         if stage is None:
             self.totals.add_result(result, expected_in, expected_out, turn=turn, verdict=verdict)
             return
         itl = bin_itl(result)
         self.totals.add_result(result, expected_in, expected_out, itl, turn, verdict)
-        self._stage(stage).add_result(result, expected_in, expected_out, itl, turn, verdict)
-        if (piece := self._slice(stage)) is not None:
-            piece.add_result(result, expected_in, expected_out, itl, turn, verdict)
+        for s in self._measured(stage, model):
+            s.add_result(result, expected_in, expected_out, itl, turn, verdict)
 
-    def add_window_tokens(self, stage: int | None, n: int) -> None:
-        """Tokens that just arrived: totals always, stage ``stage`` if it is being measured."""
+    def add_window_tokens(self, stage: int | None, n: int, model: str | None = None) -> None:
+        """Tokens that just arrived: totals always, stage ``stage`` (and ``model``'s) if it is being
+        measured."""
         self.totals.window_output_tokens += n
-        if stage is not None:
-            self._stage(stage).window_output_tokens += n
-            if (piece := self._slice(stage)) is not None:
-                piece.window_output_tokens += n
+        for s in self._measured(stage, model):
+            s.window_output_tokens += n
 
     def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
         """An open-loop arrival came due: sent ``lateness_s`` after its scheduled time, or dropped
@@ -354,13 +388,12 @@ class Collector:
             else:
                 s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
 
-    def add_window_request(self, stage: int | None) -> None:
-        """An ok request finished now: totals always, stage ``stage`` if it is being measured."""
+    def add_window_request(self, stage: int | None, model: str | None = None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` (and ``model``'s) if it is
+        being measured."""
         self.totals.window_requests += 1
-        if stage is not None:
-            self._stage(stage).window_requests += 1
-            if (piece := self._slice(stage)) is not None:
-                piece.window_requests += 1
+        for s in self._measured(stage, model):
+            s.window_requests += 1
 
     def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
         """Stage ``stage``'s in-flight integral grows by ``request_us``; ``inflight`` are in flight
@@ -378,12 +411,11 @@ class Collector:
     def request_finished(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) - 1
 
-    def record_cancelled(self, stage: int | None, tokens: int) -> None:
+    def record_cancelled(self, stage: int | None, tokens: int, model: str | None = None) -> None:
         """A request this process cut mid-flight (its user was stopped) after ``tokens`` arrived:
-        counted in the totals and its stage, and shipped to the master like every other count."""
-        for s in (self.totals, self._stage(stage), self._slice(stage)) if stage is not None else (self.totals,):
-            if s is None:
-                continue
+        counted in the totals, its stage (its model's, its open slice's), and shipped to the master like
+        every other count."""
+        for s in (self.totals, *self._measured(stage, model)):
             s.cancelled_requests += 1
             s.cancelled_output_tokens += tokens
 
@@ -391,7 +423,7 @@ class Collector:
         """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
 
         Stages are a list of ``[stage, wire]`` pairs so integer stage keys survive both JSON and
-        msgpack unchanged.
+        msgpack unchanged; with a mix, ``models`` is a list of ``[stage, {model: wire}]``.
         """
         delta = {
             "totals": self.totals.to_wire(),
@@ -399,9 +431,14 @@ class Collector:
         }
         if self.slices:  # [stage, slice index, wire]; absent without slices (older masters ignore it)
             delta["slices"] = [[k, j, s.to_wire()] for (k, j), s in self.slices.items() if not s.is_empty()]
+        models = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
+                  for k, by_name in self.models.items()]
+        if any(by_name for _, by_name in models):
+            delta["models"] = [[k, by_name] for k, by_name in models if by_name]
         self.totals = StageStats()
         self.stages = {}
         self.slices = {}
+        self.models = {}
         return delta
 
     def merge_delta(self, delta: dict) -> None:
@@ -411,3 +448,6 @@ class Collector:
             self._stage(int(k)).merge(StageStats.from_wire(wire))
         for k, j, wire in delta.get("slices", ()):
             self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_wire(wire))
+        for k, by_name in delta.get("models", ()):
+            for name, wire in by_name.items():
+                self._model(int(k), str(name)).merge(StageStats.from_wire(wire))

@@ -1,0 +1,80 @@
+"""GPU telemetry in a stage's results: --gpu-metrics / gpu_metrics, the cost figures (J/token, kWh per
+million tokens), stages.csv columns and the exporter's per-stage GPU series."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from loadgen.config import ConfigError, build_scenario, scenario_from_options
+from loadgen.config.options import register_options
+from loadgen.export.stage_gauges import stage_families
+from loadgen.report.table import stages_csv_text
+from loadgen.stats.cost import CostConfig, stage_cost
+
+GPU = {"gpus": 8, "power_w_total": 5040.0, "power_w_mean_per_gpu": 630.0, "util_pct_mean": 97.0,
+       "fb_used_mib_max": 77163.0, "energy_j": 151_280.211, "energy_source": "counter", "window_s": 30.0,
+       "exporters": 1, "read_errors": 0}
+
+
+def _parse(args: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register_options(parser)
+    return parser.parse_args(args)
+
+
+def test_gpu_metrics_flag_is_repeatable_and_a_scenario_key():
+    s = scenario_from_options(_parse(["--gpu-metrics", "http://n1:9400/metrics", "--gpu-metrics", "http://n2:9400/metrics"]))
+    assert s.gpu_metrics == ("http://n1:9400/metrics", "http://n2:9400/metrics")
+    assert build_scenario({"gpu_metrics": ["http://n1:9400/metrics"]}).gpu_metrics == ("http://n1:9400/metrics",)
+    assert build_scenario({}).gpu_metrics == ()
+
+
+@pytest.mark.parametrize("value, said", [("http://n1:9400/metrics", "write [http://n1:9400/metrics]"),
+                                         (["n1:9400"], "must be an http:// or https:// URL")])
+def test_a_bad_gpu_metrics_value_names_the_fix(value, said):
+    with pytest.raises(ConfigError) as err:
+        build_scenario({"gpu_metrics": value})
+    assert said in str(err.value)
+
+
+def test_joules_per_output_token_is_the_windows_energy_over_its_output_tokens():
+    row = {"output_tokens_per_s": 2000.0, "window_s": 30.0, "input_tokens": 0, "gpu": GPU}
+    out = stage_cost(row, CostConfig())
+    assert out["joules_per_output_token"] == pytest.approx(151_280.211 / 60_000)
+    assert out["kwh_per_million_output_tokens"] == pytest.approx(151_280.211 / 60_000 * 1e6 / 3.6e6)
+    assert out["usd_per_million_output_tokens"] is None  # no price: only the energy figures
+    bare = stage_cost({"output_tokens_per_s": 2000.0, "window_s": 30.0}, CostConfig())
+    assert bare["joules_per_output_token"] is None and bare["kwh_per_million_output_tokens"] is None
+    no_tokens = stage_cost({"output_tokens_per_s": 0.0, "window_s": 30.0, "gpu": GPU}, CostConfig())
+    assert no_tokens["joules_per_output_token"] is None
+
+
+def test_stages_csv_has_the_gpu_columns_and_the_energy_figures():
+    row = {"index": 0, "concurrency": 4, "flags": [], "gpu": GPU, "joules_per_output_token": 2.5}
+    header, line = stages_csv_text([row]).splitlines()
+    columns = dict(zip(header.split(","), line.split(","), strict=True))
+    assert columns["gpu.energy_j"] == "151280.211" and columns["gpu.gpus"] == "8"
+    assert columns["gpu.power_w_total"] == "5040.0" and columns["joules_per_output_token"] == "2.5"
+    assert "kwh_per_million_output_tokens" in columns
+
+
+def test_the_exporter_gives_the_stage_gpu_figures_in_base_units():
+    row = {"index": 2, "concurrency": 16, "gpu": GPU, "joules_per_output_token": 2.5,
+           "kwh_per_million_output_tokens": 0.69}
+    fams = {f.name: f for f in stage_families([row], ("job",), ["x"])}
+    value = {name: fams[name].samples[0].value for name in fams}
+    assert value["llm_loadgen_stage_gpu_power_watts"] == 5040.0
+    assert value["llm_loadgen_stage_gpu_utilization_ratio"] == pytest.approx(0.97)
+    assert value["llm_loadgen_stage_gpu_memory_used_max_bytes"] == 77163.0 * 1024 * 1024
+    assert value["llm_loadgen_stage_gpu_energy_joules"] == 151_280.211
+    assert value["llm_loadgen_stage_joules_per_output_token"] == 2.5
+    assert value["llm_loadgen_stage_gpus"] == 8
+    assert not any("kwh" in name for name in fams)  # not a base unit
+    assert fams["llm_loadgen_stage_gpus"].samples[0].labels["stage"] == "2"
+
+
+def test_a_stage_without_gpu_figures_exports_no_gpu_series():
+    fams = [f.name for f in stage_families([{"index": 0, "concurrency": 1}], ("job",), ["x"])]
+    assert not any("gpu" in name or "joules" in name for name in fams)

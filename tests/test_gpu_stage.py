@@ -78,3 +78,17 @@ def test_the_exporter_gives_the_stage_gpu_figures_in_base_units():
 def test_a_stage_without_gpu_figures_exports_no_gpu_series():
     fams = [f.name for f in stage_families([{"index": 0, "concurrency": 1}], ("job",), ["x"])]
     assert not any("gpu" in name or "joules" in name for name in fams)
+
+
+def test_report_html_has_a_gpu_section_and_an_energy_finding_only_with_gpu_figures():
+    from loadgen.report.html import render_report_html
+
+    rows = [{"index": 0, "concurrency": 4, "flags": [], "gpu": GPU, "joules_per_output_token": 2.5,
+             "kwh_per_million_output_tokens": 0.69},
+            {"index": 1, "concurrency": 8, "flags": [], "gpu": GPU, "joules_per_output_token": 1.5,
+             "kwh_per_million_output_tokens": 0.42}]
+    html = render_report_html({"stages": rows})
+    assert "<h2>GPUs</h2>" in html and 'id="gpus"' in html and "energy counter" in html
+    assert "Energy: 1.50 J per output token at C=8" in html
+    plain = render_report_html({"stages": [{"index": 0, "concurrency": 4, "flags": []}]})
+    assert "<h2>GPUs</h2>" not in plain and "J per output token" not in plain

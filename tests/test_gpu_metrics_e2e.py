@@ -66,6 +66,7 @@ def test_stage_energy_is_the_fixtures_delta_and_j_per_token_over_the_windows_tok
     assert float(row["gpu.energy_j"]) == pytest.approx(delta_j)
     assert float(row["joules_per_output_token"]) == pytest.approx(stage["joules_per_output_token"])
     assert "J per output tok" in (run.run_dir / "report.html").read_text()
+    assert f"8 GPUs {gpu['power_w_total']:.0f} W" in run.stderr and " J/output tok" in run.stderr  # the console
 
 
 def test_no_exporter_answering_is_a_warning_and_the_run_has_no_gpu_figures(tmp_path, sim):

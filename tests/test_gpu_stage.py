@@ -92,3 +92,12 @@ def test_report_html_has_a_gpu_section_and_an_energy_finding_only_with_gpu_figur
     assert "Energy: 1.50 J per output token at C=8" in html
     plain = render_report_html({"stages": [{"index": 0, "concurrency": 4, "flags": []}]})
     assert "<h2>GPUs</h2>" not in plain and "J per output token" not in plain
+
+
+def test_the_console_line_under_a_stage_says_the_gpus_figures():
+    from loadgen.report.stage_extras import extras_line
+
+    line = extras_line({"index": 3, "gpu": GPU, "joules_per_output_token": 2.52})
+    assert line == ("llm-loadgen: stage 3: 8 GPUs 5040 W (630 W each), util 97%, memory max 77163 MiB, "
+                    "2.52 J/output tok")
+    assert extras_line({"index": 3}) is None

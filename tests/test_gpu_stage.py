@@ -101,3 +101,14 @@ def test_the_console_line_under_a_stage_says_the_gpus_figures():
     assert line == ("llm-loadgen: stage 3: 8 GPUs 5040 W (630 W each), util 97%, memory max 77163 MiB, "
                     "2.52 J/output tok")
     assert extras_line({"index": 3}) is None
+
+
+def test_compare_text_table_adds_j_per_output_token_when_a_run_has_it():
+    from loadgen.report.compare import format_compare_table
+
+    def run(joules):
+        return {"stages": [{"index": 0, "concurrency": 4, "flags": [], "joules_per_output_token": joules}]}
+
+    with_energy = format_compare_table([("a", run(2.0)), ("b", run(1.0))])
+    assert "J per output tok" in with_energy and "2.00     1.00    0.50x" in with_energy
+    assert "J per output tok" not in format_compare_table([("a", run(None)), ("b", run(None))])

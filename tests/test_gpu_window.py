@@ -108,3 +108,12 @@ def test_no_gpu_and_one_edge_give_no_figures():
     assert gpu_samples(parse_metrics("vllm:num_requests_running 3\n"), 0) == {}
     out = window_gpu(readings()[:1])  # the close read failed
     assert out["gpus"] == 8 and out["energy_j"] is None and out["power_w_total"] is not None
+
+
+def test_a_counter_that_did_not_advance_is_stale_and_power_gives_the_energy():
+    # dcgm-exporter refreshes every --collect-interval (30 s by default): a short window can see
+    # the same counter at both edges, which is not 0 J
+    a = GpuReading(0.0, {(0, "g"): GpuSample(300.0, 5_000_000.0, 50.0, 10.0)})
+    b = GpuReading(10.0, {(0, "g"): GpuSample(300.0, 5_000_000.0, 50.0, 10.0)})
+    out = window_gpu([a, b])
+    assert out["energy_source"] == "power_x_window" and out["energy_j"] == pytest.approx(3000.0)

@@ -18,8 +18,11 @@ the window (``window_gpu``), with readings r_0 (the open edge) .. r_n (the close
 - ``util_pct_mean``        = mean over GPUs of (mean of its utilisation samples), %
 - ``fb_used_mib_max``      = the largest memory-used sample of any GPU in any reading, MiB
 - ``energy_j``             = sum over GPUs of (energy at r_n - energy at r_0) / 1000, J
-  (``energy_source: counter``) when every GPU has the counter at both edges and none went down;
-  else power_w_total x (t_n - t_0) (``energy_source: power_x_window``); None without either.
+  (``energy_source: counter``) when every GPU has the counter at both edges, none went down and
+  some advanced; else power_w_total x (t_n - t_0) (``energy_source: power_x_window``); None
+  without either. A counter that did not advance at all is stale, not idle: dcgm-exporter
+  refreshes its values every ``--collect-interval`` (30 000 ms by default, ``pkg/cmd/app.go``),
+  so a window shorter than that can see the same counter at both edges.
 
 The means are of the samples as read (one per reading, readings about evenly spaced), not
 time-weighted. Energy per output token (``loadgen.stats.cost``) divides ``energy_j`` by the stage's
@@ -102,7 +105,7 @@ def window_gpu(readings: Sequence[GpuReading]) -> dict:
     out["util_pct_mean"] = _mean([u for u in util if u is not None])
     out["fb_used_mib_max"] = max(memory) if memory else None
     deltas = [_delta(first, last, key) for key in keys] if window_s else [None]
-    if None not in deltas:
+    if None not in deltas and sum(deltas) > 0:
         out.update(energy_j=sum(deltas) / 1000.0, energy_source="counter")
     elif window_s and out["power_w_total"] is not None:
         out.update(energy_j=out["power_w_total"] * window_s, energy_source="power_x_window")

@@ -56,3 +56,16 @@ def test_a_failed_close_read_leaves_the_energy_unknown_and_is_counted():
         w.stop()
     assert gpu["energy_j"] is None and gpu["energy_source"] is None
     assert gpu["read_errors"] == 1 and gpu["gpus"] == 8 and gpu["power_w_total"] is not None
+
+
+def test_two_nodes_are_read_together_and_their_gpus_add_up():
+    opened, closed = dcgm_scrapes()
+    node_a, node_b = iter([opened, opened, closed]), iter([opened, opened, closed])
+    said: list[str] = []
+    with serve({"/a": lambda: (200, next(node_a)), "/b": lambda: (200, next(node_b))}) as (url, _):
+        w = watch([url + "/a", url + "/b"], said).start()
+        w.begin_stage(0)
+        gpu = w.end_stage(0)
+        w.stop()
+    assert said == [] and gpu["exporters"] == 2 and gpu["gpus"] == 16
+    assert gpu["energy_j"] == pytest.approx(2 * 151_280.211)

@@ -195,10 +195,12 @@ class Session:
             case WindowOpened(stage=k, t=t):
                 info = self.stage_info[k]
                 info.open_t, info.open_wall = t, time.time()
+                # the GPUs' open edge read beside the server's (a slow exporter does not move the server's)
+                gpu = gevent.spawn(self.gpu_watch.begin_stage, k) if self.gpu_watch else None
                 if self.watch:
                     self.watch.begin_stage(k, info.concurrency)
-                if self.gpu_watch:
-                    self.gpu_watch.begin_stage(k)
+                if gpu is not None:
+                    gpu.join()
             case WindowClosed():
                 return self._close_window(ev)
             case StageFinal(stage=k, forced=forced):
@@ -226,11 +228,12 @@ class Session:
         self.close_seq[k] = self.rt.phase_seq
         if info.rate_per_s is not None:
             self.stage_guard.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
-        if self.gpu_watch:
-            info.gpu = self.gpu_watch.end_stage(k)
-        if not self.watch:
+        gpu = gevent.spawn(self.gpu_watch.end_stage, k) if self.gpu_watch else None  # beside the server's read
+        server = info.server = self.watch.end_stage(k) if self.watch else None
+        if gpu is not None:
+            info.gpu = gpu.get()
+        if server is None:
             return None
-        server = info.server = self.watch.end_stage(k)
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
             say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
                 f"({info.label}: {'; '.join(server.get('over_capacity_evidence') or [])}); "

@@ -95,11 +95,13 @@ class GpuWatch:
                     self._readings.append(reading)
 
     def read(self, poll: bool = False) -> GpuReading | None:
-        """Every exporter read once (exporter k's GPUs keyed by k); ``t`` the middle of the reads.
-        None when none answered; a failed read is counted in ``read_errors``."""
+        """Every exporter read once, all at the same time (exporter k's GPUs keyed by k); ``t`` the
+        middle of the reads. None when none answered; a failed read is counted in ``read_errors``."""
         t0, gpus, answered = self.clock(), {}, False
-        for k, exporter in enumerate(self.exporters):
-            text, error = exporter.get(exporter.poll_client if poll else exporter.edge_client)
+        jobs = [gevent.spawn(e.get, e.poll_client if poll else e.edge_client) for e in self.exporters]
+        gevent.joinall(jobs)
+        for k, job in enumerate(jobs):
+            text, error = job.value if job.successful() else ("", repr(job.exception))
             if error is not None:
                 self.read_errors += 1
                 continue

@@ -65,7 +65,7 @@ class Layout:
         if self.x + w > 24:
             self.y += self.row_h
             self.x = self.row_h = 0
-        refs = "ABCDEFGHIJ"
+        refs = "ABCDEFGHIJKLMNOP"
         panel = {
             "id": self._id(), "type": kind, "title": title, "description": desc, "datasource": DS,
             "gridPos": {"h": h, "w": w, "x": self.x, "y": self.y},
@@ -299,6 +299,13 @@ COST_COLUMNS = (
     ("llm_loadgen_stage_total_tokens_per_gpu_per_second", "total tok/s per GPU", "short"),
     ("llm_loadgen_stage_usd_per_million_output_tokens", "$ per M output tok", "currencyUSD"),
     ("llm_loadgen_stage_usd_per_million_total_tokens", "$ per M total tok", "currencyUSD"),
+    # with --gpu-metrics (DCGM exporters): the GPUs over the window
+    ("llm_loadgen_stage_joules_per_output_token", "J per output tok", "joule"),
+    ("llm_loadgen_stage_gpu_energy_joules", "GPU energy", "joule"),
+    ("llm_loadgen_stage_gpu_power_watts", "GPU power", "watt"),
+    ("llm_loadgen_stage_gpu_utilization_ratio", "GPU util", "percentunit"),
+    ("llm_loadgen_stage_gpu_memory_used_max_bytes", "GPU memory max", "bytes"),
+    ("llm_loadgen_stage_gpus", "GPUs", "short"),
 )
 
 
@@ -306,11 +313,13 @@ def stages_row(lay: Layout) -> None:
     """A table of the finished stages, one line each, from the per-stage series: the cost figures."""
     lay.row("Finished stages: cost and efficiency")
     by = "max by (instance, stage, concurrency, rate)"
-    refs = "ABCDEFGHIJ"
+    refs = "ABCDEFGHIJKLMNOP"
     lay.panel("table", "Cost and efficiency by stage",
               "Each finished stage of a run with cost.gpus (--gpus, --gpu-hour-usd): output and total tokens/s "
               "per GPU, and what a million tokens cost at the stage's rate (gpu_hour_usd x gpus / tokens per "
-              "hour x 1e6). One line per stage: concurrency, or the offered rate of an open-loop stage.",
+              "hour x 1e6); with --gpu-metrics (DCGM exporters, one per node) the GPUs' energy per output token, "
+              "energy, mean power (summed over GPUs), utilisation and peak memory over the window. One line per "
+              "stage: concurrency, or the offered rate of an open-loop stage.",
               [(f"{by} ({metric}{L})", title) for metric, title, _ in COST_COLUMNS], w=24, h=8, instant=True,
               transformations=[
                   {"id": "merge", "options": {}},

@@ -25,7 +25,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("workload", ("input", "output", "workload.", "prompt.", "endpoint", "model")),
     ("guard (KV cache)", ("guard.",)),
     ("SLO", ("slo",)),
-    ("cost and efficiency", ("cost.",)),
+    ("cost and efficiency", ("cost.", "gpu_metrics")),
     ("open loop (request rates)", ("rate.",)),
     ("output", ("results_dir", "requests_jsonl", "exporter.", "run.")),
     ("TLS and authentication", ("request.", "api_key_env")),

@@ -18,7 +18,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.export.exporter import ExporterSnapshot, make_registry
-from loadgen.export.stage_gauges import COST_FIGURES, SERVER_FIGURES
+from loadgen.export.stage_gauges import COST_FIGURES, GPU_FIGURES, SERVER_FIGURES
 from loadgen.stats.stage_stats import Collector
 from tests.promtools import DEFAULT_MACROS, dashboard_exprs, substitute, variable_queries
 
@@ -86,7 +86,10 @@ FINISHED_STAGE = {"index": 0, "concurrency": 1, "server": {"spec_accept_length":
                   "breakdown": {"ttft": {"client_mean_s": 0.3, "server_mean_s": 0.2, "client_p50_s": 0.3,
                                          "network_client_mean_s": 0.1}},
                   "output_tokens_per_gpu_per_s": 500.0, "total_tokens_per_gpu_per_s": 900.0,
-                  "usd_per_million_output_tokens": 1.4, "usd_per_million_total_tokens": 0.8}
+                  "usd_per_million_output_tokens": 1.4, "usd_per_million_total_tokens": 0.8,
+                  "joules_per_output_token": 0.6, "kwh_per_million_output_tokens": 0.17,
+                  "gpu": {"gpus": 8, "power_w_total": 5000.0, "util_pct_mean": 97.0, "fb_used_mib_max": 77000.0,
+                          "energy_j": 150000.0}}
 
 
 def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
@@ -159,6 +162,7 @@ def test_per_stage_series_are_read_for_one_stage_or_by_stage(dashboard):
     either keeps the latest finished stage (joined on stage_finished) or shows them by stage; a bare
     max() over them would mix stages."""
     per_stage = {f"llm_loadgen_{name}" for _, name, _ in SERVER_FIGURES + COST_FIGURES}
+    per_stage |= {f"llm_loadgen_{name}" for _, name, _, _ in GPU_FIGURES}
     per_stage |= {"llm_loadgen_stage_latency_seconds", "llm_loadgen_stage_breakdown_seconds"}
     reading = [e for e in dashboard_exprs(dashboard) if any(name in e for name in per_stage)]
     assert len(reading) >= len(per_stage)

@@ -29,6 +29,8 @@ from tests.promtools import (
 )
 from tests.runlocust import ROOT, locust_cmd
 from tests.support.ports import free_port
+from tests.test_gpu_window import dcgm_scrapes
+from tests.test_guard import serve
 
 pytestmark = [
     pytest.mark.integration,
@@ -76,9 +78,15 @@ def live_prometheus(tmp_path_factory):
                                                  "--tokens-per-chunk", "2", *FAULTS))
         spec = stack.enter_context(running_sim(*SPEC_SIM))
         ports = [free_port(), free_port(), free_port()]
-        # one closed-loop run, priced (the cost table needs cost.gpus), one open-loop run (the rate
-        # panels need one), one multi-turn chat run
-        loads = (("--stages", "1,2,3,4,6", "--gpus", "2", "--gpu-hour-usd", "2.5"), ("--rates", "2,4,6,8,10"),
+        # a fake DCGM exporter (tests/fixtures/dcgm): its open scrape to the start's check and the first
+        # window's open edge, its close scrape to every later read
+        opened, closed = dcgm_scrapes()
+        scrapes = iter([opened, opened])
+        dcgm, _ = stack.enter_context(serve({"/metrics": lambda: (200, next(scrapes, closed))}))
+        # one closed-loop run, priced (the cost table needs cost.gpus) with GPU telemetry, one
+        # open-loop run (the rate panels need one), one multi-turn chat run
+        loads = (("--stages", "1,2,3,4,6", "--gpus", "2", "--gpu-hour-usd", "2.5", "--gpu-metrics", dcgm + "/metrics"),
+                 ("--rates", "2,4,6,8,10"),
                  ("--stages", "2,4,6,8,10", "--endpoint", "chat", "--turns", "3"))
         for sim, port, name, load in zip((vllm, sglang, spec), ports, ("vllm", "sglang", "spec"), loads, strict=True):
             start_locust(stack, sim.url, port, tmp / name, load)
@@ -95,6 +103,7 @@ def live_prometheus(tmp_path_factory):
         prom.wait_for('max(llm_loadgen_server_spec_accept_length{job="llm-loadgen-spec"}) > 1', timeout_s=40)
         # and the priced run finished one: its cost figures are exported
         prom.wait_for('count(llm_loadgen_stage_usd_per_million_output_tokens{job="llm-loadgen"}) > 0', timeout_s=40)
+        prom.wait_for('count(llm_loadgen_stage_joules_per_output_token{job="llm-loadgen"}) > 0', timeout_s=40)
         yield prom, None
 
 

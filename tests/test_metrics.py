@@ -33,7 +33,7 @@ def test_declarations_are_consistent():
         elif isinstance(m.source, metrics.Ratio):  # counter / counter (tokens per chunk, shares)
             assert {m.source.num, m.source.den} <= set(metrics.COUNTERS) and m.q is None, m.key
         elif isinstance(m.source, metrics.CostFigure):  # from the row and the scenario's cost
-            assert m in metrics.COST_METRICS and m.q is None and m.unit in ("tok/s", "$"), m.key
+            assert m in metrics.COST_METRICS and m.q is None and m.unit in ("tok/s", "$", "J", "kWh"), m.key
         else:
             assert m.source in metrics.COUNTERS and m.q is None and m.unit.endswith("/s"), m.key
         assert m.only_if is None or m.only_if in metrics.COUNTERS, m.key

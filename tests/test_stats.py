@@ -94,6 +94,7 @@ def test_row_fields_and_window_rate():
         "reasoning_tokens_per_request", "answer_decode_tps_p50", "tokens_per_chunk", "cached_share",
         "cached_prompt_tokens", "output_tokens_per_gpu_per_s", "total_tokens_per_gpu_per_s",
         "usd_per_million_output_tokens", "usd_per_million_total_tokens",
+        "joules_per_output_token", "kwh_per_million_output_tokens",
     }  # fmt: skip
     # a plain model: no reasoning figure, no cache figure without the server's detail (None, not 0)
     assert row["ttfat_p50_s"] is None and row["reasoning_tokens_per_request"] is None

@@ -28,6 +28,7 @@ from loadgen.config.fields import (
     stage_list,
     text,
     token_id_range,
+    url_list,
 )
 from loadgen.config.headers import header_mapping
 from loadgen.config.schema import (
@@ -153,6 +154,7 @@ SPEC: dict[str, Check] = {
     "client_check.cpu_percent_max": number("percent of one core, e.g. 90", gt=0, le=100),
     "client_check.loop_lag_p99_s_max": number("seconds, e.g. 0.05", gt=0),
     "client_check.lateness_p99_s_max": number("seconds an open-loop send may be late, e.g. 0.005", gt=0),
+    "gpu_metrics": url_list,
     "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
     "requests_jsonl": boolean(),
 }

@@ -200,6 +200,21 @@ def env_var_name(key: str, value: Any) -> str | None:
     raise ConfigError(key, shown, "must be an environment variable name (letters, digits, _)", fix)
 
 
+def url_list(key: str, value: Any) -> tuple[str, ...]:
+    """A list of http(s) URLs (e.g. DCGM exporters' /metrics, one per node); null or [] for none."""
+    fix = "write a list of URLs, e.g. [http://gpu-node-1:9400/metrics]; [] for none"
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise ConfigError(key, value, "must be a list of URLs", f"write [{value}]")
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(key, value, "must be a list of URLs", fix)
+    for i, url in enumerate(value):
+        if not isinstance(url, str) or not re.fullmatch(r"https?://[^\s/]+\S*", url):
+            raise ConfigError(f"{key}[{i}]", url, "must be an http:// or https:// URL", fix)
+    return tuple(value)
+
+
 def token_id_range(key: str, value: Any) -> tuple[int, int]:
     fix = "write [low, high] with 0 <= low < high, e.g. [1000, 30000]"
     if not isinstance(value, (list, tuple)) or len(value) != 2:

@@ -67,6 +67,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
                                                   "with slo.confidence (docs/slo.md 'Early stop')"),
     ("--gpus", "cost.gpus", int, "GPUs serving the endpoint: tokens/s per GPU (docs/metrics.md 'Cost and efficiency')"),
     ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
+    ("--gpu-metrics", "gpu_metrics", "urls", "a DCGM exporter's /metrics URL, one per node: power, utilisation, "
+                                             "memory and J/token per stage (repeatable; docs/monitoring.md)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
     ("--ca-cert", "request.ca_cert", str, "PEM file of the server's CA (or its own certificate), trusted instead "
@@ -122,6 +124,8 @@ def register_options(parser: Any) -> None:
             add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")
         elif kind == "headers":
             add(flag, action="append", default=None, metavar="'NAME: VALUE'", help=f"{text} [{dotted}]")
+        elif kind == "urls":
+            add(flag, action="append", default=None, metavar="URL", help=f"{text} [{dotted}]")
         elif kind is bool or kind == "off":
             add(flag, action="store_true", default=False, help=f"{text} [{dotted}{'' if kind is bool else ' = false'}]")
         elif isinstance(kind, tuple):
@@ -163,6 +167,8 @@ def _convert(flag: str, dotted: str, kind: Any, raw: Any, typed: dict[str, str])
         return not raw  # the flag given (True, also as relayed by the Locust master): the key false
     if kind == "headers":  # a list (repeatable), also as relayed by the Locust master
         return {f"{dotted}.{name}": value for name, value in parse_flags([raw] if isinstance(raw, str) else raw).items()}
+    if kind == "urls":  # a list (repeatable), also as relayed by the Locust master
+        return [raw] if isinstance(raw, str) else list(raw)
     if not isinstance(raw, str):
         return raw  # already typed (e.g. options relayed by the Locust master)
     if kind is int or kind is float:

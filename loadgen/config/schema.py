@@ -122,6 +122,7 @@ DEFAULTS: dict[str, Any] = {
     "cost": {"gpus": None, "gpu_hour_usd": None},
     "exporter": {"port": 0, "host": "127.0.0.1"},
     "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
+    "gpu_metrics": [],
     "results_dir": "results",
     "requests_jsonl": False,
 }
@@ -321,6 +322,7 @@ class Scenario:
     cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
     client_check: ClientCheckConfig
+    gpu_metrics: tuple[str, ...]  # DCGM exporters' /metrics URLs, one per node (loadgen.server.gpu_watch)
     results_dir: str
     requests_jsonl: bool  # one JSON line per request in the run folder (loadgen.stats.request_line)
     # a mix of models (loadgen.workload.model_mix.ModelMix): each request draws its model by weight;

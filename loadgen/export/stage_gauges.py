@@ -26,7 +26,13 @@ series are as many as the run's stages (a sweep has a few to a few dozen), never
 - the cost figures (``loadgen.stats.metrics.COST_METRICS``, formulas in ``loadgen.stats.cost``),
   only in a run with ``cost.gpus``: ``llm_loadgen_stage_output_tokens_per_gpu_per_second``,
   ``..._stage_total_tokens_per_gpu_per_second``, ``..._stage_usd_per_million_output_tokens`` and
-  ``..._stage_usd_per_million_total_tokens`` (the price's currency; only with ``cost.gpu_hour_usd``).
+  ``..._stage_usd_per_million_total_tokens`` (the price's currency; only with ``cost.gpu_hour_usd``);
+  with ``--gpu-metrics``, ``..._stage_joules_per_output_token`` (its kWh per million tokens is not
+  exported: not a base unit, and J/token x 1e6 / 3.6e6);
+- the GPUs over the stage's window (the row's ``gpu``, ``loadgen.server.gpu_window``; with
+  ``--gpu-metrics``), in base units: ``llm_loadgen_stage_gpus``, ``..._stage_gpu_power_watts`` (mean
+  draw, summed over the GPUs), ``..._stage_gpu_utilization_ratio`` (mean, 0-1),
+  ``..._stage_gpu_memory_used_max_bytes`` and ``..._stage_gpu_energy_joules``.
 
 A figure the stage does not have (None) is absent, not 0.
 """
@@ -56,9 +62,23 @@ SERVER_FIGURES = (
      "The server's prefix cache hit rate over the stage's window: cached prompt tokens / prompt tokens "
      "from its counters, 0-1."),
 )
-# the cost figures: (row key, name after the prefix, HELP with the formula), from the one table
+# the cost figures: (row key, name after the prefix, HELP with the formula), from the one table; kWh is
+# not a base unit (Prometheus names carry base units): the joules per token are exported instead
 COST_FIGURES = tuple((m.key, "stage_" + m.key.replace("_per_s", "_per_second"),
-                      f"{m.title} of the stage: {m.source.formula}.") for m in COST_METRICS)
+                      f"{m.title} of the stage: {m.source.formula}.") for m in COST_METRICS if m.unit != "kWh")
+# the GPUs over the window: (row["gpu"] key, name after the prefix, HELP, scale to the base unit)
+MIB = 1024 * 1024
+GPU_FIGURES = (
+    ("gpus", "stage_gpus", "GPUs the DCGM exporters (--gpu-metrics) reported over the stage's window.", 1),
+    ("power_w_total", "stage_gpu_power_watts", "The GPUs' power draw over the stage's window: each GPU's "
+     "mean DCGM_FI_DEV_POWER_USAGE over the reads, summed over the GPUs (W).", 1),
+    ("util_pct_mean", "stage_gpu_utilization_ratio", "The GPUs' mean DCGM_FI_DEV_GPU_UTIL over the stage's "
+     "window, 0-1.", 0.01),
+    ("fb_used_mib_max", "stage_gpu_memory_used_max_bytes", "The most framebuffer memory any GPU used in a "
+     "read of the stage's window (DCGM_FI_DEV_FB_USED), bytes.", MIB),
+    ("energy_j", "stage_gpu_energy_joules", "The GPUs' energy over the stage's window: the delta of "
+     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, else mean power x window (J).", 1),
+)
 
 
 def stage_labels(row: dict) -> list[str]:
@@ -90,6 +110,8 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
                                   labels=(*names, "stat"))
     figures = {name: GaugeMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
                for _, name, help_text in SERVER_FIGURES + COST_FIGURES}
+    figures.update({name: GaugeMetricFamily(f"{PREFIX}{name}", help_text, labels=names)
+                    for _, name, help_text, _ in GPU_FIGURES})
     for row in rows:
         mine = [*labels, *stage_labels(row)]
         finished.add_metric(mine, float(row["index"]))
@@ -112,4 +134,8 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
         for key, name, _ in COST_FIGURES:
             if (value := row.get(key)) is not None:
                 figures[name].add_metric(mine, float(value))
+        gpu = row.get("gpu") or {}
+        for key, name, _, scale in GPU_FIGURES:
+            if (value := gpu.get(key)) is not None:
+                figures[name].add_metric(mine, float(value) * scale)
     yield from (fam for fam in (finished, latency, parts, chunk_gap, *figures.values()) if fam.samples)

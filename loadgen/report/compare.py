@@ -38,8 +38,9 @@ from loadgen.stats.stage_load import (
 )
 
 TEXT_METRICS = tuple(m for m in STAGE_METRICS if m.compare)  # the text table's groups
-# with cost.gpus in some run, the text table adds these (loadgen.stats.cost); compare.html has every figure
-TEXT_COST_KEYS = ("output_tokens_per_gpu_per_s", "usd_per_million_output_tokens")
+# with cost.gpus (or --gpu-metrics) in some run, the text table adds these (loadgen.stats.cost);
+# compare.html has every figure
+TEXT_COST_KEYS = ("output_tokens_per_gpu_per_s", "usd_per_million_output_tokens", "joules_per_output_token")
 
 
 def text_metrics(runs: list[tuple[str, dict]]) -> tuple:

@@ -9,6 +9,7 @@ import json
 from html import escape
 
 from loadgen.report.breakdown_html import breakdown_section
+from loadgen.report.gpu_html import gpu_section, lowest_energy_line
 from loadgen.report.html_page import esc as _e
 from loadgen.report.html_page import kv_table, page, png_img
 from loadgen.report.knee import knee_of, rate_knee_text
@@ -90,6 +91,8 @@ def key_findings(summary: dict, knee: float | None) -> str:
         best = min(priced, key=lambda s: s["usd_per_million_output_tokens"])
         lines.append(_e(f"Cost: ${num(best['usd_per_million_output_tokens'])} per million output tokens at "
                         f"{stage_label(best)} ({num(best.get('output_tokens_per_gpu_per_s'))} output tok/s per GPU)"))
+    if (energy := lowest_energy_line(stages)) is not None:  # --gpu-metrics
+        lines.append(_e(energy))
     failing = [s for s in stages if s.get("error_count")]
     if failing:
         first = failing[0]
@@ -209,6 +212,7 @@ def render_report_html(
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         *breakdown_section(stages),
         *slices_section(summary),
+        *gpu_section(stages),
         "<h2>Flags</h2>",
         flags_legend_html(set(all_flags)),
         "<h2>Errors by kind</h2>",

@@ -4,7 +4,8 @@ several tokens per chunk, a prefix cache. Pure: a summary.json stage row in, tex
 The stage table keeps its columns (a plain model's run looks as before); the line appears only
 when there is something to say: a request reasoned, chunks carried more than one token on average
 (speculative decoding, a stream interval), or the server reported cached prompt tokens, or the server's own counters gave its speculative
-accept length or prefix cache hit rate over the stage's window (``server`` object).
+accept length or prefix cache hit rate over the stage's window (``server`` object), or DCGM exporters
+(``--gpu-metrics``) gave the GPUs' figures (``gpu`` object).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def extras_line(row: dict) -> str | None:
     if row.get("cached_share") is not None:
         parts.append(f"{row['cached_share'] * 100:.0f}% of prompt tokens cached")
     parts += _server_parts(row.get("server") or {})
+    if row.get("gpu"):
+        parts.append(_gpu_part(row))
     if not parts:
         return None
     return f"llm-loadgen: stage {row['index']}: " + "; ".join(parts)
@@ -50,6 +53,15 @@ def _server_parts(server: dict) -> list[str]:
         at_close = " (gauge at the window's close)" if server.get("prefix_cache_source") == "gauge_at_close" else ""
         parts.append(f"server prefix cache hit {hit * 100:.0f}%{at_close}")
     return parts
+
+
+def _gpu_part(row: dict) -> str:
+    """``8 GPUs 5040 W (630 W each), util 97%, memory max 77163 MiB, 2.52 J/output tok``."""
+    gpu = row["gpu"]
+    util = gpu.get("util_pct_mean")
+    return (f"{gpu.get('gpus')} GPUs {num(gpu.get('power_w_total'))} W ({num(gpu.get('power_w_mean_per_gpu'))} W "
+            f"each), util {'-' if util is None else f'{util:.0f}'}%, memory max {num(gpu.get('fb_used_mib_max'))} "
+            f"MiB, {num(row.get('joules_per_output_token'))} J/output tok")
 
 
 def _ms(seconds: float | None) -> str:

@@ -181,7 +181,7 @@ def format_stage_table(
 
 # --- stages.csv -----------------------------------------------------------------------------------
 
-NESTED = ("errors", "token_mismatch", "server", "client", "slo", "breakdown")
+NESTED = ("errors", "token_mismatch", "server", "gpu", "client", "slo", "breakdown")
 # The summary.json stage fields in contract order; these columns are always present, in this order.
 BASE_COLUMNS = [
     "index",

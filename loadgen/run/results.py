@@ -43,6 +43,7 @@ class StageInfo:
     window_s: float | None = None  # set when the window closed: close t - open t
     users: int | None = None  # users running when the window closed
     server: dict | None = None  # the server watch over the window (ServerWatch.end_stage)
+    gpu: dict | None = None  # the GPUs over the window (GpuWatch.end_stage), with --gpu-metrics
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
     search: bool = False  # an SLO search stage (loadgen.run.plan), not one of the sweep's
@@ -143,6 +144,8 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
             flags.append("server_over_capacity")
         if info.server.get("server_restarted"):
             flags.append("server_restarted")
+    if info.gpu:
+        row["gpu"] = info.gpu
     row["client"] = client
     if client_bound:
         flags.append("client_bound")

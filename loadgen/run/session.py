@@ -3,7 +3,8 @@
 ``Session`` owns the run's state: the start check's answer (``loadgen.server.start_check``), the server
 watch, each stage's ``results.StageInfo``, the guard's record, the rows, the stop reason and exit
 code. It turns the sweep plan's typed events into what users get: a phase for every process, a
-guard decision before each stage, one read of the server watch as each window closes, a row per
+guard decision before each stage, one read of the server watch (and of the GPU watch, with
+``--gpu-metrics``) as each window opens and closes, a row per
 stage printed when its last request finishes, and ``summary.json`` / ``stages.csv`` /
 ``report.html`` rewritten after every stage and on every stop path (normal end, guard abort,
 Ctrl-C / SIGTERM, fatal error), so nothing gathered is lost.
@@ -48,6 +49,7 @@ from loadgen.run.results import (
 from loadgen.run.soak import SliceBook
 from loadgen.run.stage_guard import StageGuard
 from loadgen.run.unstaged import UnstagedRequests
+from loadgen.server.gpu_watch import GpuWatch
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
@@ -77,6 +79,7 @@ class Session:
         self.started_wall = time.time()
         self.server = None  # preflight.ServerInfo, once the start check passed
         self.watch: ServerWatch | None = None
+        self.gpu_watch: GpuWatch | None = None  # DCGM exporters (--gpu-metrics), when one answered
         self.stage_info: dict[int, StageInfo] = {}
         self.rows: list[dict] = []
         self.guard_record = GuardRecord()
@@ -156,6 +159,9 @@ class Session:
             self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule,
                                      headers=sc.request.headers)
             self.watch.start()
+        if sc.gpu_metrics:  # GPU telemetry when it is there: an exporter that does not answer is a warning
+            self.gpu_watch = GpuWatch(sc.gpu_metrics, sc.guard.watch_interval_s,
+                                      warn=lambda line: say(f"llm-loadgen: warning: {line}")).start()
         try:
             self.exporter = exporter_from_config(sc.exporter.host, sc.exporter.port, ExporterFeed(self))
         except ConfigError as exc:
@@ -199,10 +205,14 @@ class Session:
             case WindowOpened(stage=k, t=t):
                 info = self.stage_info[k]
                 info.open_t, info.open_wall = t, time.time()
+                # the GPUs' open edge read beside the server's (a slow exporter does not move the server's)
+                gpu = gevent.spawn(self.gpu_watch.begin_stage, k) if self.gpu_watch else None
                 if self.watch:
                     self.watch.begin_stage(k, info.concurrency)
                 if self.slice_book is not None:
                     self.slice_book.opened(k)
+                if gpu is not None:
+                    gpu.join()
             case WindowClosed():
                 return self._close_window(ev)
             case StageFinal(stage=k, forced=forced):
@@ -232,9 +242,12 @@ class Session:
         self.close_seq[k] = self.rt.phase_seq
         if info.rate_per_s is not None:
             self.stage_guard.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
-        if not self.watch:
+        gpu = gevent.spawn(self.gpu_watch.end_stage, k) if self.gpu_watch else None  # beside the server's read
+        server = info.server = self.watch.end_stage(k) if self.watch else None
+        if gpu is not None:
+            info.gpu = gpu.get()
+        if server is None:
             return None
-        server = info.server = self.watch.end_stage(k)
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
             say(f"llm-loadgen: guard: the server was over capacity during stage {k} "
                 f"({info.label}: {'; '.join(server.get('over_capacity_evidence') or [])}); "
@@ -441,6 +454,8 @@ class Session:
         self.close_slices(force=True)  # the slice under way too, as a partial one
         if self.watch:
             self.watch.stop()
+        if self.gpu_watch:
+            self.gpu_watch.stop()
         # A stage whose window closed but whose last requests were still running when the run was
         # stopped (Ctrl-C, SIGTERM, fatal error) is written too, flagged with what cut it short.
         written = {r["index"] for r in self.rows}

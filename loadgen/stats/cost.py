@@ -13,7 +13,14 @@ hour, in dollars or any currency: the figures are in the same unit). Per stage, 
 - $ per million total tok   = gpu_hour_usd x gpus / (total tok/s x 3600) x 1e6
 
 that is, what the GPUs cost for the hour divided by the millions of tokens served in that hour at
-the stage's rate. None without ``gpus`` (per GPU) or ``gpu_hour_usd`` (dollars), or without a
+the stage's rate. With GPU telemetry (``--gpu-metrics``: the row's ``gpu`` object,
+``loadgen.server.gpu_window``), the energy:
+
+- J per output token        = gpu.energy_j / (output tok/s x window_s)
+  (the GPUs' energy over the window / the output tokens that arrived in it)
+- kWh per million output tok = J per output token x 1e6 / 3.6e6
+
+None without ``gpu.energy_j`` or without an output token in the window. None without ``gpus`` (per GPU) or ``gpu_hour_usd`` (dollars), or without a
 rate (no window, no token): a stage that served nothing has no price per token.
 
 The Pareto front (``pareto_front``) of the stages in (tokens/s per user, tokens/s per GPU), both
@@ -29,6 +36,7 @@ from dataclasses import dataclass
 
 SECONDS_PER_HOUR = 3600.0
 PER_MILLION = 1e6
+JOULES_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,14 @@ def usd_per_million(tokens_per_s: float | None, gpus: int | None, gpu_hour_usd: 
     return gpu_hour_usd * gpus / (tokens_per_s * SECONDS_PER_HOUR) * PER_MILLION
 
 
+def joules_per_token(energy_j: float | None, tokens_per_s: float | None, window_s: float | None) -> float | None:
+    """energy_j / (tokens_per_s x window_s): the energy per token served in the window; None
+    without the energy, a window or a token."""
+    if energy_j is None or not tokens_per_s or not window_s:
+        return None
+    return energy_j / (tokens_per_s * window_s)
+
+
 def stage_cost(row: dict, cost: CostConfig) -> dict:
     """The cost fields of a stage row (``loadgen.stats.metrics`` ``COST_METRICS`` keys), from its
     ``output_tokens_per_s``, ``input_tokens`` and ``window_s`` (formulas: module docstring)."""
@@ -61,11 +77,14 @@ def stage_cost(row: dict, cost: CostConfig) -> dict:
     total_tps = None
     if out_tps is not None and window:
         total_tps = out_tps + (row.get("input_tokens") or 0) / window
+    joules = joules_per_token((row.get("gpu") or {}).get("energy_j"), out_tps, window)
     return {
         "output_tokens_per_gpu_per_s": per_gpu(out_tps, cost.gpus),
         "total_tokens_per_gpu_per_s": per_gpu(total_tps, cost.gpus),
         "usd_per_million_output_tokens": usd_per_million(out_tps, cost.gpus, cost.gpu_hour_usd),
         "usd_per_million_total_tokens": usd_per_million(total_tps, cost.gpus, cost.gpu_hour_usd),
+        "joules_per_output_token": joules,
+        "kwh_per_million_output_tokens": None if joules is None else joules * PER_MILLION / JOULES_PER_KWH,
     }
 
 

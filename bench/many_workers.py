@@ -32,7 +32,7 @@ Figures:
 
 What-if (``auto``: only when a run lost workers): the same run with the workers' option defaults
 memoized (``LLM_BENCH_MEMO_OPTIONS=1``, bench/master_probe.py), the fix for Locust 2.47's
-per-spawn-message parser rebuilds (tests/test_multihost.py). About 4-6 minutes in all.
+per-spawn-message parser rebuilds (tests/integration/test_multihost.py). About 4-6 minutes in all.
 """
 
 from __future__ import annotations
@@ -57,13 +57,13 @@ from procstat import cpu_seconds  # noqa: E402
 
 from loadgen.sim.launch import running_sim  # noqa: E402
 from loadgen.stats.stage_stats import StageStats  # noqa: E402
-from tests.netcluster import from_workers, ledger_totals  # noqa: E402
+from tests.support.netcluster import from_workers, ledger_totals  # noqa: E402
 
 TTFT_MS, ITL_MS, OUTPUT_TOKENS = 500.0, 1000.0, 8
 SIM = ("--preset", "fixed", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--kv-tokens", "100000000")
 REPORT_INTERVAL_S = 3.0  # Locust's WORKER_REPORT_INTERVAL
 # A short ramp: Locust sends every worker a spawn message per dispatch iteration (~1 a second) and
-# a Locust 2.47 worker blocks its loop ~0.1-0.3 CPU-s on each (tests/test_multihost.py, the xfail
+# a Locust 2.47 worker blocks its loop ~0.1-0.3 CPU-s on each (tests/integration/test_multihost.py, the xfail
 # on rebuilding the option parser); with a 10 s ramp 8 workers here all missed their heartbeats.
 RAMP_S = 2
 

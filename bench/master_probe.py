@@ -16,7 +16,7 @@ At quit the master writes ``<results-dir>/master_probe.json``: ``reports``, ``li
 
 What-if knob (to measure a fix before anyone makes it in loadgen/): ``LLM_BENCH_MEMO_OPTIONS=1``
 memoizes ``locust.argument_parser.default_args_dict``, which a Locust 2.47 worker calls once per
-option for every spawn message (each call builds a whole parser; tests/test_multihost.py).
+option for every spawn message (each call builds a whole parser; tests/integration/test_multihost.py).
 """
 
 import functools

@@ -43,7 +43,7 @@ from loadgen.predict.vsweep import stage_rules  # noqa: E402
 from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
-from tests.runlocust import run_locust  # noqa: E402
+from tests.support.runlocust import run_locust  # noqa: E402
 
 HIDDEN = {"step_base_ms": 12.0, "step_per_seq_ms": 0.4, "step_per_prefill_token_us": 30.0, "spec_accept": "0.2,0.3,0.5"}
 SIM = ("--timing", "engine", "--flavor", "sglang", "--kv-tokens", "400000", "--block-size", "1", "--max-model-len", "8192",

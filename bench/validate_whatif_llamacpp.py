@@ -18,7 +18,7 @@ Measurement set-up (docs/whatif.md 'Against llama.cpp'):
 - llama-server is pinned to CPU 0 (``taskset``) with one compute thread (``-t 1``: the one core it
   has); this process and the load generator it starts are pinned to CPU 1. Run it under
   ``nice -n -5`` on a machine shared with other work (the children inherit the priority).
-- The model is the tests' random llama (tests/make_gguf.py) at 512 wide, 8 layers, f32: 96 MB of
+- The model is the tests' random llama (tests/support/make_gguf.py) at 512 wide, 8 layers, f32: 96 MB of
   weights, more than the 32 MB L3, so a decode step streams them from memory and costs ~6 ms at
   batch 1 on the reference machine, several times a request's HTTP and client cost (the fit's
   client overhead: 0-4 ms).
@@ -54,9 +54,9 @@ from loadgen.predict.__main__ import main as predict_main  # noqa: E402
 from loadgen.predict.scenario import whatif_of  # noqa: E402
 from loadgen.predict.whatif import predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
-from tests.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
-from tests.make_gguf import write_tiny_llama  # noqa: E402
-from tests.runlocust import run_dir, run_locust  # noqa: E402
+from tests.support.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
+from tests.support.make_gguf import write_tiny_llama  # noqa: E402
+from tests.support.runlocust import run_dir, run_locust  # noqa: E402
 
 OUT, CTX = 64, 16384
 WARMUP_S, WINDOW_S, MAX_WINDOW_S = 5, 30, 90

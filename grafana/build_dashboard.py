@@ -1,7 +1,7 @@
 """Generate grafana/dashboards/llm-loadgen.json (run: python grafana/build_dashboard.py).
 
-The JSON is committed; tests/test_dashboard_json.py checks it equals this script's output, and
-tests/test_dashboard_prometheus.py runs every query in it against a real Prometheus.
+The JSON is committed; tests/unit/export/test_dashboard_json.py checks it equals this script's output, and
+tests/integration/test_dashboard_prometheus.py runs every query in it against a real Prometheus.
 
 Variables: $datasource (Prometheus), $loadgen_job (job scraping llm-loadgen's exporter), $model,
 $server_job (job scraping the vLLM/SGLang server).

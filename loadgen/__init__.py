@@ -1,7 +1,7 @@
 """llm-loadgen: a Locust-based load generator for LLM inference servers.
 
 The packages follow the data path, and each imports only its own layer and the layers below it
-(``LAYERS``, lowest first; ``tests/test_import_graph.py`` fails on an import that points up):
+(``LAYERS``, lowest first; ``tests/unit/project/test_import_graph.py`` fails on an import that points up):
 
     errors, phases   the vocabulary every layer shares: failure kinds and exit codes, run phases
     stats            what came back, as numbers: request records, histograms, the metric table

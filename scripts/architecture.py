@@ -3,7 +3,7 @@
 For each layer of ``loadgen.LAYERS`` (lowest first), then the apart packages and the faces on top:
 the package's job (its ``__init__`` docstring's first sentence) and, per module, its one job (its
 docstring's first sentence) and the loadgen modules it imports (read with ``ast``, lazy imports
-marked). The tables sit between two markers in docs/development/ARCHITECTURE.md; ``tests/test_architecture_doc.py``
+marked). The tables sit between two markers in docs/development/ARCHITECTURE.md; ``tests/unit/project/test_architecture_doc.py``
 fails when they differ from the code (a module added, moved, renamed or re-wired).
 
     python scripts/architecture.py          # rewrite the tables in docs/development/ARCHITECTURE.md

@@ -1,5 +1,5 @@
 #!/bin/sh
-# ensure-docker.sh: what the container deploy test (tests/test_deploy_docker.py) needs, installed
+# ensure-docker.sh: what the container deploy test (tests/integration/test_deploy_docker.py) needs, installed
 # once and cached; every step is skipped when its result is already there.
 #   - Docker Engine: Debian's docker.io (dockerd, containerd, runc, the docker CLI);
 #   - debootstrap (Debian), and the bookworm base rootfs tarball it makes

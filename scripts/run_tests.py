@@ -3,7 +3,7 @@
 Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
 on the CPU, so two files run at once take about half the wall time. pytest-xdist cannot be used:
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
-forever. Instead, each integration file runs in its own pytest process, ``--jobs`` processes at
+forever. Instead, each integration file (``tests/integration/``) runs in its own pytest process, ``--jobs`` processes at
 once: the unit tests first (they fail fastest), beside them the integration files slowest first
 (per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
 first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time
@@ -21,7 +21,7 @@ passes. The exit code is 0 only when every pytest process passed (or had no test
 
     .venv/bin/python scripts/run_tests.py [--jobs 2] [--solo-jobs 2] [test files] [pytest args, e.g. -k ttft]
 
-Test files named on the command line (``tests/test_tls.py``) limit the run to them, each still in
+Test files named on the command line (``tests/integration/test_tls_e2e.py``) limit the run to them, each still in
 its own process; other arguments go to every pytest process.
 """
 
@@ -44,8 +44,13 @@ NO_TESTS = 5  # pytest's exit code when nothing was collected (a file whose test
 
 
 def integration_files() -> list[Path]:
-    files = sorted((ROOT / "tests").glob("test_*.py"))
-    return [f for f in files if not f.name.startswith(EXCLUDED) and "mark.integration" in f.read_text()]
+    """The files under tests/integration/ (tests/conftest.py marks their tests ``integration``)."""
+    files = sorted((ROOT / "tests" / "integration").glob("test_*.py"))
+    return [f for f in files if not f.name.startswith(EXCLUDED)]
+
+
+def name_of(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def is_solo(path: Path) -> bool:
@@ -149,12 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(job.name)
             print(output, flush=True)
 
-    only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/{e}*" for e in EXCLUDED]
+    only = [str(f) for f in sorted(chosen)] or [f"--ignore-glob=tests/integration/{e}*" for e in EXCLUDED]
     files = run_order([f for f in integration_files() if not chosen or f.resolve() in chosen], seconds)
-    solo = {f"tests/{f.name}" for f in files if is_solo(f)}
-    alone = frozenset(f"tests/{f.name}" for f in files if is_solo(f) and is_alone(f))
+    solo = {name_of(f) for f in files if is_solo(f)}
+    alone = frozenset(name_of(f) for f in files if is_solo(f) and is_alone(f))
     args = {"unit": [*common, "-m", "not integration", *only]}
-    args.update({f"tests/{f.name}": [*common, "-m", "integration", f"tests/{f.name}"] for f in files})
+    args.update({name_of(f): [*common, "-m", "integration", name_of(f)] for f in files})
     queue = list(args)
     print(f"unit tests in one process and {len(files)} integration files, {opts.jobs} processes at a time "
           f"(then {len(solo)} solo files, {opts.solo_jobs} at a time, with nothing else beside them; "

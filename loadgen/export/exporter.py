@@ -214,7 +214,7 @@ def start_exporter(host: str, port: int, source: ExporterSource) -> ExporterHand
     """Serve `/metrics` on host:port in the background; port 0 binds a free port (see handle.port).
 
     prometheus_client's server runs in a daemon thread; under gevent monkey-patching that thread is
-    a greenlet with cooperative sockets, so it does not block the loop (tests/test_exporter_gevent.py).
+    a greenlet with cooperative sockets, so it does not block the loop (tests/unit/export/test_exporter_gevent.py).
     """
     try:
         server, thread = start_http_server(port, addr=host, registry=make_registry(source))

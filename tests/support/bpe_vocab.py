@@ -1,6 +1,6 @@
 """A GPT-2 style byte-level BPE vocabulary made from our prompt words, for the tiny test models.
 
-No dependency beyond the standard library: the llama.cpp GGUF writer (``tests.make_gguf``) and the
+No dependency beyond the standard library: the llama.cpp GGUF writer (``tests.support.make_gguf``) and the
 vLLM model writer (``tests.support.vllm_model``, run in vLLM's own venv) both use it.
 
 Vocabulary, in id order: 3 control tokens (``<|endoftext|>`` = BOS/EOS, ``<|im_start|>``,

@@ -3,7 +3,7 @@
 ``EngineProcess`` starts a command on a free port, waits until ``GET /health`` answers 200 (or the
 process exits, or ``ready_timeout_s`` passes: the error carries the log's tail), and always stops
 it on exit, also when the body of the ``with`` raises. ``http`` talks to it without environment
-proxies. ``tests.llamacpp.LlamaServer`` and ``tests.support.vllm_server.VllmServer`` say which
+proxies. ``tests.support.llamacpp.LlamaServer`` and ``tests.support.vllm_server.VllmServer`` say which
 command to run.
 """
 
@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 
 from loadgen.server.answers import parse_metrics
-from tests.procs import stop_process
 from tests.support.ports import free_port
+from tests.support.procs import stop_process
 
 
 def installed(env_var: str, ensure_script: Path, what: str) -> tuple[str | None, str]:

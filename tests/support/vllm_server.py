@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runlocust import ROOT
 from tests.support.engine import EngineProcess, installed
+from tests.support.runlocust import ROOT
 
 ENV_PYTHON = "LLM_LOADGEN_VLLM_PYTHON"
 ENSURE_SCRIPT = ROOT / "scripts" / "ensure-vllm.sh"

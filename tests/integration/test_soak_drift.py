@@ -1,0 +1,50 @@
+"""Known answer for the drift verdict (docs/soak.md): a simulator whose decode slows by a known rate
+per simulated hour, run 60x faster than wall time, gives the ITL p50 slope within 15 % of the truth
+(ITL p99 moves too, but the client's event-loop jitter blurs its slope over 20 s: not a known answer);
+the same simulator without drift gives no flag.
+
+In wall units: ITL(t) = itl_ms / time_scale x (1 + r x t x time_scale / 3600) for t wall seconds since
+the simulator started, so its slope per wall hour is itl_ms x r (here 0.6 s x 3 = 1.8 s/h). A window
+of 20 s cannot hold per-hour thresholds' meaning (any trend is "fast" per hour), so the false-alarm
+rate of the steady run is the trend test's level per series: drift.alpha 0.001 keeps it near 0.7 %.
+Output lengths vary (25-75 tokens) so the users do not run in step: in step, the server's KV use is a
+sawtooth of one request's period, and polls 1 s apart alias it into a slow false trend.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loadgen.sim.launch import running_sim
+from tests.support.runlocust import SMOKE, run_locust
+
+pytestmark = [pytest.mark.integration, pytest.mark.solo]
+
+TIME_SCALE, ITL_MS, DRIFT_PCT_PER_H = 60, 600, 300  # wall ITL 10 ms growing to ~25 ms over the run
+RUN = (*SMOKE, "--stages", "8", "--output-tokens", "50", "--output-dist", "uniform", "--output-min", "25", "--output-max",
+       "75", "--stage-duration", "20", "--slice-s", "1",
+       "--set", "drift.alpha=0.001")
+
+
+def soak(tmp_path, *sim_args: str) -> dict:
+    with running_sim("--preset", "fixed", "--ttft-ms", "1200", "--itl-ms", str(ITL_MS), "--time-scale",
+                     str(TIME_SCALE), *sim_args) as sim:
+        run = run_locust(sim.url, tmp_path, *RUN, timeout_s=120)
+    assert run.code == 0, run.stderr[-3000:]
+    (stage,) = run.summary["stages"]
+    assert len(run.summary["slices"]) >= 20
+    return stage
+
+
+def test_a_decode_slowing_by_a_known_rate_is_flagged_with_its_slope(tmp_path):
+    stage = soak(tmp_path, "--drift-decode-pct-per-h", str(DRIFT_PCT_PER_H))
+    truth_s_per_h = ITL_MS / 1000 * DRIFT_PCT_PER_H / 100
+    moved = {m["series"]: m for m in stage["drift"]["moved"]}
+    assert "drift" in stage["flags"] and "itl_p50" in moved, stage["drift"]
+    assert moved["itl_p50"]["slope_per_h"] == pytest.approx(truth_s_per_h, rel=0.15), moved["itl_p50"]
+    assert "throughput" in moved and moved["throughput"]["slope_per_h"] < 0  # slower decode: fewer tok/s
+
+
+def test_a_steady_simulator_carries_no_drift_flag(tmp_path):
+    stage = soak(tmp_path)
+    assert stage["drift"]["drift"] is False and "drift" not in stage["flags"], stage["drift"]

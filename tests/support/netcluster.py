@@ -16,7 +16,7 @@ from pathlib import Path
 from loadgen.stats.stage_stats import StageStats
 from tests.support.merge_check import assert_exact_merge, from_workers, merged  # noqa: F401 (test_multihost imports them from here)
 from tests.support.netns import Host, Lab, require_netns
-from tests.support.runlocust import ROOT
+from tests.support.runlocust import ROOT, run_dir
 
 PY = sys.executable
 SIM_PORT, MASTER_PORT = 8000, 5557
@@ -119,7 +119,9 @@ class Net:
         return "\n".join(line for _, line in self.lines)
 
     def summary(self) -> dict:
-        return json.loads((self.results / "latest" / "summary.json").read_text())  # the run folder
+        # the newest run folder: ``latest`` names only a run that measured a stage, and a run stopped
+        # before its first window closed has none
+        return json.loads((run_dir(self.results) / "summary.json").read_text())
 
     def ledgers(self) -> dict[str, StageStats]:
         """Each worker's own record of what it shipped, by client id."""

@@ -83,9 +83,11 @@ def live_prometheus(tmp_path_factory):
         opened, closed = dcgm_scrapes()
         scrapes = iter([opened, opened])
         dcgm, _ = stack.enter_context(serve({"/metrics": lambda: (200, next(scrapes, closed))}))
-        # one closed-loop run, priced (the cost table needs cost.gpus) with GPU telemetry, one
-        # open-loop run (the rate panels need one), one multi-turn chat run
-        loads = (("--stages", "1,2,3,4,6", "--gpus", "2", "--gpu-hour-usd", "2.5", "--gpu-metrics", dcgm + "/metrics"),
+        # one closed-loop run, priced (the cost table needs cost.gpus) with GPU telemetry and sliced
+        # (the soak row: 1 s slices, a drift verdict from 3 of them, so stage 0's comes ~1 s after its
+        # window closes), one open-loop run (the rate panels need one), one multi-turn chat run
+        loads = (("--stages", "1,2,3,4,6", "--gpus", "2", "--gpu-hour-usd", "2.5", "--gpu-metrics", dcgm + "/metrics",
+                  "--slice-s", "1", "--set", "drift.min_slices=3"),
                  ("--rates", "2,4,6,8,10"),
                  ("--stages", "2,4,6,8,10", "--endpoint", "chat", "--turns", "3"))
         for sim, port, name, load in zip((vllm, sglang, spec), ports, ("vllm", "sglang", "spec"), loads, strict=True):
@@ -104,6 +106,8 @@ def live_prometheus(tmp_path_factory):
         # and the priced run finished one: its cost figures are exported
         prom.wait_for('count(llm_loadgen_stage_usd_per_million_output_tokens{job="llm-loadgen"}) > 0', timeout_s=40)
         prom.wait_for('count(llm_loadgen_stage_joules_per_output_token{job="llm-loadgen"}) > 0', timeout_s=40)
+        # and its first sliced stage has its drift verdict (the slice gauges came with its first slice)
+        prom.wait_for('count(llm_loadgen_stage_drift_slope_per_hour{job="llm-loadgen"}) > 0', timeout_s=40)
         yield prom, None
 
 

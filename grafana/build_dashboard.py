@@ -335,6 +335,81 @@ def stages_row(lay: Layout) -> None:
               options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}})
 
 
+# The drift series of loadgen.stats.drift.SERIES and the unit of their slope per hour, for the drift
+# table's columns: (series label, column title, Grafana unit)
+DRIFT_COLUMNS = (
+    ("throughput", "output tok/s per h", "short"),
+    ("ttft_p99", "TTFT p99 per h", "s"),
+    ("itl_p99", "ITL p99 per h", "s"),
+    ("itl_p50", "ITL p50 per h", "s"),
+    ("error_rate", "error ratio per h", "percentunit"),
+    ("kv_usage", "KV use per h", "percentunit"),
+    ("preemptions", "preemptions/min per h", "short"),
+)
+
+
+def soak_row(lay: Layout) -> None:
+    """A soak's time slices (--slice-s, docs/soak.md): the latest closed slice's figures over time
+    (loadgen.export.slice_gauges; a step per slice), and each sliced stage's drift verdict with its
+    slopes."""
+    lay.row("Soak: time slices and drift")
+    note = " Each point is the latest closed time slice (--slice-s); the line steps when a slice closes."
+    lay.panel("timeseries", "Slice output tokens/s",
+              "Output tokens that arrived in the latest closed slice / its seconds." + note,
+              [(f"sum(llm_loadgen_slice_output_tokens_per_second{L})", "output tok/s")], w=6)
+    lay.panel("timeseries", "Slice TTFT and E2E p99",
+              "TTFT p99 and E2E p99 of the requests completed in the latest closed slice (a slice of "
+              "fewer than 100 requests: its slowest request or next to it)." + note,
+              [(f"max(llm_loadgen_slice_ttft_p99_seconds{L})", "TTFT p99"),
+               (f"max(llm_loadgen_slice_e2e_p99_seconds{L})", "E2E p99")], "s", w=6)
+    lay.panel("timeseries", "Slice ITL p99",
+              "Per-token ITL p99 of the requests completed in the latest closed slice." + note,
+              [(f"max(llm_loadgen_slice_itl_p99_seconds{L})", "ITL p99")], "s", w=6)
+    lay.panel("timeseries", "Slice requests, errors and KV use",
+              "Ok requests completed in the latest closed slice (left axis); failed / completed requests "
+              "and the server's mean KV use over the slice (right axis, 0-1; KV use needs the server's "
+              "/metrics)." + note,
+              [(f"sum(llm_loadgen_slice_requests{L})", "ok requests"),
+               (f"max(llm_loadgen_slice_error_ratio{L})", "error ratio"),
+               (f"max(llm_loadgen_slice_server_kv_usage_ratio{L})", "server KV use")], w=6,
+              fieldConfig={"defaults": {"unit": "short", "custom": {}}, "overrides": [
+                  {"matcher": {"id": "byName", "options": name},
+                   "properties": [{"id": "unit", "value": "percentunit"},
+                                  {"id": "custom.axisPlacement", "value": "right"}]}
+                  for name in ("error ratio", "server KV use")]})
+    lay.panel("stat", "Latest slice",
+              "The stage of the latest closed slice and where the slice began, seconds after the stage's "
+              "window opened.",
+              [(f"max by (stage) (llm_loadgen_slice_start_seconds{L})", "stage {{stage}}: slice start")],
+              "s", w=6, h=8)
+    slopes = f"max by (stage, series) (llm_loadgen_stage_drift_slope_per_hour{L})"
+    state = f'label_replace(max by (stage) (llm_loadgen_stage_drift{L}), "series", "drift", "", "")'
+    lay.panel("table", "Drift by stage",
+              "Each sliced stage once its last slice closed: drift (a series moved beyond its threshold per "
+              "hour, p < drift.alpha) or steady, and Sen's slope per hour of every series tested (Mann-Kendall "
+              "+ Sen's slope over the stage's slices; a series with too few slices is blank). The verdict line "
+              "with the intervals and since when: the console, summary.json and report.html.",
+              [(f"{slopes} or {state}", "")], w=18, h=8, instant=True,
+              transformations=[
+                  {"id": "groupingToMatrix", "options": {"columnField": "series", "rowField": "stage",
+                                                         "valueField": "Value"}},
+                  {"id": "organize", "options": {
+                      "indexByName": {"stage\\series": 0, "drift": 1,
+                                      **{name: i + 2 for i, (name, _, _) in enumerate(DRIFT_COLUMNS)}},
+                      "renameByName": {"stage\\series": "stage", "drift": "verdict",
+                                       **{name: title for name, title, _ in DRIFT_COLUMNS}}}},
+                  {"id": "sortBy", "options": {"sort": [{"field": "stage"}]}}],
+              fieldConfig={"defaults": {"unit": "short", "decimals": 3, "custom": {}}, "overrides": [
+                  {"matcher": {"id": "byName", "options": "verdict"}, "properties": [
+                      {"id": "mappings", "value": [{"type": "value", "options": {
+                          "0": {"text": "steady", "color": "green", "index": 0},
+                          "1": {"text": "drift", "color": "red", "index": 1}}}]},
+                      {"id": "custom.cellOptions", "value": {"type": "color-background"}}]},
+                  *({"matcher": {"id": "byName", "options": title}, "properties": [{"id": "unit", "value": unit}]}
+                    for _, title, unit in DRIFT_COLUMNS if unit != "short")]},
+              options={"showHeader": True, "cellHeight": "sm", "footer": {"show": False}})
+
+
 def variable(name: str, label: str, query: str, default: str, include_all: bool = False) -> dict:
     var = {"name": name, "label": label, "type": "query", "datasource": DS,
            "definition": query, "query": {"query": query, "refId": f"{name}-query"},
@@ -351,6 +426,7 @@ def build() -> dict:
     loadgen_rows(lay)
     clocks_row(lay)
     stages_row(lay)
+    soak_row(lay)
     server_rows(lay)
     templating = [
         {"name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",

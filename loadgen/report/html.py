@@ -15,7 +15,7 @@ from loadgen.report.html_page import kv_table, page, png_img
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.models import models_html
 from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
-from loadgen.report.soak_html import slices_section
+from loadgen.report.soak_html import SLICES_FIGURE, slices_section
 from loadgen.report.table import (
     columns,
     errors_compact,
@@ -196,6 +196,7 @@ def render_report_html(
     all_flags = sorted({f for s in stages for f in stage_flags(s, knee)})
     images = dict(images or {})
     fit_png = images.pop(FIT_FIGURE, None)
+    slices_png = images.pop(SLICES_FIGURE, None)  # in its own section, under the verdicts
     predicted = bool(summary.get("predicted"))
     if predicted:
         title = f"PREDICTED {title}"
@@ -211,7 +212,7 @@ def render_report_html(
         *models_html(stages),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         *breakdown_section(stages),
-        *slices_section(summary),
+        *slices_section(summary, slices_png),
         *gpu_section(stages),
         "<h2>Flags</h2>",
         flags_legend_html(set(all_flags)),

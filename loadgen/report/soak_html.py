@@ -3,7 +3,9 @@ verdict of each sliced stage, and the slices' table. Pure: summary in, HTML stri
 
 from __future__ import annotations
 
-from loadgen.report.html_page import esc, table_html
+from loadgen.report.html_page import esc, png_img, table_html
+
+SLICES_FIGURE = "slices"  # slices.png (loadgen.report.soak_plots)
 
 _SHOWN = (  # (head, row key, scale, digits)
     ("stage", "stage", None, 0), ("slice", "slice", None, 0), ("start s", "start_s", 1, 0),
@@ -32,8 +34,9 @@ def _cell(row: dict, key: str, scale, digits: int):
     return f"~{text}" if key.endswith("p99_s") and key != "itl_p99_s" and row.get("few_samples") else text
 
 
-def slices_section(summary: dict) -> list[str]:
-    """The section's parts ([] for a run without slices nor an unfinished note)."""
+def slices_section(summary: dict, plot_png: bytes | None = None) -> list[str]:
+    """The section's parts ([] for a run without slices nor an unfinished note); ``plot_png``:
+    slices.png, shown under the verdicts it draws."""
     out = []
     if (note := unfinished_note(summary)) is not None:
         out.append(f'<p class="warn">{esc(note[0].upper() + note[1:])}.</p>')
@@ -44,6 +47,8 @@ def slices_section(summary: dict) -> list[str]:
     for stage in summary.get("stages") or []:
         if (drift := stage.get("drift")) is not None:
             out.append(f"<p>Stage {esc(stage.get('index'))}: {esc(drift.get('verdict'))}</p>")
+    if plot_png is not None:
+        out.append(png_img(SLICES_FIGURE, plot_png))
     rows = [[_cell(r, key, scale, digits) for _, key, scale, digits in _SHOWN] for r in slices]
     out.append(table_html([head for head, *_ in _SHOWN], rows, "slices"))
     out.append('<p class="muted">~: a p99 of fewer than 100 requests (few_samples). Slice rows: slices.csv.</p>')

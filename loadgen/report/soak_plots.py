@@ -4,7 +4,7 @@
 ``slices_figure``: four panels (output tok/s, TTFT p99 ms, ITL p99 ms, the server's KV use) vs
 minutes since the window opened, one line per sliced stage; where the stage's drift verdict moved
 a series, its Sen line (slope from the verdict, intercept = median of y - slope x t over the slices
-since it moved) is drawn dashed from ``since_s`` on. The title is the first stage's verdict line.
+since it moved) is drawn dashed from ``since_s`` on. The title says what each stage's verdict moved.
 """
 
 from __future__ import annotations
@@ -56,6 +56,19 @@ def slices_figure(summary: dict) -> Figure:
         ax.set_ylabel(label)
         if ax.lines:
             ax.legend(fontsize="small")
-    verdict = next((s["drift"]["verdict"] for s in stages.values() if s.get("drift")), "no drift verdict yet")
-    fig.suptitle(verdict if len(verdict) <= 110 else verdict[:107] + "...", fontsize="medium")
+    fig.suptitle(title(summary), fontsize="medium")
     return fig
+
+
+def title(summary: dict, limit: int = 110) -> str:
+    """What each sliced stage's verdict says, short: ``stage 0: drift in throughput, kv_usage; stage 1:
+    steady`` (the verdict lines, with slopes, intervals and since when, are printed beside the plot)."""
+    parts = []
+    for k in sorted({r["stage"] for r in summary.get("slices") or []}):
+        drift = next((s.get("drift") for s in summary.get("stages") or [] if s.get("index") == k), None) or {}
+        if drift.get("drift"):
+            parts.append(f"stage {k}: drift in {', '.join(m['series'] for m in drift['moved'])}")
+        else:
+            parts.append(f"stage {k}: " + ("steady" if drift.get("drift") is False else "no drift verdict yet"))
+    text = "; ".join(parts) or "no drift verdict yet"
+    return text if len(text) <= limit else text[:limit - 3].rsplit(" ", 1)[0].rstrip(",;") + " ..."

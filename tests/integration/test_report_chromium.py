@@ -142,8 +142,8 @@ def console_errors(events: list[dict]) -> list[str]:
     return errors
 
 
-def render(html_file: Path, profile: Path) -> tuple[dict, list[str], bytes]:
-    """Load ``html_file``; return (probe results, page errors, full-page PNG screenshot)."""
+def render(html_file: Path, profile: Path, probe: str = PROBE) -> tuple[dict, list[str], bytes]:
+    """Load ``html_file``; return (``probe``'s results, page errors, full-page PNG screenshot)."""
     chrome = DevToolsPipe(profile)
     try:
         target = chrome.call("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -157,8 +157,8 @@ def render(html_file: Path, profile: Path) -> tuple[dict, list[str], bytes]:
         )
         chrome.call("Page.navigate", {"url": html_file.resolve().as_uri()}, session)
         chrome.wait_event("Page.loadEventFired")
-        probe = chrome.call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True}, session)
-        info = json.loads(probe["result"]["value"])
+        result = chrome.call("Runtime.evaluate", {"expression": probe, "returnByValue": True}, session)
+        info = json.loads(result["result"]["value"])
         size = chrome.call("Page.getLayoutMetrics", session=session)["cssContentSize"]
         clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
         shot = chrome.call(
@@ -269,3 +269,42 @@ def test_the_breakdown_bars_render_in_their_colours_and_only_with_a_breakdown(tm
     plain = write_results(tmp_path / "plain", json.loads((FIXTURES / "summary_seeds_sweep.json").read_text()))
     _, _, plain_shot = render(plain["html"], tmp_path / "profile2")
     assert all(colour_pixels(plain_shot, COLORS[p]) < 20 for p in ("queue", "network_client"))
+
+
+SLICES_PROBE = """JSON.stringify({
+  heading: Array.from(document.querySelectorAll('h2')).map(h => h.textContent),
+  sliceRows: document.querySelectorAll('#slices tr').length,
+  plot: (() => { const i = Array.from(document.images).find(i => i.alt === 'slices');
+                 if (!i) return null;
+                 const r = i.getBoundingClientRect();
+                 return {complete: i.complete, w: i.naturalWidth, h: i.naturalHeight, shownW: i.width,
+                         top: r.top + window.scrollY}; })(),
+  verdictTop: (() => { const p = Array.from(document.querySelectorAll('p'))
+                         .find(p => p.textContent.startsWith('Stage 0: drift:'));
+                       return p ? p.getBoundingClientRect().top + window.scrollY : null; })(),
+  slicesTop: (() => { const h = Array.from(document.querySelectorAll('h2')).find(h => h.textContent === 'Time slices');
+                      return h ? h.getBoundingClientRect().top + window.scrollY : null; })(),
+})"""
+
+
+@needs_chromium
+def test_the_time_slices_section_and_plot_render(tmp_path):
+    """A real short sliced run (tests/fixtures/summary_soak_drift.json: a simulator whose decode slows
+    300 %/h and whose KV use leaks, 60x faster than wall time, 20 slices of 1 s; see test_soak_drift):
+    the Time slices section holds its verdict line, slices.png decoded at its size right under it,
+    and one table row per slice."""
+    summary = json.loads((FIXTURES / "summary_soak_drift.json").read_text())
+    verdict = summary["stages"][0]["drift"]["verdict"]
+    assert verdict.startswith("drift: ") and len(summary["slices"]) == 20
+    written = write_results(tmp_path / "run", summary)
+    info, errors, shot = render(written["html"], tmp_path / "profile", SLICES_PROBE)
+    (tmp_path / "report.png").write_bytes(shot)
+    print(f"screenshot: {tmp_path / 'report.png'}")
+    assert errors == []
+    assert info["sliceRows"] == 1 + len(summary["slices"])
+    plot = info["plot"]
+    assert plot is not None and plot["complete"], plot
+    assert (plot["w"], plot["h"]) == png_size((tmp_path / "run" / "slices.png").read_bytes()) == (1000, 600)
+    assert plot["shownW"] == plot["w"]  # drawn at its own size, not squeezed
+    # the plot is part of the section: below its heading and the verdict, not among the sweep plots above
+    assert info["slicesTop"] < info["verdictTop"] < plot["top"], info

@@ -89,14 +89,22 @@ FINISHED_STAGE = {"index": 0, "concurrency": 1, "server": {"spec_accept_length":
                   "usd_per_million_output_tokens": 1.4, "usd_per_million_total_tokens": 0.8,
                   "joules_per_output_token": 0.6, "kwh_per_million_output_tokens": 0.17,
                   "gpu": {"gpus": 8, "power_w_total": 5000.0, "util_pct_mean": 97.0, "fb_used_mib_max": 77000.0,
-                          "energy_j": 150000.0}}
+                          "energy_j": 150000.0},
+                  # a sliced stage's drift verdict (loadgen.export.slice_gauges)
+                  "drift": {"drift": False, "series": {"throughput": {"slope_per_h": -3.0},
+                                                       "kv_usage": {"slope_per_h": 0.01}}}}
+# a soak's latest closed time slice (a slices.csv row): every figure the exporter shows
+LATEST_SLICE = {"stage": 0, "slice": 3, "start_s": 180.0, "output_tokens_per_s": 900.0, "ttft_p99_s": 0.4,
+                "itl_p99_s": 0.03, "e2e_p99_s": 5.0, "error_rate": 0.01, "requests": 120,
+                "server_kv_usage_mean": 0.4}
 
 
 def test_loadgen_metric_names_exist_in_the_exporter(dashboard):
     snap = ExporterSnapshot(totals=Collector().totals, stage_index=0, target_concurrency=1,
                             kv_projected_tokens=1, kv_capacity_tokens=1, client_cpu_percent=1,
                             client_loop_lag_s=0.001, offered_rate_per_s=1.0, slo_attainment_target=0.99,
-                            slo_stage_attainment=1.0, stages=(FINISHED_STAGE,))
+                            slo_stage_attainment=1.0, stages=(FINISHED_STAGE,),
+                            latest_slice=LATEST_SLICE)
     text = generate_latest(make_registry(type("S", (), {"exporter_snapshot": lambda self: snap})())).decode()
     exported = {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
     used = {m for e in dashboard_exprs(dashboard) for m in re.findall(r"\bllm_loadgen_\w+", e)}
@@ -163,7 +171,8 @@ def test_per_stage_series_are_read_for_one_stage_or_by_stage(dashboard):
     max() over them would mix stages."""
     per_stage = {f"llm_loadgen_{name}" for _, name, _ in SERVER_FIGURES + COST_FIGURES}
     per_stage |= {f"llm_loadgen_{name}" for _, name, _, _ in GPU_FIGURES}
-    per_stage |= {"llm_loadgen_stage_latency_seconds", "llm_loadgen_stage_breakdown_seconds"}
+    per_stage |= {"llm_loadgen_stage_latency_seconds", "llm_loadgen_stage_breakdown_seconds",
+                  "llm_loadgen_stage_drift", "llm_loadgen_stage_drift_slope_per_hour"}
     reading = [e for e in dashboard_exprs(dashboard) if any(name in e for name in per_stage)]
     assert len(reading) >= len(per_stage)
     for expr in reading:
@@ -173,3 +182,28 @@ def test_per_stage_series_are_read_for_one_stage_or_by_stage(dashboard):
     latest = {e for e in reading if "llm_loadgen_stage_finished" in e}
     assert {n for n in per_stage if any(n in e for e in latest)} >= {
         "llm_loadgen_stage_breakdown_seconds", "llm_loadgen_server_spec_accept_length"}
+
+
+def test_soak_row_shows_every_slice_figure_and_each_drift_series(dashboard):
+    """The soak row (docs/soak.md): a panel for each slice gauge, and the drift table's columns are
+    the series the drift test tests (loadgen.stats.drift.SERIES), each with its slope's unit."""
+    from loadgen.export.slice_gauges import SLICE_FIGURES
+    from loadgen.stats.drift import SERIES
+
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    soak = next(r for r in rows if r["title"].startswith("Soak"))
+    after = next((r["gridPos"]["y"] for r in rows if r["gridPos"]["y"] > soak["gridPos"]["y"]), 10**6)
+    inside = [p for p in panels(dashboard) if soak["gridPos"]["y"] < p["gridPos"]["y"] < after]
+    exprs = " ".join(t["expr"] for p in inside for t in p["targets"])
+    for _, name, _ in SLICE_FIGURES:
+        assert f"llm_loadgen_{name}" in exprs, name
+    table = next(p for p in inside if p["title"] == "Drift by stage")
+    assert "llm_loadgen_stage_drift{" in exprs and "llm_loadgen_stage_drift_slope_per_hour" in exprs
+    renamed = next(t for t in table["transformations"] if t["id"] == "organize")["options"]["renameByName"]
+    assert set(renamed) == {"stage\\series", "drift"} | {s.key for s in SERIES}
+    units = {o["matcher"]["options"]: o["properties"][0]["value"] for o in table["fieldConfig"]["overrides"]
+             if o["properties"][0]["id"] == "unit"}
+    by_key = {s.key: s.unit for s in SERIES}
+    for key, title in renamed.items():
+        if key in by_key:  # seconds per hour in s, ratios per hour in percent, the rest plain
+            assert units.get(title, "short") == {"s": "s", "ratio": "percentunit"}.get(by_key[key], "short"), key

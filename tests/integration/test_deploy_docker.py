@@ -243,11 +243,16 @@ SERVER_FEATURE_ONLY = ("server_spec_", "server_prefix_cache", "cached_prompt_tok
 # and the stack prices nothing (no --gpus): the cost table has data only in a priced run (proven by
 # test_dashboard_prometheus's priced run)
 PRICED_ONLY = ("_per_gpu_per_second", "_usd_per_million_")
+# and it runs no soak (no --slice-s) and reads no GPU exporter (no --gpu-metrics): the soak row and
+# the GPU columns have data only then (test_dashboard_prometheus's sliced run with a fake DCGM
+# exporter proves them)
+SLICED_OR_GPU_ONLY = ("llm_loadgen_slice_", "llm_loadgen_stage_drift", "llm_loadgen_stage_gpu",
+                      "joules_per_output_token")
 
 
 def _closed_loop(queries: dict) -> dict:
     return {e: r for e, r in queries.items()
-            if not any(k in e for k in MODE_ONLY + SERVER_FEATURE_ONLY + PRICED_ONLY)}
+            if not any(k in e for k in MODE_ONLY + SERVER_FEATURE_ONLY + PRICED_ONLY + SLICED_OR_GPU_ONLY)}
 
 
 def test_prometheus_scrapes_the_master_and_every_dashboard_query_has_data(whole_run, killed_run):

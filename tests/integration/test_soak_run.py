@@ -78,5 +78,11 @@ def test_sighup_stops_a_soak_like_sigterm_with_its_slices_written(sim, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["run"]["stop_reason"] == "interrupted" and summary["run"]["ended_at"] is not None
     slices = summary["slices"]
-    assert len(slices) >= 2 and slices[-1]["partial"]  # the slice under way, closed at the stop
+    # the slice under way closes at the stop: the slices end where the stopped window ends. It is
+    # partial unless the stop came within a tick of a slice's end (stats.slices.slice_tolerance:
+    # then that slice takes the remainder, as a window closed a tick late does)
+    assert len(slices) >= 2 and [x["start_s"] for x in slices] == [float(k) for k in range(len(slices))]
+    assert all(x["duration_s"] == 1.0 and not x["partial"] for x in slices[:-1]), slices
+    last = slices[-1]
+    assert 0 < last["duration_s"] < 1.25 and last["partial"] is (last["duration_s"] < 1.0), last
     assert [r["slice"] for r in read_slice_rows(run / SLICES_CSV)] == [s["slice"] for s in slices]

@@ -7,6 +7,19 @@
 
 CACHE_ROOTS=(/var/cache/llm-loadgen "${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/llm-loadgen")
 
+# find_cached FILE [MARKER]: prints ROOT/FILE for the first root holding it as an executable (and,
+# when given, ROOT/MARKER too: an install finished); returns 1 when no root does.
+find_cached() {
+    local root
+    for root in "${CACHE_ROOTS[@]}"; do
+        if [ -x "$root/$1" ] && { [ -z "${2:-}" ] || [ -f "$root/$2" ]; }; then
+            echo "$root/$1"
+            return 0
+        fi
+    done
+    return 1
+}
+
 writable_cache_root() {
     local root
     for root in "${CACHE_ROOTS[@]}"; do

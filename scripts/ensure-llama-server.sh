@@ -27,21 +27,9 @@ PYTHON=${PYTHON:-python3}
 say() { echo "$TAG: $*" >&2; }
 
 # shellcheck source=cache-root.sh
-. "$(cd "$(dirname "$0")" && pwd)/cache-root.sh"
+. "$HERE/cache-root.sh"
 
-# The first cache root that holds the binary.
-find_binary() {
-    local root
-    for root in "${CACHE_ROOTS[@]}"; do
-        if [ -x "$root/llama-server-$VERSION/llama-server" ]; then
-            echo "$root/llama-server-$VERSION/llama-server"
-            return 0
-        fi
-    done
-    return 1
-}
-
-if found=$(find_binary); then
+if found=$(find_cached "llama-server-$VERSION/llama-server"); then
     echo "$found"
     exit 0
 fi
@@ -75,7 +63,7 @@ if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
     say "another build of llama-server $VERSION is running: waiting for it ($ROOT/llama-server-$VERSION.lock)"
     flock 9
 fi
-if found=$(find_binary); then  # another caller built it while we waited
+if found=$(find_cached "llama-server-$VERSION/llama-server"); then  # another caller built it while we waited
     echo "$found"
     exit 0
 fi

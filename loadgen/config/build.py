@@ -38,6 +38,7 @@ from loadgen.config.schema import (
     ENDPOINT_PATHS,
     GUARD_ACTIONS,
     LENGTH_DISTS,
+    REPLICA_POLICIES,
     SECTIONS,
     FrozenDict,
     Scenario,
@@ -155,6 +156,14 @@ SPEC: dict[str, Check] = {
     "client_check.loop_lag_p99_s_max": number("seconds, e.g. 0.05", gt=0),
     "client_check.lateness_p99_s_max": number("seconds an open-loop send may be late, e.g. 0.005", gt=0),
     "gpu_metrics": url_list,
+    "hosts": url_list,
+    "replicas.policy": choice(REPLICA_POLICIES, "round_robin sends each request to the next host; least_inflight to "
+                              "the host with the fewest requests in flight"),
+    "replicas.metrics": url_list,
+    "replicas.upstream_header": text("a response header naming the engine that served, e.g. X-Upstream-Addr, "
+                                     "or null", nullable=True),
+    "replicas.share_ratio_max": number("a ratio of shares, e.g. 1.5", gt=1),
+    "replicas.slow_ratio": number("a ratio of p99s, e.g. 2", gt=1),
     "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
     "requests_jsonl": boolean(),
 }

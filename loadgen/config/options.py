@@ -3,6 +3,7 @@ give (the file named by --scenario with every given option laid over it)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import yaml
@@ -10,7 +11,15 @@ import yaml
 from loadgen.config.build import UnknownKey
 from loadgen.config.files import load_scenario
 from loadgen.config.headers import parse_flags
-from loadgen.config.schema import ARRIVALS, DATASET_ORDERS, ENDPOINTS, GUARD_ACTIONS, LENGTH_DISTS, Scenario
+from loadgen.config.schema import (
+    ARRIVALS,
+    DATASET_ORDERS,
+    ENDPOINTS,
+    GUARD_ACTIONS,
+    LENGTH_DISTS,
+    REPLICA_POLICIES,
+    Scenario,
+)
 from loadgen.errors import ConfigError
 
 # (flag, dotted key, type, help). A type that is a tuple means choices; bool means a flag that sets
@@ -69,6 +78,12 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--gpu-hour-usd", "cost.gpu_hour_usd", float, "price of one GPU-hour: $ per million tokens (needs --gpus)"),
     ("--gpu-metrics", "gpu_metrics", "urls", "a DCGM exporter's /metrics URL, one per node: power, utilisation, "
                                              "memory and J/token per stage (repeatable; docs/monitoring.md)"),
+    ("--replica-policy", "replicas.policy", REPLICA_POLICIES, "with --host given more than once: the host each "
+                                                              "request goes to (docs/replicas.md)"),
+    ("--replica-metrics", "replicas.metrics", "urls", "behind a router (--host ROUTER): one engine's URL, its root or "
+                                                      "/metrics: capacities summed, each watched (repeatable)"),
+    ("--upstream-header", "replicas.upstream_header", str, "behind a router: the response header naming the engine "
+                                                           "that served, e.g. X-Upstream-Addr (per-replica rows)"),
     ("--exporter-port", "exporter.port", int, "Prometheus exporter port (0: off)"),
     ("--exporter-host", "exporter.host", str, "Prometheus exporter bind address"),
     ("--ca-cert", "request.ca_cert", str, "PEM file of the server's CA (or its own certificate), trusted instead "
@@ -104,6 +119,24 @@ def _metavar(flag: str, dotted: str) -> str:
     if dotted.endswith("tokens"):
         return "TOKENS"
     return _dest(flag).upper()
+
+
+class _RepeatedHost(argparse._StoreAction):
+    """Locust's ``--host``, given more than once: every value in ``hosts`` (the replicas the
+    client spreads the load over, docs/replicas.md), the first in ``host`` (what Locust uses)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = [*(getattr(namespace, "hosts", None) or []), values]
+        namespace.hosts = given
+        setattr(namespace, self.dest, given[0])
+
+
+def repeatable_host(parser: Any) -> None:
+    """Let Locust's ``--host`` repeat (``_RepeatedHost``); a parser without one is left alone."""
+    action = getattr(parser, "_option_string_actions", {}).get("--host")
+    if action is not None and type(action) is argparse._StoreAction:
+        action.__class__ = _RepeatedHost
+        parser.set_defaults(hosts=None)
 
 
 def register_options(parser: Any) -> None:
@@ -250,6 +283,9 @@ def scenario_from_options(parsed_options: Any) -> Scenario:
         origin[key] = "--set"
         typed[key] = str(item).partition("=")[2].strip()
     _refuse_capped_rate(parsed_options)
+    hosts = getattr(parsed_options, "hosts", None) or []
+    if len(hosts) > 1:  # --host repeated: the replicas (one --host is Locust's own)
+        overrides["hosts"], origin["hosts"] = list(hosts), "--host"
     for flag, dotted, kind, _ in _OPTIONS:
         raw = getattr(parsed_options, _dest(flag), None)
         if raw is None or raw is False or kind in RUN_TAG_KINDS:

@@ -22,6 +22,7 @@ ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completion
 ENDPOINTS = tuple(ENDPOINT_PATHS)
 ARRIVALS = ("poisson", "constant", "gamma")  # loadgen.workload.arrivals.ARRIVALS (a test keeps them equal)
 GUARD_ACTIONS = ("abort", "clamp", "warn")
+REPLICA_POLICIES = ("round_robin", "least_inflight")  # how the client spreads requests over hosts (docs/replicas.md)
 LENGTH_DISTS = ("fixed", "uniform", "normal", "lognormal")  # loadgen.workload.lengths.KINDS (a test keeps them equal)
 DATASET_ORDERS = ("in-order", "shuffled")
 COMPAT_SETTINGS = ("auto", "vllm", "sglang", "llamacpp", "openai", "openai-strict")  # loadgen.wire.compat
@@ -123,6 +124,10 @@ DEFAULTS: dict[str, Any] = {
     "exporter": {"port": 0, "host": "127.0.0.1"},
     "client_check": {"cpu_percent_max": 90, "loop_lag_p99_s_max": 0.02, "lateness_p99_s_max": 0.005},
     "gpu_metrics": [],
+    # Several replicas (docs/replicas.md): hosts spread by the client, or engines behind a router
+    "hosts": [],
+    "replicas": {"policy": "round_robin", "metrics": [], "upstream_header": None, "share_ratio_max": 1.5,
+                 "slow_ratio": 2.0},
     "results_dir": "results",
     "requests_jsonl": False,
 }
@@ -281,6 +286,18 @@ class GuardConfig:
 
 
 @dataclass(frozen=True)
+class ReplicasConfig:
+    """Several replicas of one server (docs/replicas.md; ``Scenario.hosts`` lists them when the
+    client spreads the load itself)."""
+
+    policy: str  # one of REPLICA_POLICIES: the replica each request goes to (loadgen.wire.replicas)
+    metrics: tuple[str, ...]  # behind a router: each engine's root, /metrics or /get_server_info URL
+    upstream_header: str | None  # behind a router: the response header naming the engine (nginx $upstream_addr)
+    share_ratio_max: float  # a replica's request share / its fair share above this (or below 1/this): flagged
+    slow_ratio: float  # a replica's TTFT or ITL p99 above this x the others' median: flagged slow
+
+
+@dataclass(frozen=True)
 class KneeConfig:
     threshold: float  # doubling concurrency adds < threshold (relative) throughput -> knee
 
@@ -323,6 +340,8 @@ class Scenario:
     exporter: ExporterConfig
     client_check: ClientCheckConfig
     gpu_metrics: tuple[str, ...]  # DCGM exporters' /metrics URLs, one per node (loadgen.server.gpu_watch)
+    hosts: tuple[str, ...]  # replicas the client spreads the load over (--host repeated); () = --host alone
+    replicas: ReplicasConfig
     results_dir: str
     requests_jsonl: bool  # one JSON line per request in the run folder (loadgen.stats.request_line)
     # a mix of models (loadgen.workload.model_mix.ModelMix): each request draws its model by weight;
@@ -402,6 +421,7 @@ SECTIONS: dict[str, type] = {
     "stages": StagesConfig,
     "rate": RateConfig,
     "guard": GuardConfig,
+    "replicas": ReplicasConfig,
     "knee": KneeConfig,
     "drift": DriftConfig,
     "slo": Objectives,

@@ -47,7 +47,7 @@ from loadgen.fleet.worker_loss import (
 )
 from loadgen.run.health import StageHealth, worst_of
 from loadgen.run.results import iso
-from loadgen.stats.stage_stats import StageStats
+from loadgen.stats.stage_stats import PART_TABLES, StageStats
 from loadgen.wire.compat import Compat
 
 log = logging.getLogger("llm_loadgen")
@@ -72,7 +72,8 @@ class Fleet:
         self.health_by_stage: dict[int | None, dict[str, StageHealth]] = {}
         self.workers_seen: set[str] = set()
         self.ledger = StageStats()  # worker: every total shipped to the master
-        self.model_ledger: dict[int, dict[str, StageStats]] = {}  # worker, a mix of models: per stage and model
+        # worker, a mix of models or several replicas: per table (PART_TABLES), stage and name
+        self.part_ledgers: dict[str, dict[int, dict[str, StageStats]]] = {key: {} for key in PART_TABLES}
         self.parts: list[str] = []  # master, open loop: the client ids sharing this stage's rate
         # master: what it last heard from each worker and its own phases, to book a loss
         self.evidence: dict[str, WorkerEvidence] = {}
@@ -90,9 +91,10 @@ class Fleet:
         rt = self.rt
         delta = rt.collector.take_delta()
         self.ledger.merge(StageStats.from_wire(delta["totals"]))
-        for k, by_name in delta.get("models", ()):
-            for name, wire in by_name.items():
-                self.model_ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_wire(wire))
+        for key, ledger in self.part_ledgers.items():
+            for k, by_name in delta.get(key, ()):
+                for name, wire in by_name.items():
+                    ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_wire(wire))
         return {
             "delta": delta,
             "health": rt.health.take_delta(),
@@ -105,13 +107,15 @@ class Fleet:
 
     def write_ledger(self) -> None:
         """Worker: what this worker recorded and shipped (after its final report); with a mix of
-        models also ``models``: [[stage, {model: wire}]], as ``Collector.take_delta`` ships them."""
+        models also ``models``: [[stage, {model: wire}]], as ``Collector.take_delta`` ships them,
+        and with several replicas ``replicas`` likewise."""
         client_id = self.rt.environment.runner.client_id
         path = Path(self.rt.scenario.results_dir) / "workers" / f"{client_id}.json"
         ledger = {"client_id": client_id, "totals": self.ledger.to_wire()}
-        if self.model_ledger:
-            ledger["models"] = [[k, {name: s.to_wire() for name, s in by_name.items()}]
-                                for k, by_name in sorted(self.model_ledger.items())]
+        for key, parts in self.part_ledgers.items():
+            if parts:
+                ledger[key] = [[k, {name: s.to_wire() for name, s in by_name.items()}]
+                               for k, by_name in sorted(parts.items())]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(ledger))

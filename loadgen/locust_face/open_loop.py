@@ -58,31 +58,35 @@ class RateUser(StreamUser):
     def on_start(self) -> None:
         super().on_start()
         self.pool = Pool(self.rt.scenario.rate.max_inflight)
-        self.idle_clients: list[StreamClient] = [self.client]
+        # idle clients by the URL they talk to (hosts spread by the client: one list per replica)
+        self.idle_clients: dict[str, list[StreamClient]] = {self.host: [self.client]}
 
     def on_stop(self) -> None:
         self.pool.kill(block=True, timeout=5)
-        for client in self.idle_clients:
-            client.close()
+        for clients in self.idle_clients.values():
+            for client in clients:
+                client.close()
         if RateUser._active is self:
             RateUser._active = None
 
-    def _new_client(self) -> StreamClient:
-        return self.rt.stream_client(self.host)
 
     def _one(self, due_s: float, stage: int | None, line=None) -> None:
         """One arrival: a client from the free list, sent now, timed from ``due_s``; ``line``: the
         trace's dataset line due then (loadgen.workload.trace)."""
         rt, sc = self.rt, self.rt.scenario
-        client = self.idle_clients.pop() if self.idle_clients else self._new_client()
+        index, replica = rt.targets.pick()
+        url = rt.targets.root(index, self.host)
+        idle = self.idle_clients.setdefault(url, [])
+        client = idle.pop() if idle else rt.stream_client(url)
         try:
             ask = self.prompts.next() if line is None else self.prompts.from_line(line)
             model, counted_as = self.next_model()
             body, ask = prepare(sc, model, rt.compat, ask)
             rt.collector.request_scheduled(stage, time.perf_counter() - due_s)
-            send_request(self, client, body, ask, stage, sent_s=due_s, model=counted_as)
+            send_request(self, client, body, ask, stage, sent_s=due_s, model=counted_as, replica=replica)
         finally:
-            self.idle_clients.append(client)
+            rt.targets.done(index)
+            idle.append(client)
 
     def dispatch(self) -> None:
         rt = self.rt

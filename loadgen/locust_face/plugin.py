@@ -20,6 +20,7 @@ import gevent
 from locust import events
 
 from loadgen.config import ConfigError, exit_on_config_error, register_options
+from loadgen.config.options import repeatable_host
 from loadgen.fleet.distributed import FATAL_MESSAGE, PHASE_MESSAGE, Fleet
 from loadgen.fleet.final_reports import FINAL_MESSAGE, FINAL_REPORT_MESSAGE, WorkerFinal
 from loadgen.locust_face.defaults import (
@@ -56,6 +57,7 @@ _memoize_locust_default_options()
 @events.init_command_line_parser.add_listener
 def _options(parser, **_):
     register_options(parser)
+    repeatable_host(parser)
     set_loopback_defaults(parser)
     if _forks_workers(sys.argv[1:], os.environ):
         # Locust's --processes forks workers that dial --master-port (5557 unless given) while the

@@ -35,27 +35,36 @@ def _process_key(environment) -> int:
 
 
 def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None, sent_s: float | None = None,
-                 model: str | None = None):
+                 model: str | None = None, replica: str | None = None):
     """Send ``body`` and ``ask`` (``loadgen.wire.exchange.prepare``), account for it (in flight, statistics,
     Locust's stats) and return its RequestResult. ``sent_s``: when it counts as sent: now (closed
     loop) or its scheduled time (open loop). ``model``: the model it asked for, with a mix of
-    models (counted in that model's statistics too); None: one model. Shared by the closed-loop
-    user and the open-loop dispatcher."""
+    models (counted in that model's statistics too); None: one model. ``replica``: the replica
+    ``client`` talks to, with hosts spread by the client; behind a router that names its engine,
+    the response's header says (``Targets.served_by``). Shared by the closed-loop user and the
+    open-loop dispatcher."""
     rt, path = user.rt, user.path
     sc = rt.scenario
+
+    def served() -> str | None:
+        return replica or rt.targets.served_by(client.upstream)
+
     rt.request_started(stage)
     start_wall, start_perf = time.time(), time.perf_counter()
     result = None
-    on_tokens = rt.on_tokens if model is None else lambda n: rt.on_tokens(n, model)
+    plain = model is None and not rt.targets.per_replica
+    on_tokens = rt.on_tokens if plain else lambda n: rt.on_tokens(n, model, served())
     try:
-        result, nbytes = stream_prepared(client, sc, body, ask, sent_s=sent_s, on_tokens=on_tokens,
-                                         on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens, model))
+        result, nbytes = stream_prepared(
+            client, sc, body, ask, sent_s=sent_s, on_tokens=on_tokens,
+            on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens, model, served()))
     finally:
-        rt.request_finished(stage, ok=result is not None and result.ok, model=model)
+        rt.request_finished(stage, ok=result is not None and result.ok, model=model, replica=served())
     if not result.ok:
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     turn = ask.turn if sc.workload.turns > 1 else None
-    rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn, model=model)
+    rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn, model=model,
+                               replica=served())
     # sent: now, or an open-loop arrival's scheduled time (perf_counter), on the wall clock
     rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model,
                       sent_unix_s=start_wall - (start_perf - sent_s if sent_s is not None else 0.0))
@@ -93,6 +102,7 @@ class StreamUser(User):
         sc = rt.scenario
         self.rt = rt
         self.client = rt.stream_client(self.host)
+        self.replica_clients: dict[int, StreamClient] = {}  # hosts spread by the client: one per replica used
         self.path = PATHS[sc.endpoint]
         key = (sc.prompt.seed, _process_key(self.environment), next(_user_numbers))
         self.model = None
@@ -110,6 +120,17 @@ class StreamUser(User):
 
     def on_stop(self) -> None:
         self.client.close()
+        for client in self.replica_clients.values():
+            client.close()
+
+    def replica_client(self, index: int | None) -> StreamClient:
+        """The client to replica ``index`` (``Targets.pick``; None: the one host's)."""
+        if index is None:
+            return self.client
+        client = self.replica_clients.get(index)
+        if client is None:
+            client = self.replica_clients[index] = self.rt.stream_client(self.rt.targets.root(index, self.host))
+        return client
 
     def _prepare(self) -> None:
         rt = self.rt
@@ -137,7 +158,12 @@ class LLMUser(StreamUser):
             self._prepare()
         model, counted_as = self.next_model()
         body, ask = prepare(rt.scenario, model, rt.compat, self.prompts.next())
-        result = send_request(self, self.client, body, ask, rt.measuring, model=counted_as)
+        index, replica = rt.targets.pick()
+        try:
+            result = send_request(self, self.replica_client(index), body, ask, rt.measuring, model=counted_as,
+                                  replica=replica)
+        finally:
+            rt.targets.done(index)
         self.prompts.answered(ask, result.ok, result.completion_tokens)
         self._after(result)
 

@@ -124,6 +124,48 @@ def decide(
                    f"clamped to concurrency {fit} (use stages.max {fit} to make this the plan)")
 
 
+def decide_spread(concurrency: int, capacities: tuple[tuple[str, int], ...], input_tokens: int, output_tokens: int,
+                  margin: float, action: str) -> GuardDecision:
+    """Decide a closed-loop stage whose C requests the client spreads over N replicas
+    (``capacities``: (name, KV tokens) of each, all known). Each replica holds its share,
+    ceil(C / N) requests: exactly the most ``least_inflight`` lets one process put on a replica
+    (it sends to a replica with the fewest in flight, so no count passes another's by more than
+    one), and round robin's when the replicas are equally fast (a slower one holds more: Little's
+    law). The stage fits when every replica's share fits its own capacity:
+
+        ceil(C / N) x (input + output) x (1 + margin) <= capacity_i   for every replica i
+
+    and the fleet's ceiling is N x the smallest replica's ``max_fitting_concurrency`` (a replica
+    with less KV binds first; the capacity quoted is the fleet's, the sum). The actions are
+    ``decide``'s."""
+    _check(margin, action)
+    n, total = len(capacities), sum(tokens for _, tokens in capacities)
+    share = -(-concurrency // n)
+    projected = projected_kv_tokens(concurrency, input_tokens, output_tokens, margin)
+    over = [(name, tokens) for name, tokens in capacities if _exact(share, input_tokens, output_tokens, margin) > tokens]
+    per = f"{share} x ({input_tokens}+{output_tokens}) x {1 + margin:g} = {projected_kv_tokens(share, input_tokens, output_tokens, margin):,.0f}"
+    if not over:
+        msg = (f"stage concurrency {concurrency}: {share} per replica of {n}, projected KV tokens {per} fit every "
+               f"replica (fleet capacity {total:,})")
+        return GuardDecision(concurrency, True, concurrency, projected, total, action, False, msg)
+    fit = n * min(max_fitting_concurrency(tokens, input_tokens, output_tokens, margin) for _, tokens in capacities)
+    name, tokens = min(over, key=lambda item: item[1])
+    head = (f"stage concurrency {concurrency}: {share} per replica of {n}, projected KV tokens {per} exceed "
+            f"replica {name}'s capacity {tokens:,} (fleet capacity {total:,})")
+    if fit < 1:
+        return GuardDecision(concurrency, False, None, projected, total, action, True,
+                             f"{head}; not even one request per replica fits, refusing")
+    return _breach(concurrency, fit, projected, total, action, head,
+                   f"use --guard-action clamp or lower stages.max to {fit}",
+                   f"clamped to concurrency {fit} (use stages.max {fit} to make this the plan)")
+
+
+def spread_ceiling(capacities: tuple[tuple[str, int], ...], mix, margin: float) -> int:
+    """The fleet's KV ceiling with hosts spread by the client (``decide_spread``'s rule): N x the
+    smallest replica's ``max_fitting_concurrency_of``."""
+    return len(capacities) * min(max_fitting_concurrency_of(tokens, mix, margin) for _, tokens in capacities)
+
+
 def decide_rate(rate_per_s: float, mean_duration_s: float | None, capacity: int | None,
                 input_tokens: int, output_tokens: int, margin: float, action: str) -> GuardDecision:
     """Decide one open-loop stage by Little's law: the stage holds L = rate x W requests in flight

@@ -44,6 +44,7 @@ class StageInfo:
     users: int | None = None  # users running when the window closed
     server: dict | None = None  # the server watch over the window (ServerWatch.end_stage)
     gpu: dict | None = None  # the GPUs over the window (GpuWatch.end_stage), with --gpu-metrics
+    replica_servers: dict | None = None  # {replica: its /metrics over the window} (loadgen.server.replica_watch)
     lost_requests: int = 0  # a lost worker's in-flight requests of this stage
     flags: list[str] = field(default_factory=list)
     search: bool = False  # an SLO search stage (loadgen.run.plan), not one of the sweep's

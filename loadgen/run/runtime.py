@@ -35,6 +35,7 @@ from loadgen.stats.stage_stats import Collector
 from loadgen.wire import tls
 from loadgen.wire.client import StreamClient
 from loadgen.wire.compat import Compat
+from loadgen.wire.replicas import Targets
 from loadgen.workload.asks import DatasetCursor
 from loadgen.workload.dataset import DatasetRequest, load_dataset, share
 from loadgen.workload.trace import trace_scenario
@@ -63,6 +64,7 @@ class Runtime:
         self.part: int | None = None  # None: no share this stage (joined late, or closed loop)
         self.parts = 1
         self._model: str | None = scenario.model
+        self.targets = Targets(scenario)  # several replicas (loadgen.wire.replicas): where each request goes
         self._model_lock = Semaphore()
         self.api_key = api_key(scenario)
         self.any_ok = False  # a request of this process has completed: the server speaks OpenAI
@@ -89,6 +91,7 @@ class Runtime:
             self.dataset, self._dataset_cursor = scenario_dataset(scenario), None
             self.scenario = trace_scenario(scenario, self.dataset)
             self.use_model(self.scenario.model)
+            self.targets = Targets(self.scenario)
             self.api_key = api_key(self.scenario)
             try:
                 tls.configure(self.scenario.request.ca_cert, self.scenario.request.verify_tls)
@@ -200,18 +203,19 @@ class Runtime:
         self.collector.request_started(stage)
         self.inflight.change(+1, time.perf_counter())
 
-    def request_finished(self, stage: int | None, ok: bool, model: str | None = None) -> None:
+    def request_finished(self, stage: int | None, ok: bool, model: str | None = None,
+                         replica: str | None = None) -> None:
         """It finished (``ok``: completed); an ok one counts toward the window open now (and its
-        ``model``'s, with a mix of models)."""
+        ``model``'s, with a mix of models, its ``replica``'s with several replicas)."""
         self.collector.request_finished(stage)
         self.inflight.change(-1, time.perf_counter())
         if ok:
-            self.collector.add_window_request(self.measuring, model)
+            self.collector.add_window_request(self.measuring, model, replica)
 
-    def on_tokens(self, n: int, model: str | None = None) -> None:
+    def on_tokens(self, n: int, model: str | None = None, replica: str | None = None) -> None:
         """Live token arrival: counts toward the window of the stage being measured (and its
-        ``model``'s, with a mix of models)."""
-        self.collector.add_window_tokens(self.measuring, n, model)
+        ``model``'s, with a mix of models, its ``replica``'s with several replicas)."""
+        self.collector.add_window_tokens(self.measuring, n, model, replica)
 
     def finished(self, stage: int) -> int:
         """Measured requests of ``stage`` that have finished (ok or failed), as merged so far."""
@@ -246,7 +250,8 @@ class Runtime:
         key, the scenario's headers and request timeouts."""
         req = self.scenario.request
         return StreamClient(host, api_key=self.api_key, headers=req.headers,
-                            connect_timeout_s=req.connect_timeout_s, read_timeout_s=req.read_timeout_s)
+                            connect_timeout_s=req.connect_timeout_s, read_timeout_s=req.read_timeout_s,
+                            upstream_header=self.targets.upstream_header)
 
     def use_model(self, model: str | None) -> None:
         """The model the start check settled on (given, or discovered once for this process)."""
@@ -297,6 +302,12 @@ def install(environment) -> Runtime:
     """Create this process's Runtime from the parsed options (``environment.llm``); its Locust
     hooks (``on_test_start``, ``on_test_stop``) are registered by ``loadgen.locust_face.plugin``."""
     rt = Runtime(environment, scenario_from_options(environment.parsed_options))
+    hosts = rt.scenario.hosts
+    if hosts and environment.host and environment.host not in hosts:
+        raise ConfigError("hosts", list(hosts), f"and --host {environment.host} are both given",
+                          "list every replica either as --host (repeated) or under hosts:, not both")
+    if hosts and not environment.host:  # hosts: in the scenario: Locust needs one host
+        environment.host = hosts[0]
     tls.configure(rt.scenario.request.ca_cert, rt.scenario.request.verify_tls)  # a bad file: ConfigError
     environment.llm = rt
     return rt

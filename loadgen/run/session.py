@@ -36,6 +36,7 @@ from loadgen.run.console import FailureNotices, StageConsole, drift_line, slice_
 from loadgen.run.exporter_feed import ExporterFeed
 from loadgen.run.health import stage_client_bound
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
+from loadgen.run.replica_run import ReplicaRun
 from loadgen.run.request_export import RequestFile
 from loadgen.run.results import (
     GuardRecord,
@@ -51,6 +52,7 @@ from loadgen.run.stage_guard import StageGuard
 from loadgen.run.unstaged import UnstagedRequests
 from loadgen.server.gpu_watch import GpuWatch
 from loadgen.server.overload import OverCapacityRule
+from loadgen.server.replica_watch import over_capacity_evidence
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.server.watch import ServerWatch
 from loadgen.stats.drift import attach, stage_drift
@@ -96,6 +98,7 @@ class Session:
         self.unstaged = UnstagedRequests(rt)  # requests sent outside the stages (loadgen.run.unstaged)
         self.notices = FailureNotices(rt, say)
         self.stage_guard = StageGuard(rt, fleet, say)  # the KV guard's numbers; the plan calls stage_guard.decide
+        self.replicas = ReplicaRun(rt, lambda line: say(rt.redact(line)))  # several replicas (docs/replicas.md)
         self.slice_book: SliceBook | None = None  # stages.slice_s: the soak's time slices (docs/soak.md), from start
         self._written_t = time.perf_counter()
 
@@ -143,7 +146,8 @@ class Session:
                            f"{self.run_dir} ({exc}); pass a writable --results-dir")
                 return False
         try:
-            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset)
+            self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset,
+                                    self.replicas.fleet_capacity if rt.targets.watched else None)
         except StartRefused as exc:
             self.unstaged.count(exc.probes)
             self.fatal(exc.exit_code, str(exc))
@@ -152,10 +156,12 @@ class Session:
         rt.use_model(self.server.model)
         rt.compat = self.server.compat
         self.stage_guard.capacity = cap = self.server.capacity
-        if sc.guard.watch and cap.flavor:
-            g = sc.guard
-            rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share,
-                                    g.over_capacity_kv_usage)
+        self.stage_guard.spread = self.replicas.guard_spread()
+        g = sc.guard
+        rule = OverCapacityRule(g.over_capacity_queue_fraction, g.over_capacity_queue_share, g.over_capacity_kv_usage)
+        if g.watch and rt.targets.watched:  # each replica's /metrics, not the router's or the first host's
+            self.replicas.start_watch(g.watch_interval_s, rule)
+        elif g.watch and cap.flavor:
             self.watch = ServerWatch(host, rt.api_key, cap.flavor, g.watch_interval_s, rule=rule,
                                      headers=sc.request.headers)
             self.watch.start()
@@ -209,6 +215,7 @@ class Session:
                 gpu = gevent.spawn(self.gpu_watch.begin_stage, k) if self.gpu_watch else None
                 if self.watch:
                     self.watch.begin_stage(k, info.concurrency)
+                self.replicas.begin_stage(k, info.concurrency)
                 if self.slice_book is not None:
                     self.slice_book.opened(k)
                 if gpu is not None:
@@ -244,8 +251,13 @@ class Session:
             self.stage_guard.learn(self.rt.collector.stages.get(k))  # Little's law W for the next stage
         gpu = gevent.spawn(self.gpu_watch.end_stage, k) if self.gpu_watch else None  # beside the server's read
         server = info.server = self.watch.end_stage(k) if self.watch else None
+        info.replica_servers = self.replicas.end_stage(k)
         if gpu is not None:
             info.gpu = gpu.get()
+        if (evidence := over_capacity_evidence(info.replica_servers)) and self.rt.scenario.guard.abort_on_over_capacity:
+            say(f"llm-loadgen: guard: a replica was over capacity during stage {k} ({info.label}: "
+                f"{'; '.join(evidence)}); stopping the sweep (guard.abort_on_over_capacity)")
+            return "server_over_capacity"
         if server is None:
             return None
         if server.get("over_capacity") and self.rt.scenario.guard.abort_on_over_capacity:
@@ -270,6 +282,7 @@ class Session:
         mix = sc.model_mix.names if sc.model_mix is not None else ()
         row = stage_row(info, stats, self.guard_record, client, bound, unfinished, flag, sc.slo, sc.cost,
                         rt.collector.models.get(k), mix)
+        by_replica = self.replicas.add_to_row(row, rt.collector.replicas.get(k), info.replica_servers)
         self.rows.append(row)
         drifted = self._attach_drift(k)  # before the row is printed: its flag shows
         if len(self.rows) == 1:
@@ -281,6 +294,8 @@ class Session:
             say(extras)
         if (by_model := models_line(row)) is not None:
             say(by_model)
+        if by_replica is not None:
+            say(by_replica)
         sharing = prefix_sharing(sc.workload.turns, sc.prompt.shared_prefix_tokens,
                                  any(r.hash_ids for r in rt.dataset or ()))
         for line in stage_warnings(row, *sc.expected_lengths(), sharing) + clock_lines(self.rows):
@@ -454,6 +469,7 @@ class Session:
         self.close_slices(force=True)  # the slice under way too, as a partial one
         if self.watch:
             self.watch.stop()
+        self.replicas.stop()
         if self.gpu_watch:
             self.gpu_watch.stop()
         # A stage whose window closed but whose last requests were still running when the run was
@@ -492,6 +508,7 @@ class Session:
         summary = self.tags.into_summary(build_summary(
             run, rt.scenario, self.capacity, self.guard_record, self.rows, self.knee(), rt.collector.totals,
             self.server.compat if self.server else None, (self.unstaged.outcomes, self.unstaged.stats), rt.dataset))
+        self.replicas.into_summary(summary)
         if self.slice_book is not None:  # while running, the newest LIVE_SLICES: every one is in slices.csv
             rows = self.slice_book.rows
             summary["slices"] = list(rows if final else rows[-LIVE_SLICES:])

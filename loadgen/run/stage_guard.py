@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loadgen.run.kv_guard import decide, decide_rate
+from loadgen.run.kv_guard import decide, decide_rate, decide_spread
 from loadgen.run.prompt_source import prompt_source
 from loadgen.wire.exchange import stream_ask
 from loadgen.workload.mix import scenario_mix
@@ -45,7 +45,9 @@ class StageGuard:
 
     def __init__(self, rt, fleet, say: Callable[[str], None]):
         self.rt, self.fleet, self.say = rt, fleet, say
-        self.capacity = None  # loadgen.server.answers.Capacity, from the start check
+        self.capacity = None  # loadgen.server.answers.Capacity, from the start check (the fleet's: the sum)
+        # hosts spread by the client, every capacity known: ((replica name, KV tokens), ...) for the share check
+        self.spread: tuple[tuple[str, int], ...] = ()
         # open loop: W of Little's law, from the duration sample, then the last finished stage's E2E mean
         self.expected_duration_s: float | None = None
 
@@ -83,6 +85,8 @@ class StageGuard:
             in_flight = load * (self.expected_duration_s or 1.0)
             return decide_rate(load, self.expected_duration_s, capacity, *mix.split(in_flight),
                                sc.guard.margin, sc.guard.action)
+        if self.spread and sc.guard.kv_capacity_tokens is None:
+            return decide_spread(load, self.spread, *mix.split(load), sc.guard.margin, sc.guard.action)
         return decide(load, capacity, *mix.split(load), sc.guard.margin, sc.guard.action)
 
     def load_processes(self, rate_per_s: float | None = None) -> int:

@@ -264,9 +264,11 @@ def check_context(scenario, dataset, max_model_len: int) -> None:
 
 
 def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[str], None],
-              dataset=None) -> ServerInfo:
+              dataset=None, fleet: Callable[[str | None, Capacity], Capacity] | None = None) -> ServerInfo:
     """The whole start check (module docstring). ``say`` prints one user-facing line (redacted by
-    the caller). Raises StartRefused when the run must not start."""
+    the caller). ``fleet(model, capacity)``: several replicas (``loadgen.server.replicas``): checks
+    each and gives the fleet's capacity, which replaces ``host``'s. Raises StartRefused when the
+    run must not start."""
     try:
         check_host(host)
     except ConfigError as exc:
@@ -293,6 +295,8 @@ def preflight(host: str | None, scenario, api_key: str | None, say: Callable[[st
                 problem := unserved_models(scenario.model_mix.names, models.info)) is not None:
             raise StartRefused(errors.EXIT_CONFIG, f"config error: {problem}")
         capacity = resolve_capacity(scenario.guard.kv_capacity_tokens, root_client, models)
+        if fleet is not None:
+            capacity = fleet(model, capacity)
     finally:
         models_client.close()
         root_client.close()

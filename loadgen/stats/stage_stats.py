@@ -21,6 +21,8 @@ HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, decla
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
 PEAKS = frozenset(c.attr for c in metrics.COUNTERS if c.peak)  # merged by max, not sum
 # A model's row of a stage with a mix of models (StageStats.model_row): what each model got
+# A stage's requests split by a part of the load, each part counted in full: by model, by replica
+PART_TABLES = ("models", "replicas")
 MODEL_FIELDS = ("requests", "error_count", "errors", "input_tokens", "output_tokens", "output_tokens_per_s",
                 "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "e2e_p50_s", "e2e_p99_s")
 
@@ -304,12 +306,16 @@ class Collector:
     models' requests, errors, output tokens and window tokens add up to the stage's exactly
     (callers pass ``model`` only with a mix; a single model keeps no per-model statistics). The
     in-flight integral and open-loop scheduling (arrivals, drops, lateness) are per stage only.
+
+    ``replicas[k][name]``: with several replicas (loadgen.wire.replicas), stage k's requests by the
+    replica that served them, kept exactly as ``models`` (callers pass ``replica`` only then).
     """
 
     def __init__(self) -> None:
         self.totals = StageStats()
         self.stages: dict[int, StageStats] = {}
         self.models: dict[int, dict[str, StageStats]] = {}
+        self.replicas: dict[int, dict[str, StageStats]] = {}
         self.inflight: dict[int | None, int] = {}
         self.slice: tuple[int, int] | None = None
         self.slices: dict[tuple[int, int], StageStats] = {}
@@ -334,21 +340,26 @@ class Collector:
             s = self.stages[stage] = StageStats()
         return s
 
-    def _model(self, stage: int, model: str) -> StageStats:
-        by_name = self.models.setdefault(stage, {})
-        s = by_name.get(model)
+    @staticmethod
+    def _part(table: dict[int, dict[str, StageStats]], stage: int, name: str) -> StageStats:
+        """Stage ``stage``'s StageStats of ``name`` in ``table`` (``models`` or ``replicas``)."""
+        by_name = table.setdefault(stage, {})
+        s = by_name.get(name)
         if s is None:
-            s = by_name[model] = StageStats()
+            s = by_name[name] = StageStats()
         return s
 
-    def _measured(self, stage: int | None, model: str | None) -> tuple[StageStats, ...]:
+    def _measured(self, stage: int | None, model: str | None, replica: str | None = None) -> tuple[StageStats, ...]:
         """The StageStats a measured event of ``stage`` counts in: the stage's, ``model``'s (given
-        with a mix) and the open slice's when it slices this stage."""
+        with a mix), ``replica``'s (given with several replicas) and the open slice's when it
+        slices this stage."""
         if stage is None:
             return ()
         found = [self._stage(stage)]
         if model is not None:
-            found.append(self._model(stage, model))
+            found.append(self._part(self.models, stage, model))
+        if replica is not None:
+            found.append(self._part(self.replicas, stage, replica))
         if (piece := self._slice(stage)) is not None:
             found.append(piece)
         return tuple(found)
@@ -356,6 +367,7 @@ class Collector:
     def record_result(
         self, result, stage: int | None, expected_in: int | None, expected_out: int | None,
         objectives: Objectives | None = None, turn: int | None = None, model: str | None = None,
+        replica: str | None = None,
     ) -> None:
         """Count a finished request in the totals and, if it was measured, in its stage (and its
         model's, ``model`` given with a mix). With ``objectives`` set, its SLO verdict is computed
@@ -366,14 +378,15 @@ class Collector:
             return
         itl = bin_itl(result)
         self.totals.add_result(result, expected_in, expected_out, itl, turn, verdict)
-        for s in self._measured(stage, model):
+        for s in self._measured(stage, model, replica):
             s.add_result(result, expected_in, expected_out, itl, turn, verdict)
 
-    def add_window_tokens(self, stage: int | None, n: int, model: str | None = None) -> None:
-        """Tokens that just arrived: totals always, stage ``stage`` (and ``model``'s) if it is being
-        measured."""
+    def add_window_tokens(self, stage: int | None, n: int, model: str | None = None,
+                          replica: str | None = None) -> None:
+        """Tokens that just arrived: totals always, stage ``stage`` (and ``model``'s, ``replica``'s)
+        if it is being measured."""
         self.totals.window_output_tokens += n
-        for s in self._measured(stage, model):
+        for s in self._measured(stage, model, replica):
             s.window_output_tokens += n
 
     def request_scheduled(self, stage: int | None, lateness_s: float | None) -> None:
@@ -388,11 +401,11 @@ class Collector:
             else:
                 s.schedule_lateness_s.add(max(lateness_s, 1e-6))  # the first bucket holds "on time"
 
-    def add_window_request(self, stage: int | None, model: str | None = None) -> None:
-        """An ok request finished now: totals always, stage ``stage`` (and ``model``'s) if it is
-        being measured."""
+    def add_window_request(self, stage: int | None, model: str | None = None, replica: str | None = None) -> None:
+        """An ok request finished now: totals always, stage ``stage`` (and ``model``'s, ``replica``'s)
+        if it is being measured."""
         self.totals.window_requests += 1
-        for s in self._measured(stage, model):
+        for s in self._measured(stage, model, replica):
             s.window_requests += 1
 
     def add_inflight(self, stage: int, request_us: int, inflight: int) -> None:
@@ -411,11 +424,12 @@ class Collector:
     def request_finished(self, stage: int | None) -> None:
         self.inflight[stage] = self.inflight.get(stage, 0) - 1
 
-    def record_cancelled(self, stage: int | None, tokens: int, model: str | None = None) -> None:
+    def record_cancelled(self, stage: int | None, tokens: int, model: str | None = None,
+                         replica: str | None = None) -> None:
         """A request this process cut mid-flight (its user was stopped) after ``tokens`` arrived:
-        counted in the totals, its stage (its model's, its open slice's), and shipped to the master like
-        every other count."""
-        for s in (self.totals, *self._measured(stage, model)):
+        counted in the totals, its stage (its model's, its replica's, its open slice's), and shipped
+        to the master like every other count."""
+        for s in (self.totals, *self._measured(stage, model, replica)):
             s.cancelled_requests += 1
             s.cancelled_output_tokens += tokens
 
@@ -423,7 +437,8 @@ class Collector:
         """Everything added since the previous call (msgpack/JSON-safe); resets totals and stages.
 
         Stages are a list of ``[stage, wire]`` pairs so integer stage keys survive both JSON and
-        msgpack unchanged; with a mix, ``models`` is a list of ``[stage, {model: wire}]``.
+        msgpack unchanged; with a mix, ``models`` is a list of ``[stage, {model: wire}]``, with
+        several replicas ``replicas`` likewise.
         """
         delta = {
             "totals": self.totals.to_wire(),
@@ -431,14 +446,15 @@ class Collector:
         }
         if self.slices:  # [stage, slice index, wire]; absent without slices (older masters ignore it)
             delta["slices"] = [[k, j, s.to_wire()] for (k, j), s in self.slices.items() if not s.is_empty()]
-        models = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
-                  for k, by_name in self.models.items()]
-        if any(by_name for _, by_name in models):
-            delta["models"] = [[k, by_name] for k, by_name in models if by_name]
+        for key in PART_TABLES:
+            parts = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
+                     for k, by_name in getattr(self, key).items()]
+            if any(by_name for _, by_name in parts):
+                delta[key] = [[k, by_name] for k, by_name in parts if by_name]
+            setattr(self, key, {})
         self.totals = StageStats()
         self.stages = {}
         self.slices = {}
-        self.models = {}
         return delta
 
     def merge_delta(self, delta: dict) -> None:
@@ -448,6 +464,7 @@ class Collector:
             self._stage(int(k)).merge(StageStats.from_wire(wire))
         for k, j, wire in delta.get("slices", ()):
             self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_wire(wire))
-        for k, by_name in delta.get("models", ()):
-            for name, wire in by_name.items():
-                self._model(int(k), str(name)).merge(StageStats.from_wire(wire))
+        for key in PART_TABLES:
+            for k, by_name in delta.get(key, ()):
+                for name, wire in by_name.items():
+                    self._part(getattr(self, key), int(k), str(name)).merge(StageStats.from_wire(wire))

@@ -170,7 +170,11 @@ class StreamClient:
         connect_timeout_s: float = 10.0,
         read_timeout_s: float = 120.0,
         clock: Callable[[], float] = time.perf_counter,
+        upstream_header: str | None = None,
     ):
+        # behind a router: the response header naming the engine (replicas.upstream_header); the last
+        # stream's value in ``upstream`` as soon as its headers arrive (loadgen.wire.replicas)
+        self.upstream_header, self.upstream = upstream_header, None
         # the API paths (/v1/...) hang under --host's root, whichever way it was pasted (endpoints.server_root)
         self.base_path = urlsplit(server_root(check_host(base_url))).path
         self._clock = clock
@@ -274,8 +278,11 @@ class StreamClient:
         seen = 0
         t = record.sent_s
         try:
+            self.upstream = None
             resp = self._send("POST", path, body, headers)
             t = clock()
+            if self.upstream_header is not None:
+                self.upstream = resp.get(self.upstream_header)
             if resp.status_code != 200:
                 failure = _http_failure(resp.status_code, resp.read(ERROR_BODY_BYTES))
             elif "event-stream" not in (resp.get("content-type") or ""):

@@ -1,0 +1,82 @@
+"""Per-replica figures of a stage (docs/replicas.md): one row per replica, the load skew and flags.
+
+Pure: StageStats and the replicas' ``server`` figures in, the stage row's ``replicas`` and
+``replica_skew`` out.
+
+A replica's row: the stage's figures of the requests it served, counted by the same ``StageStats``
+code as the stage (``StageStats.model_row``: requests, errors, tokens, output tok/s, TTFT/ITL/E2E
+p50 and p99), so the rows' requests, errors and tokens add up to the stage's exactly; its
+``kv_capacity_tokens`` (the start check's), and ``server``: its own ``/metrics`` over the window
+(KV use mean and max, queue max, preemptions, the engine's output tok/s; ``loadgen.server.replica_watch``).
+
+The skew and the flags (thresholds: the scenario's ``replicas.share_ratio_max`` R and
+``replicas.slow_ratio`` S):
+
+- share_i = requests_i / sum of requests; fair share = 1 / N (N replicas)
+- load_ratio_i = share_i / fair share = requests_i / mean(requests)
+- ``replica_skew`` = max_i requests_i / mean(requests) (1 = even; N = one replica took everything)
+- flag ``over_share`` when load_ratio_i > R, ``under_share`` when load_ratio_i < 1 / R
+- flag ``slow`` when its TTFT p50 or ITL p50 > S x the median of the other replicas' (two replicas
+  or more with the figure). Medians, not the p99s the rows show: a p99 of a few dozen requests
+  moves with one late request on a busy client, a median only when the replica is slower.
+
+A stage with a flagged replica gets the stage flag ``replica_skew`` (a share flag) or
+``replica_slow``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from loadgen.stats.stage_stats import StageStats
+
+SLOW_FIGURES = ("ttft_p50_s", "itl_p50_s")
+
+
+def replica_rows(names: tuple[str, ...], stats: dict[str, StageStats] | None, window_s: float | None,
+                 capacities: dict[str, int | None] | None = None,
+                 servers: dict[str, dict] | None = None) -> dict[str, dict]:
+    """{name: row} for ``names`` in order (zeros for a replica that served nothing), then any other
+    name ``stats`` holds (e.g. ``unattributed``: a router's answer named no known engine).
+    ``stats`` None: the client does not know which replica served a request (a router that does
+    not name it): the rows hold the capacity and the server's figures only."""
+    counted, capacities, servers = stats is not None, capacities or {}, servers or {}
+    stats = stats or {}
+    rows = {}
+    for name in (*names, *(n for n in stats if n not in names)):
+        row = (stats.get(name) or StageStats()).model_row(window_s) if counted else {}
+        if name in capacities:
+            row["kv_capacity_tokens"] = capacities[name]
+        if name in servers:
+            row["server"] = servers[name]
+        rows[name] = row
+    return rows
+
+
+def judge(all_rows: dict[str, dict], names: tuple[str, ...], share_ratio_max: float,
+          slow_ratio: float) -> tuple[float | None, list[str]]:
+    """Add ``load_ratio`` and ``flags`` to the rows of the replicas ``names`` (module docstring;
+    another row, e.g. unattributed requests, is not a replica and is not judged); return
+    (replica_skew, the stage's flags). No request at all gives no skew (None)."""
+    rows = {name: all_rows[name] for name in names if "requests" in all_rows.get(name, {})}
+    counts = [row["requests"] for row in rows.values()]
+    mean = sum(counts) / len(counts) if counts else 0
+    stage_flags: list[str] = []
+    for name, row in rows.items():
+        flags = []
+        row["load_ratio"] = row["requests"] / mean if mean else None
+        if row["load_ratio"] is not None and row["load_ratio"] > share_ratio_max:
+            flags.append("over_share")
+        elif row["load_ratio"] is not None and row["load_ratio"] < 1 / share_ratio_max:
+            flags.append("under_share")
+        for key in SLOW_FIGURES:
+            others = [r[key] for n, r in rows.items() if n != name and r.get(key)]
+            if row.get(key) and others and row[key] > slow_ratio * statistics.median(others):
+                flags.append("slow")
+                break
+        row["flags"] = flags
+        if flags and "slow" in flags and "replica_slow" not in stage_flags:
+            stage_flags.append("replica_slow")
+        if {"over_share", "under_share"} & set(flags) and "replica_skew" not in stage_flags:
+            stage_flags.append("replica_skew")
+    return (max(counts) / mean if mean else None), stage_flags

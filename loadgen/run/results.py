@@ -234,7 +234,8 @@ def stage_warnings(row: dict, input_tokens: int | str, output_tokens: int | str,
     if (line := missing_cache_detail(row, prefix_sharing)) is not None:
         out.append(line)
     if "server_over_capacity" in row["flags"]:
-        evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or [])
+        evidence = "; ".join((row.get("server") or {}).get("over_capacity_evidence") or row.get("replica_over_capacity")
+                             or [])
         out.append(f"llm-loadgen: stage {k} {stage_label(row)}: the server was over capacity ({evidence}): "
                    "its figures measure queueing and recomputation, not steady serving")
     if row.get("offered_rate_per_s") is not None:

@@ -26,6 +26,10 @@ FLAGS: tuple[Flag, ...] = (
          "expect queueing or preemption"),
     Flag("server_over_capacity", "the server's /metrics showed preemptions/retractions, a sustained "
          "queue or a full KV cache; evidence in the stage's server.over_capacity_evidence"),
+    Flag("replica_skew", "a replica served over replicas.share_ratio_max times its fair share of the requests, "
+         "or under its inverse (replicas.NAME.flags)"),
+    Flag("replica_slow", "a replica's TTFT or TPOT p50 exceeded replicas.slow_ratio times the other replicas' "
+         "median (replicas.NAME.flags)"),
     Flag("client_bound", "the load generator's CPU or event-loop lag passed client_check: TTFT/ITL "
          "include client delays; add workers"),
     Flag("clocks_disagree", "the client's TTFT exceeds the server's own (over about the same requests) by more "

@@ -4,7 +4,7 @@ Pure: StageStats and the replicas' ``server`` figures in, the stage row's ``repl
 ``replica_skew`` out.
 
 A replica's row: the stage's figures of the requests it served, counted by the same ``StageStats``
-code as the stage (``StageStats.model_row``: requests, errors, tokens, output tok/s, TTFT/ITL/E2E
+code as the stage (``StageStats.model_row``: requests, errors, tokens, output tok/s, TTFT/ITL/E2E/TPOT
 p50 and p99), so the rows' requests, errors and tokens add up to the stage's exactly; its
 ``kv_capacity_tokens`` (the start check's), and ``server``: its own ``/metrics`` over the window
 (KV use mean and max, queue max, preemptions, the engine's output tok/s; ``loadgen.server.replica_watch``).
@@ -16,21 +16,27 @@ The skew and the flags (thresholds: the scenario's ``replicas.share_ratio_max`` 
 - load_ratio_i = share_i / fair share = requests_i / mean(requests)
 - ``replica_skew`` = max_i requests_i / mean(requests) (1 = even; N = one replica took everything)
 - flag ``over_share`` when load_ratio_i > R, ``under_share`` when load_ratio_i < 1 / R
-- flag ``slow`` when its TTFT p50 or ITL p50 > S x the median of the other replicas' (two replicas
-  or more with the figure). Medians, not the p99s the rows show: a p99 of a few dozen requests
-  moves with one late request on a busy client, a median only when the replica is slower.
+- flag ``slow`` when its TTFT p50 or TPOT p50 > S x the median of the other replicas' (two replicas
+  or more with the figure): slower to start (prefill, queue) or to decode. Medians, not p99s: a
+  p99 of a few dozen requests moves with one late request on a busy client, a median only when the
+  replica is slower; TPOT, not ITL: a router may pass several chunks on in one read (ITL 0 then),
+  TPOT = (E2E - TTFT) / (output tokens - 1) is not moved by that.
 
-A stage with a flagged replica gets the stage flag ``replica_skew`` (a share flag) or
-``replica_slow``.
+A replica's ``flags`` are its own (``REPLICA_FLAGS``, not stage flags); a stage with a flagged
+replica gets the stage flag ``replica_skew`` (a share flag) or ``replica_slow``
+(``loadgen.stats.flags``).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from loadgen.stats.stage_stats import StageStats
+from loadgen.stats.stage_stats import MODEL_FIELDS, StageStats
 
-SLOW_FIGURES = ("ttft_p50_s", "itl_p50_s")
+REPLICA_FLAGS = ("over_share", "under_share", "slow")  # a replica row's own flags (module docstring)
+SLOW_FIGURES = ("ttft_p50_s", "tpot_p50_s")
+# a replica's row: a model's figures (MODEL_FIELDS) and its TPOT, both medians of SLOW_FIGURES included
+REPLICA_FIELDS = (*MODEL_FIELDS, "tpot_p50_s")
 
 
 def replica_rows(names: tuple[str, ...], stats: dict[str, StageStats] | None, window_s: float | None,
@@ -44,7 +50,7 @@ def replica_rows(names: tuple[str, ...], stats: dict[str, StageStats] | None, wi
     stats = stats or {}
     rows = {}
     for name in (*names, *(n for n in stats if n not in names)):
-        row = (stats.get(name) or StageStats()).model_row(window_s) if counted else {}
+        row = (stats.get(name) or StageStats()).model_row(window_s, REPLICA_FIELDS) if counted else {}
         if name in capacities:
             row["kv_capacity_tokens"] = capacities[name]
         if name in servers:
@@ -63,20 +69,20 @@ def judge(all_rows: dict[str, dict], names: tuple[str, ...], share_ratio_max: fl
     mean = sum(counts) / len(counts) if counts else 0
     stage_flags: list[str] = []
     for name, row in rows.items():
-        flags = []
+        marks = []
         row["load_ratio"] = row["requests"] / mean if mean else None
         if row["load_ratio"] is not None and row["load_ratio"] > share_ratio_max:
-            flags.append("over_share")
+            marks.append("over_share")
         elif row["load_ratio"] is not None and row["load_ratio"] < 1 / share_ratio_max:
-            flags.append("under_share")
+            marks.append("under_share")
         for key in SLOW_FIGURES:
             others = [r[key] for n, r in rows.items() if n != name and r.get(key)]
             if row.get(key) and others and row[key] > slow_ratio * statistics.median(others):
-                flags.append("slow")
+                marks.append("slow")
                 break
-        row["flags"] = flags
-        if flags and "slow" in flags and "replica_slow" not in stage_flags:
+        row["flags"] = marks
+        if "slow" in marks and "replica_slow" not in stage_flags:
             stage_flags.append("replica_slow")
-        if {"over_share", "under_share"} & set(flags) and "replica_skew" not in stage_flags:
+        if {"over_share", "under_share"} & set(marks) and "replica_skew" not in stage_flags:
             stage_flags.append("replica_skew")
     return (max(counts) / mean if mean else None), stage_flags

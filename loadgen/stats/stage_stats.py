@@ -208,11 +208,12 @@ class StageStats:
             **self._length_hist(),
         }
 
-    def model_row(self, window_s: float | None) -> dict:
+    def model_row(self, window_s: float | None, keys: tuple[str, ...] = MODEL_FIELDS) -> dict:
         """One model's figures of a stage with a mix of models: the ``MODEL_FIELDS`` of ``row``
-        (same formulas; the models' counts add up to the stage's exactly, their tok/s up to rounding)."""
+        (same formulas; the models' counts add up to the stage's exactly, their tok/s up to rounding).
+        ``keys``: other fields of ``row`` instead (a replica's, loadgen.stats.replicas)."""
         row = self.row(window_s)
-        return {key: row[key] for key in MODEL_FIELDS}
+        return {key: row[key] for key in keys}
 
     def _answer_fields(self) -> dict:
         """``cached_prompt_tokens`` (None when no request's usage said) and, for a stage with

@@ -55,6 +55,11 @@ def test_every_flag_a_row_can_get_is_declared():
     from loadgen.stats.drift import attach
 
     seen |= set(attach({"flags": []}, {"drift": True})["flags"])  # a soak stage whose figures moved
+    from loadgen.stats.replicas import judge
+
+    rows = {"a": {"requests": 30, "ttft_p50_s": 0.1}, "b": {"requests": 10, "ttft_p50_s": 0.1},
+            "c": {"requests": 10, "ttft_p50_s": 0.5}}  # a took 1.8 x its share, c starts 5 x slower
+    seen |= set(judge(rows, ("a", "b", "c"), 1.5, 2.0)[1])
     assert seen == FLAG_KEYS
 
 

@@ -22,6 +22,7 @@ $(VENV)/.installed: pyproject.toml
 system-tools: llama-server vllm
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
+	@bash scripts/ensure-nginx.sh
 
 # llama.cpp's llama-server for the conformance tests (tests/integration/test_llamacpp.py), built from the
 # llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.

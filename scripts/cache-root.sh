@@ -31,3 +31,46 @@ writable_cache_root() {
     echo "$TAG: no writable cache directory (tried ${CACHE_ROOTS[*]}); $1 will be skipped" >&2
     return 1
 }
+
+# begin_venv_install NAME FILE WHAT [--find]: the start every venv-installing ensure script shares.
+# FILE (under NAME/, e.g. venv/bin/python) already installed (NAME/.installed): prints it and exits 0.
+# With --find and nothing installed: says so and exits 1. No venv module in $PYTHON, or no writable
+# cache root: says that WHAT will be skipped and exits 0. Else takes NAME's lock (waiting for another
+# install), looks once more, and sets DEST (ROOT/NAME, emptied) and LOG for the install; fail MESSAGE
+# then ends it (the log's tail, DEST removed, exit 1). Needs TAG, PYTHON and a say function.
+begin_venv_install() {
+    local name=$1 file=$2 what=$3 root found
+    if found=$(find_cached "$name/$file" "$name/.installed"); then
+        echo "$found"
+        exit 0
+    fi
+    if [ "${4:-}" = "--find" ]; then
+        say "$name is not installed (looked in ${CACHE_ROOTS[*]}); run scripts/$TAG.sh (or make system-tools)"
+        exit 1
+    fi
+    if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        say "'$PYTHON' has no venv/ensurepip module; $what will be skipped"
+        exit 0
+    fi
+    root=$(writable_cache_root "$what") || exit 0
+    exec 9>"$root/$name.lock"
+    if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+        say "another install of $name is running: waiting for it"
+        flock 9
+    fi
+    if found=$(find_cached "$name/$file" "$name/.installed"); then
+        echo "$found"
+        exit 0
+    fi
+    DEST=$root/$name
+    LOG=$root/$name.install.log
+    rm -rf "$DEST" && mkdir -p "$DEST"
+    : >"$LOG"
+}
+
+fail() {
+    say "$1 (log: $LOG)"
+    tail -n 20 "$LOG" >&2 || true
+    rm -rf "$DEST"
+    exit 1
+}

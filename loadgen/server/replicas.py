@@ -7,6 +7,9 @@ Hosts spread by the client (``--host`` repeated): the first gets the whole start
 (``start_check.models_and_capacity``). Engines behind a router (``--replica-metrics``): the router
 gets the whole start check, each engine the same capacity search (its ``/v1/models`` only informs).
 
+A router that lists its backends (``GET /list_workers``, as vLLM's and SGLang's routers answer
+``{"urls": [...]}``) needs no ``--replica-metrics``: ``router_workers`` finds them.
+
 The fleet's capacity is the sum of the replicas' (``summed_capacity``), known only when every
 replica's is: a guard on part of the fleet would let the unknown replicas overflow unseen.
 """
@@ -17,8 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadgen import errors
+from loadgen.errors import RequestError
 from loadgen.server.answers import Capacity
-from loadgen.server.start_check import StartRefused, models_and_capacity
+from loadgen.server.start_check import PROBE_TIMEOUT_S, StartRefused, models_and_capacity
+from loadgen.wire.client import StreamClient
+from loadgen.wire.endpoints import server_root
+
+# vLLM's router (vllm-router) and SGLang's (sglang-router) list their backends here: {"urls": [...]}
+ROUTER_WORKERS_PATH = "/list_workers"
 
 
 @dataclass(frozen=True)
@@ -75,3 +84,24 @@ def check_replicas(replicas, scenario, api_key: str | None, model: str | None, s
         say(f"llm-loadgen: replica {replica.name}: KV capacity {figure}")
         found.append(ReplicaCapacity(replica.name, capacity))
     return tuple(found)
+
+
+def workers_listed(answer: object) -> tuple[str, ...]:
+    """The backends' URLs of a ``GET /list_workers`` answer (``{"urls": [...]}``), else ()."""
+    urls = answer.get("urls") if isinstance(answer, dict) else None
+    if not isinstance(urls, list):
+        return ()
+    return tuple(u for u in urls if isinstance(u, str) and u.startswith(("http://", "https://")))
+
+
+def router_workers(host: str, api_key: str | None, headers) -> tuple[str, ...]:
+    """The engines a router at ``host`` lists (``ROUTER_WORKERS_PATH``); () when it lists none or
+    does not answer (an nginx or a server that is not a router). Never raises."""
+    client = StreamClient(server_root(host), api_key=api_key, headers=headers, connect_timeout_s=PROBE_TIMEOUT_S,
+                          read_timeout_s=PROBE_TIMEOUT_S)
+    try:
+        return workers_listed(client.get_json(ROUTER_WORKERS_PATH))
+    except RequestError:
+        return ()
+    finally:
+        client.close()

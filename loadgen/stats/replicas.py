@@ -45,18 +45,38 @@ def replica_rows(names: tuple[str, ...], stats: dict[str, StageStats] | None, wi
     """{name: row} for ``names`` in order (zeros for a replica that served nothing), then any other
     name ``stats`` holds (e.g. ``unattributed``: a router's answer named no known engine).
     ``stats`` None: the client does not know which replica served a request (a router that does
-    not name it): the rows hold the capacity and the server's figures only."""
+    not name it): the rows hold each engine's own figures (``engine_figures``)."""
     counted, capacities, servers = stats is not None, capacities or {}, servers or {}
     stats = stats or {}
     rows = {}
     for name in (*names, *(n for n in stats if n not in names)):
-        row = (stats.get(name) or StageStats()).model_row(window_s, REPLICA_FIELDS) if counted else {}
+        row = (stats.get(name) or StageStats()).model_row(window_s, REPLICA_FIELDS) if counted else \
+            engine_figures(servers.get(name))
         if name in capacities:
             row["kv_capacity_tokens"] = capacities[name]
         if name in servers:
             row["server"] = servers[name]
         rows[name] = row
     return rows
+
+
+def engine_figures(server: dict | None) -> dict:
+    """A replica's figures from its own metrics over the window, when the client cannot tell which
+    replica served a request (a router that does not name it): ``source: engine``; requests = its
+    E2E histogram's count (requests it finished in the window), output tokens and tok/s its
+    generation counter's, TTFT p50/p99 its TTFT histogram's, ITL p50/p99 its ITL histogram's and
+    ``tpot_p50_s`` = its ITL p50 (vLLM takes one ITL sample per engine step and request: per token
+    with one token a step, a TPOT). Not the client's clock, and not summing to the stage: the
+    engines' windows are read at the window's edges, the stage counts the client's requests."""
+    server = server or {}
+    part = {key: server.get(key) or {} for key in ("ttft", "itl", "e2e")}
+    if not part["e2e"].get("count") and server.get("output_tokens") is None:
+        return {"source": "engine"}
+    return {"source": "engine", "requests": int(part["e2e"].get("count") or 0),
+            "output_tokens": server.get("output_tokens"), "output_tokens_per_s": server.get("output_tokens_per_s"),
+            "ttft_p50_s": part["ttft"].get("p50_s"), "ttft_p99_s": part["ttft"].get("p99_s"),
+            "itl_p50_s": part["itl"].get("p50_s"), "itl_p99_s": part["itl"].get("p99_s"),
+            "tpot_p50_s": part["itl"].get("p50_s")}
 
 
 def judge(all_rows: dict[str, dict], names: tuple[str, ...], share_ratio_max: float,

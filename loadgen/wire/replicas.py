@@ -133,6 +133,12 @@ class Targets:
         self.names = tuple(r.name for r in self.spread or self.engines)
         self.picker = Picker(len(self.spread), scenario.replicas.policy) if self.spread else None
 
+    def use_engines(self, urls) -> None:
+        """Behind a router that listed its backends (``loadgen.server.replicas.router_workers``):
+        they are the engines, as if given by --replica-metrics."""
+        self.engines = replicas_from(urls, "the router's GET /list_workers", engine_root)
+        self.names = tuple(r.name for r in self.engines)
+
     @property
     def per_replica(self) -> bool:
         return bool(self.spread) or self.upstream_header is not None

@@ -50,8 +50,21 @@ def test_a_replica_that_served_nothing_has_a_zero_row_and_servers_join():
     rows = replica_rows(NAMES, {}, 1.0, {"a:1": 2000}, {"b:1": {"kv_usage_mean": 0.5}})
     assert [r["requests"] for r in rows.values()] == [0, 0, 0]
     assert rows["a:1"]["kv_capacity_tokens"] == 2000 and rows["b:1"]["server"] == {"kv_usage_mean": 0.5}
-    assert replica_rows(NAMES, None, 1.0, {"a:1": 1})["a:1"] == {"kv_capacity_tokens": 1}  # not counted: server only
+    assert replica_rows(NAMES, None, 1.0, {"a:1": 1})["a:1"] == {"source": "engine", "kv_capacity_tokens": 1}
     assert judge(replica_rows(NAMES, None, 1.0), NAMES, 1.5, 2.0) == (None, [])
+
+
+def test_behind_a_router_that_names_no_engine_the_rows_are_the_engines_own():
+    def server(count, itl_p50):
+        return {"e2e": {"count": count}, "ttft": {"p50_s": 0.02, "p99_s": 0.05}, "itl": {"p50_s": itl_p50},
+                "output_tokens": count * 40, "output_tokens_per_s": count * 20.0, "kv_usage_mean": 0.3}
+
+    servers = {"a:1": server(40, 0.005), "b:1": server(10, 0.02), "c:1": server(40, 0.005)}
+    rows = replica_rows(NAMES, None, 2.0, None, servers)
+    assert rows["b:1"]["source"] == "engine" and rows["b:1"]["requests"] == 10 and rows["b:1"]["tpot_p50_s"] == 0.02
+    assert rows["a:1"]["server"]["kv_usage_mean"] == 0.3
+    skew, flags = judge(rows, NAMES, 1.5, 2.0)
+    assert skew == 40 / 30 and flags == ["replica_slow", "replica_skew"] and rows["b:1"]["flags"] == ["under_share", "slow"]
 
 
 def test_skew_is_max_over_mean_and_share_flags_use_the_ratio():
@@ -101,3 +114,11 @@ def test_guard_checks_each_spread_replicas_share_against_its_own_capacity():
     assert spread_ceiling(caps, KvMix(80, 40, 0.0, 120), 0.0) == 30
     # a router: the fleet's sum, whatever the replicas' sizes
     assert decide(40, 6000, 80, 40, 0.0, "abort").allowed and not decide(51, 6000, 80, 40, 0.0, "abort").allowed
+
+
+def test_a_routers_list_of_workers():
+    from loadgen.server.replicas import workers_listed
+
+    assert workers_listed({"urls": ["http://127.0.0.1:8001", "http://e:8000", 5, "e:1"]}) == (
+        "http://127.0.0.1:8001", "http://e:8000")
+    assert workers_listed({"workers": []}) == () and workers_listed("nginx") == () and workers_listed(None) == ()

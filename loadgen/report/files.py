@@ -19,6 +19,7 @@ from loadgen.report.atomic import atomic_write_text
 from loadgen.report.html import render_report_html
 from loadgen.report.models import MODELS_CSV, has_models, write_models_csv
 from loadgen.report.predicted_html import FIT_FIGURE
+from loadgen.report.replicas import REPLICAS_CSV, has_replicas, write_replicas_csv
 from loadgen.report.table import write_stages_csv
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
     written = {"stages_csv": write_stages_csv(out / STAGES_CSV, summary.get("stages") or [])}
     if has_models(summary.get("stages") or []):  # a mix of models: one row per stage and model
         written["models_csv"] = write_models_csv(out / MODELS_CSV, summary["stages"])
+    if has_replicas(summary.get("stages") or []):  # several replicas: one row per stage and replica
+        written["replicas_csv"] = write_replicas_csv(out / REPLICAS_CSV, summary["stages"])
     images: dict[str, bytes] = {}
     if plots:
         try:

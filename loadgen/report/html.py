@@ -15,6 +15,7 @@ from loadgen.report.html_page import kv_table, page, png_img
 from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.models import models_html
 from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
+from loadgen.report.replicas import replicas_html
 from loadgen.report.soak_html import SLICES_FIGURE, slices_section
 from loadgen.report.table import (
     columns,
@@ -210,6 +211,7 @@ def render_report_html(
         "<h2>Stages (predicted: every row)</h2>" if predicted else "<h2>Stages</h2>",
         stage_table_html(stages, knee, is_rate_run(summary)),
         *models_html(stages),
+        *replicas_html(stages),
         f"<p>Flags seen: {_e(', '.join(all_flags) or 'none')}</p>",
         *breakdown_section(stages),
         *slices_section(summary, slices_png),

@@ -28,23 +28,34 @@ def has_models(stages: list[dict]) -> bool:
     return any(stage.get("models") for stage in stages)
 
 
-def model_rows(stages: list[dict]) -> list[dict]:
-    """One row per (stage, model), in stage then mix order."""
+def part_rows(stages: list[dict], key: str, columns: tuple[str, ...]) -> list[dict]:
+    """One row per (stage, part) of the stages' ``key`` object (``models``, ``replicas``), in stage
+    then part order: the stage's load, the part's name (``columns[3]``), then ``columns[4:]`` of its
+    figures."""
     rows = []
     for stage in stages:
-        for name, fig in (stage.get("models") or {}).items():
+        for name, fig in (stage.get(key) or {}).items():
             rows.append({"index": stage.get("index"), "concurrency": stage.get("concurrency"),
-                         "offered_rate_per_s": stage.get("offered_rate_per_s"), "model": name,
-                         **{k: fig.get(k) for k in CSV_COLUMNS[4:]}})
+                         "offered_rate_per_s": stage.get("offered_rate_per_s"), columns[3]: name,
+                         **{k: fig.get(k) for k in columns[4:]}})
     return rows
 
 
-def models_csv_text(stages: list[dict]) -> str:
+def model_rows(stages: list[dict]) -> list[dict]:
+    """One row per (stage, model), in stage then mix order."""
+    return part_rows(stages, "models", CSV_COLUMNS)
+
+
+def csv_text(rows: list[dict], columns: tuple[str, ...]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, restval="", lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows(model_rows(stages))
+    writer.writerows(rows)
     return out.getvalue()
+
+
+def models_csv_text(stages: list[dict]) -> str:
+    return csv_text(model_rows(stages), CSV_COLUMNS)
 
 
 def write_models_csv(path: str | os.PathLike, stages: list[dict]) -> Path:

@@ -205,10 +205,11 @@ BASE_COLUMNS = [
 def flatten_stage(stage: dict) -> dict:
     """One CSV row: nested dicts become dotted columns (``errors.read_timeout``,
     ``token_mismatch.output``, ``server.kv_usage_max``), ``flags`` is ``;``-joined; a mix's
-    ``models`` has a CSV of its own (``loadgen.report.models``)."""
+    ``models`` and several replicas' ``replicas`` have a CSV of their own (``loadgen.report.models``,
+    ``loadgen.report.replicas``)."""
     row: dict = {}
     for key, value in stage.items():
-        if key == "models":
+        if key in ("models", "replicas"):
             continue
         if key in NESTED and isinstance(value, dict):
             for sub, v in value.items():

@@ -37,6 +37,10 @@ def test_router_fleet_capacity_ceiling_rows_and_slow_flag(tmp_path):
     assert (guard["capacity_tokens"], guard["capacity_source"], guard["max_concurrency"]) == (6000, "replicas", 50)
     assert guard["stopped_before"] == 64 and [s["concurrency"] for s in summary["stages"]] == [8, 24, 40]
     assert "KV capacity of the 3 replicas: 6,000 tokens" in run.stderr
+    lines = (run.run_dir / "replicas.csv").read_text().splitlines()
+    assert lines[0].startswith("index,concurrency,offered_rate_per_s,replica,source,requests,") and len(lines) == 1 + 9
+    assert 'id="replicas"' in (run.run_dir / "report.html").read_text()
+    assert "replicas" not in (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
     for stage in summary["stages"]:
         rows = stage["replicas"]
         assert list(rows) == list(names.values())  # every response named a known engine: no unattributed row

@@ -24,6 +24,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("load and stages", ("stages.", "repeat")),
     ("workload", ("input", "output", "workload.", "prompt.", "endpoint", "model")),
     ("guard (KV cache)", ("guard.",)),
+    ("replicas (several servers; docs/replicas.md)", ("replicas.",)),
     ("SLO", ("slo",)),
     ("cost and efficiency", ("cost.", "gpu_metrics")),
     ("open loop (request rates)", ("rate.",)),
@@ -43,6 +44,8 @@ LOCUST_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 COMMANDS = (
     ("llm-loadgen --host URL [options]", "run the sweep headless against URL (an OpenAI-compatible server)"),
+    ("llm-loadgen --host URL1 --host URL2 ... [options]", "the sweep spread over several replicas by the client "
+     "(--replica-policy); one router: --host ROUTER --replica-metrics ENGINE_URL ... (docs/replicas.md)"),
     ("llm-loadgen web [options]", "the same in Locust's web UI (http://127.0.0.1:8089; press Start, or --autostart)"),
     ("llm-loadgen worker --master-host HOST [--master-port 5557]", "a load process of a distributed run"),
     ("llm-loadgen scenarios", "list the scenario presets (--scenario NAME)"),

@@ -66,7 +66,7 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
     rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn, model=model,
                                replica=served())
     # sent: now, or an open-loop arrival's scheduled time (perf_counter), on the wall clock
-    rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model,
+    rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model, replica=served(),
                       sent_unix_s=start_wall - (start_perf - sent_s if sent_s is not None else 0.0))
     user.environment.events.request.fire(
         request_type="POST",

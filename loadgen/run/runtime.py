@@ -145,16 +145,19 @@ class Runtime:
         return "master" if self.is_master else "local"
 
     def export_request(self, result, stage: int | None, input_tokens_asked: int | None, *, phase: str = LOAD,
-                       sent_unix_s: float | None = None, turn: int | None = None, model: str | None = None) -> None:
+                       sent_unix_s: float | None = None, turn: int | None = None, model: str | None = None,
+                       replica: str | None = None) -> None:
         """One ended request (ok or failed) into the per-request export, when it is on.
-        ``sent_unix_s``: wall-clock send time (default: now - its E2E); ``model``: with a mix of models."""
+        ``sent_unix_s``: wall-clock send time (default: now - its E2E); ``model``: with a mix of models;
+        ``replica``: with several replicas."""
         if self.request_sink is None:
             return
         if sent_unix_s is None:
             sent_unix_s = time.time() - (result.e2e_s or 0.0)
         self.request_sink.add(request_fields(result, stage=stage, phase=phase, worker=self.process_name,
                                              n=next(self._request_numbers), sent_unix_s=sent_unix_s,
-                                             input_tokens_asked=input_tokens_asked, turn=turn, model=model))
+                                             input_tokens_asked=input_tokens_asked, turn=turn, model=model,
+                                             replica=replica))
 
     # -- phase -----------------------------------------------------------------------------------
     def set_phase(self, stage: int | None, kind: str, seq: int | None = None) -> None:

@@ -27,6 +27,7 @@ every line; a figure the request does not have is null.
   status of a failure answered before the stream, else 200 once a chunk came, null when neither is
   known: a refused connection, a timeout before the first chunk), ``finish_reason``, ``turn`` (multi-turn: the turn, from 0; else null)
 - ``model``: with a mix of models, the model the request asked for; else null (summary.json ``run.model``)
+- ``replica``: with several replicas, the one that served it (docs/replicas.md); else null
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import json
 FIELDS = ("run", "stage", "phase", "worker", "request_id", "x_request_id", "response_id", "sent_unix_s", "ttft_s", "ttfat_s", "e2e_s",
           "input_tokens", "input_tokens_asked", "output_tokens", "output_tokens_estimated", "cached_tokens",
           "reasoning_tokens", "reasoning_source", "chunks", "ok", "failure_kind", "status",
-          "finish_reason", "turn", "model")
+          "finish_reason", "turn", "model", "replica")
 LOAD, PROBE = "load", "probe"  # the line's phase: sent by the load, or by the run's own checks
 PHASES = (LOAD, PROBE)
 
@@ -46,7 +47,8 @@ def _r(x: float | None, digits: int = 6) -> float | None:
 
 
 def request_fields(result, *, stage: int | None, phase: str, worker: str, n: int, sent_unix_s: float,
-                   input_tokens_asked: int | None, turn: int | None = None, model: str | None = None) -> dict:
+                   input_tokens_asked: int | None, turn: int | None = None, model: str | None = None,
+                   replica: str | None = None) -> dict:
     """A ``loadgen.stats.records.RequestResult`` as the line's fields, all but ``run`` (the
     process that writes the file adds it: a worker may not know the run's name)."""
     status = result.error_status
@@ -61,7 +63,7 @@ def request_fields(result, *, stage: int | None, phase: str, worker: str, n: int
         "output_tokens_estimated": bool(result.tokens_estimated), "cached_tokens": result.cached_prompt_tokens,
         "reasoning_tokens": result.reasoning_tokens, "reasoning_source": result.reasoning_source,
         "chunks": result.chunks, "ok": bool(result.ok), "failure_kind": result.error_kind, "status": status,
-        "finish_reason": result.finish_reason, "turn": turn, "model": model,
+        "finish_reason": result.finish_reason, "turn": turn, "model": model, "replica": replica,
     }
 
 

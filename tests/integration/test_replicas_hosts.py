@@ -37,7 +37,8 @@ def _hosts(sims) -> list[str]:
 
 def test_hosts_spread_round_robin_guard_per_replica_rows_and_slow_flag(sims, tmp_path):
     first = next(iter(sims.values())).url
-    run = run_locust(first, tmp_path / "r", *LOAD, *_hosts(sims), "--stages", "8,24,40", timeout_s=120)
+    run = run_locust(first, tmp_path / "r", *LOAD, *_hosts(sims), "--stages", "8,24,40", "--requests-jsonl",
+                     timeout_s=120)
     assert run.code == EXIT_GUARD_ABORT, run.stderr[-3000:]
     summary = run.summary
     names = {role: name_of(s) for role, s in sims.items()}
@@ -57,6 +58,12 @@ def test_hosts_spread_round_robin_guard_per_replica_rows_and_slow_flag(sims, tmp
         assert max(counts) - min(counts) <= 1, counts
         assert "replica_skew" not in stage["flags"]
         print(f"C={stage['concurrency']} skew {stage['replica_skew']:.3f} counts {counts}")
+    # requests.jsonl names each request's replica: per stage and replica, as many lines as the row counts
+    sent = [json.loads(line) for line in (run.run_dir / "requests.jsonl").read_text().splitlines()]
+    for stage in summary["stages"]:
+        for name, row in stage["replicas"].items():
+            n = sum(1 for r in sent if r["stage"] == stage["index"] and r["replica"] == name)
+            assert n == row["requests"] + row["error_count"], (stage["index"], name)
 
 
 def test_two_processes_merge_per_replica_rows_exactly(sims, tmp_path):

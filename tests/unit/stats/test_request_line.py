@@ -32,7 +32,7 @@ def test_an_ok_request_is_one_line_with_every_field_in_order():
                     "input_tokens": 100, "input_tokens_asked": 100, "output_tokens": 50,
                     "output_tokens_estimated": False, "cached_tokens": 64, "reasoning_tokens": 20,
                     "reasoning_source": "usage", "chunks": 25, "ok": True, "failure_kind": None, "status": 200,
-                    "finish_reason": "length", "turn": 1, "model": None}
+                    "finish_reason": "length", "turn": 1, "model": None, "replica": None}
 
 
 def test_failures_keep_their_kind_and_status_and_null_what_they_lack():

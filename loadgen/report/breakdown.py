@@ -213,6 +213,8 @@ def off_reason(row: dict) -> str | None:
     if (row.get("breakdown") or {}).get("ttft"):
         return None
     server = row.get("server")
+    if not server and row.get("replicas"):
+        return "several replicas: each replica's own figures are in its row (replicas.NAME.server), not summed here"
     if not server:
         return ("no server watch (the server is not known as vLLM, SGLang or llama.cpp, or guard.watch is "
                 "off), so no server latency histograms were read")

@@ -96,7 +96,8 @@ class ReplicaRun:
 
     def into_summary(self, summary: dict) -> None:
         """summary.json ``replicas``: the layout, the policy, each replica's KV capacity; hosts
-        spread by the client also lower ``guard.max_concurrency`` to ``kv_guard.spread_ceiling``."""
+        spread by the client in a concurrency sweep also lower ``guard.max_concurrency`` to
+        ``kv_guard.spread_ceiling`` (a rate sweep's guard projects against the sum, as ``decide_rate``)."""
         if not self.active:
             return
         targets, sc = self.rt.targets, self.rt.scenario
@@ -109,7 +110,8 @@ class ReplicaRun:
             "unattributed": UNATTRIBUTED if targets.upstream_header else None,
         }
         spread = self.guard_spread()
-        if spread and sc.guard.kv_capacity_tokens is None and summary["guard"].get("max_concurrency") is not None:
+        if spread and not sc.open_loop and sc.guard.kv_capacity_tokens is None \
+                and summary["guard"].get("max_concurrency") is not None:
             ceiling = spread_ceiling(spread, scenario_mix(sc, self.rt.dataset), sc.guard.margin)
             summary["guard"]["max_concurrency"] = min(ceiling, summary["guard"]["max_concurrency"])
 

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from loadgen.errors import EXIT_CONFIG, EXIT_GUARD_ABORT
+from loadgen.errors import EXIT_CONFIG, EXIT_GUARD_ABORT, EXIT_SERVER_UNUSABLE
+from tests.support.ports import free_port
 from tests.support.replicas import (
     CAPACITY,
     LOAD,
@@ -95,3 +96,11 @@ def test_hosts_and_replica_metrics_do_not_mix(sims, tmp_path):
                      "--stages", "1", timeout_s=60)
     assert run.code == EXIT_CONFIG, run.stderr[-2000:]
     assert "is for engines behind one router (--host ROUTER), and --host was given 3 times" in run.stderr
+
+
+def test_a_replica_that_does_not_answer_stops_the_start_check_naming_it(sims, tmp_path):
+    first = next(iter(sims.values())).url
+    dead = f"http://127.0.0.1:{free_port()}"
+    run = run_locust(first, tmp_path / "r", *LOAD, "--host", dead, "--stages", "1", timeout_s=60)
+    assert run.code == EXIT_SERVER_UNUSABLE, run.stderr[-2000:]
+    assert f"replica {dead.split('//')[1]} ({dead}) failed the start check: GET /v1/models:" in run.stderr

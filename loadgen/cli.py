@@ -1,7 +1,7 @@
 """``llm-loadgen``: the installed command.
 
     llm-loadgen --host URL [options]        the sweep, headless (Locust underneath)
-    llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.run.repeat)
+    llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.repeat.runner)
     llm-loadgen web [options]               the same in Locust's web UI
     llm-loadgen worker [options]            a load process of a distributed run
     llm-loadgen scenarios                   the scenario presets
@@ -32,7 +32,7 @@ from loadgen.cli_docs import docs_command
 from loadgen.cli_help import format_help
 from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 from loadgen.errors import EXIT_CONFIG, ConfigError
-from loadgen.run.repeat import run_repeats, split_repeat
+from loadgen.repeat.runner import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs", "demo")
@@ -159,7 +159,7 @@ def _main(args: list[str]) -> int:
 
 
 def run_headless(args: list[str]) -> int:
-    """The sweep; with ``--repeat N`` N sweeps and their intervals (loadgen.run.repeat)."""
+    """The sweep; with ``--repeat N`` N sweeps and their intervals (loadgen.repeat.runner)."""
     try:
         n, rest = split_repeat(args)
     except ConfigError as err:

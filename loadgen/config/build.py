@@ -44,8 +44,8 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
-from loadgen.stats.slo import OBJECTIVES
-from loadgen.stats.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.slo.limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.slo.objectives import OBJECTIVES
 from loadgen.workload.model_mix import ModelMix, parse_model
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
@@ -161,7 +161,7 @@ SPEC: dict[str, Check] = {
 
 _BODY = "request.extra_body"
 _HEADERS = "request.headers"
-# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.stats.slo_limits): a family of keys, not leaves
+# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.slo.limits): a family of keys, not leaves
 _limit_value = number("seconds, e.g. 2 (the stage's percentile must be <= it), or null", gt=0, nullable=True)
 
 

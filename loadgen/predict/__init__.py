@@ -1,6 +1,6 @@
 """What-if: the built-in simulator's engine, calibrated to a measured sweep, predicts other sweeps.
 
-``loadgen.sim.virtual`` runs the engine on a simulated clock; ``vsweep`` plays a sweep's stages on
+``loadgen.engine_model.virtual`` runs the engine on a simulated clock; ``vsweep`` plays a sweep's stages on
 it (closed-loop users or open-loop arrivals, ticking the run's own plan); ``rows`` counts each simulated
 request in the run's StageStats and builds the run's stage rows; ``vworkload`` draws each request's lengths and the arrivals as the run
 does; ``scenario`` turns a scenario file into a what-if; ``calibrate`` fits an engine preset to a run folder's summary.json;

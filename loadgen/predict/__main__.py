@@ -42,7 +42,7 @@ from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
 from loadgen.server.start_check import StartRefused
 from loadgen.sim.config import SimConfigError, load, set_value, validate
-from loadgen.stats.slo import Objectives
+from loadgen.slo.objectives import Objectives
 
 
 def _stages(scenario: dict) -> StagesConfig:

@@ -1,7 +1,7 @@
 """Fit the simulator's engine to a measured sweep: summary.json's stage rows -> an engine preset.
 
 Pure (the summary is passed in; ``loadgen.predict.__main__`` reads and writes the files). The model
-is the engine's own (``loadgen.sim.engine``): one step = a + b x batch + p x prefill tokens in the
+is the engine's own (``loadgen.engine_model.engine``): one step = a + b x batch + p x prefill tokens in the
 step, each decode step emitting L tokens per running request on average. Linear in the batch
 because a decode step's cost is the weights' read (a) plus per-sequence attention and sampling (b);
 with runs of two prompt lengths, a context term c x (context tokens of the decoding requests) joins
@@ -250,7 +250,7 @@ def batch_knots(steps: list[tuple[float, float, float]], a: float, b: float) -> 
     ``steps``: (batch, g, d) per fitted decode step, g = d less its prompt and context shares (what
     the line should give). When the line misses some g by more than ``STEP_LINE_TOLERANCE`` of its
     step d, the knots are the g's, stages of about the same batch (the same rounded batch) averaged:
-    the engine then interpolates between them (``loadgen.sim.engine.batch_cost_s``). Else none: the
+    the engine then interpolates between them (``loadgen.engine_model.engine.batch_cost_s``). Else none: the
     line holds within what a TPOT moves between two runs. llama.cpp on a CPU: 6.1, 12.2, 14.3 ms at
     batch 1, 2, 4, which no line fits (the batch-2 step 22 % above it)."""
     if not steps or all(abs(a + b * x - g) <= STEP_LINE_TOLERANCE * d for x, g, d in steps):

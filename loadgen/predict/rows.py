@@ -3,7 +3,7 @@
 Pure. A simulated request (``Timing``: sent, each chunk's arrival and tokens) becomes a
 ``loadgen.stats.records.RequestResult`` (``Timing.result``: the client's formulas, stated there),
 counted as it finishes in its stage's ``loadgen.stats.stage_stats.StageStats`` with its SLO verdict
-(``loadgen.stats.slo.request_verdict``), exactly as the run's collector counts a real one; a stage's
+(``loadgen.slo.objectives.request_verdict``), exactly as the run's collector counts a real one; a stage's
 row is the run's own ``loadgen.run.results.stage_row`` of those statistics, plus ``predicted: true``
 and the flag ``predicted``. What the virtual run knows and a client cannot is the server's: its
 ``server`` object holds the engine's preemptions and peak batch, queue and KV use over the window.
@@ -18,9 +18,9 @@ import numpy as np
 from loadgen.errors import HTTP_4XX, OVERLOAD_503
 from loadgen.run.results import GuardRecord, StageInfo
 from loadgen.run.results import stage_row as run_stage_row
+from loadgen.slo.early import EarlyVerdict
+from loadgen.slo.objectives import Objectives
 from loadgen.stats.records import RequestResult
-from loadgen.stats.slo import Objectives
-from loadgen.stats.slo_early import EarlyVerdict
 from loadgen.stats.stage_stats import StageStats
 
 PREDICTED_FLAG = "predicted"

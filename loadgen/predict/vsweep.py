@@ -1,9 +1,9 @@
 """A sweep played on the virtual-time engine: the run's own plan, ticked in simulated seconds.
 
-Pure: no I/O, no wall clock (the simulated clock of ``loadgen.sim.virtual``). The stages follow the
+Pure: no I/O, no wall clock (the simulated clock of ``loadgen.engine_model.virtual``). The stages follow the
 run's ``loadgen.run.plan.SweepPlan``, built by ``plan_of`` from the scenario's ``stages`` section and
 ``slo`` objectives exactly as the run builds it: this module holds no rule of its own. It is the
-plan's adapter, as ``shapes.sweep.SweepShape`` is in a run: once a tick (``tick_s``, 1 s as the
+plan's adapter, as ``loadgen.locust_face.shape.SweepShape`` is in a run: once a tick (``tick_s``, 1 s as the
 shape; at the first engine step that ends at or after it) it observes the virtual run (users
 started, measured requests finished and still running per stage, requests in flight, the SLO
 outcomes of final stages for the search) and acts on the plan's events; after a ``WindowClosed`` it
@@ -36,18 +36,18 @@ from functools import cache
 
 from loadgen.config import StagesConfig, build_scenario
 from loadgen.config.schema import DEFAULTS
+from loadgen.engine_model.engine import EngineParams, SimRequest
+from loadgen.engine_model.virtual import VirtualServer
 from loadgen.phases import Phase
 from loadgen.predict.rows import StageRecord, Timing
 from loadgen.predict.vworkload import Sender, VirtualWorkload
 from loadgen.run import plan as run_plan
 from loadgen.run.kv_guard import GuardDecision
-from loadgen.sim.engine import EngineParams, SimRequest
-from loadgen.sim.virtual import VirtualServer
-from loadgen.stats.slo import Objectives, request_verdict
-from loadgen.stats.slo_early import live_counts
+from loadgen.slo.early import live_counts
+from loadgen.slo.objectives import Objectives, request_verdict
 from loadgen.workload.trace import TraceSchedule
 
-TICK_S = 1.0  # the sweep shape's tick (shapes.sweep.SweepShape: Locust ticks a shape once a second)
+TICK_S = 1.0  # the sweep shape's tick (loadgen.locust_face.shape.SweepShape: Locust ticks a shape once a second)
 IDLE_S = 0.01  # tick_s 0: an idle engine with nothing due sleeps this long between the plan's ticks
 ERROR_PAUSE_S = DEFAULTS["request"]["client_error_pause_s"]
 

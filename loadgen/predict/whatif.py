@@ -18,16 +18,16 @@ import random
 import statistics
 from dataclasses import dataclass, field
 
+from loadgen.analysis.knee import find_knee, find_rate_knee
 from loadgen.config import Scenario, StagesConfig, build_scenario
 from loadgen.config.schema import LengthConfig
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import ERROR_PAUSE_S, TICK_S, StageRecord, run_sweep, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
-from loadgen.report.knee import find_knee, find_rate_knee
 from loadgen.run.results import GuardRecord, RunFacts, build_summary
 from loadgen.server.answers import Capacity
 from loadgen.sim.config import SimConfig
-from loadgen.stats.slo import Objectives
+from loadgen.slo.objectives import Objectives
 from loadgen.stats.stage_stats import StageStats
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "

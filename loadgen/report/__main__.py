@@ -8,7 +8,7 @@ A RUN_DIR is a run's folder or a results directory (then its newest run, loadgen
 
 Exit codes: 0 done; 1 plots or HTML could not be written (see the log); 2 bad input (a missing
 directory or an invalid summary.json), with one line naming the path and the fix; 6 the gate found a
-regression beyond a --fail-on threshold (two repeat folders: loadgen.report.gate_command).
+regression beyond a --fail-on threshold (two repeat folders: loadgen.repeat.gate_command).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import os
 import sys
 from pathlib import Path
 
+from loadgen.analysis.knee import knee_of
 from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
+from loadgen.repeat.gate_command import is_repeat_dir, run_gate
 from loadgen.report.compare import format_compare_table, load_runs, write_compare
 from loadgen.report.files import load_summary, write_derived
-from loadgen.report.gate_command import is_repeat_dir, run_gate
-from loadgen.report.knee import knee_of
 from loadgen.report.runs import resolve_run_dir
 from loadgen.report.slices_csv import with_csv_slices
 from loadgen.report.soak_html import unfinished_note

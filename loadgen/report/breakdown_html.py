@@ -1,6 +1,6 @@
 """report.html's "Where the time goes": one stacked bar per stage and metric (TTFT, E2E), CSS only.
 
-Each bar is the client's mean split into the parts of ``loadgen.report.breakdown.stack`` (server
+Each bar is the client's mean split into the parts of ``loadgen.analysis.breakdown.stack`` (server
 queue, prefill, decode, the server's rest, network + client), all bars of a metric on one scale
 (the longest client mean fills the width). A negative part (the server's clock ahead of the
 client's over the window, within the window-edge error) is drawn as nothing and printed as is.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
-from loadgen.report.breakdown import PART_NAMES, stack
+from loadgen.analysis.breakdown import PART_NAMES, stack
 from loadgen.stats.stage_load import stage_label
 
 COLORS = {  # none of matplotlib's tab10 (the plots'), so a screenshot can find the bars by colour

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 from html import escape
 
+from loadgen.analysis.knee import knee_of, rate_knee_text
 from loadgen.report.breakdown_html import breakdown_section
 from loadgen.report.gpu_html import gpu_section, lowest_energy_line
 from loadgen.report.html_page import esc as _e
 from loadgen.report.html_page import kv_table, page, png_img
-from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.models import models_html
 from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
+from loadgen.report.slo_line import answer_line
 from loadgen.report.soak_html import SLICES_FIGURE, slices_section
 from loadgen.report.table import (
     columns,
@@ -26,7 +27,6 @@ from loadgen.report.table import (
     stage_flags,
 )
 from loadgen.stats.flags import FLAGS
-from loadgen.stats.slo import answer_line
 from loadgen.stats.stage_load import (
     RATE,
     is_rate_run,

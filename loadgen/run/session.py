@@ -19,13 +19,13 @@ import time
 import gevent
 
 from loadgen import errors
+from loadgen.analysis.breakdown import clock_lines
+from loadgen.analysis.knee import run_knee
 from loadgen.config.run_tags import tags_from_options
 from loadgen.errors import ConfigError
 from loadgen.export.exporter import exporter_from_config
 from loadgen.phases import Phase
-from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
-from loadgen.report.knee import run_knee
 from loadgen.report.models import models_line
 from loadgen.report.runs import create_run_dir, run_name, settle_run
 from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
@@ -428,7 +428,7 @@ class Session:
             self.fleet.finals.stop()
             self.check_workers()
         self._conclude()
-        self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
+        self.finished_run = True  # the UI's Start again gets the one line of loadgen/locust_face/shape.py
         self.finished_wall = time.time()
         self.rt.set_phase(self.rt.stage, Phase.DONE)
         self.fleet.broadcast_phase()

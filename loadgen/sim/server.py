@@ -23,15 +23,15 @@ from gevent.server import StreamServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from loadgen.engine_model.engine import Engine, QueueFull, SimRequest
+from loadgen.engine_model.fixed import FixedSchedule
+from loadgen.engine_model.prefix import block_hashes
 from loadgen.sim import request as genreq
 from loadgen.sim import strict, wire
 from loadgen.sim.config import SimConfig, required_header
-from loadgen.sim.engine import Engine, QueueFull, SimRequest
 from loadgen.sim.faults import PRE_STREAM, FaultPlan
-from loadgen.sim.fixed import FixedSchedule
 from loadgen.sim.httpio import HTTPError, HTTPRequest, RequestReader
 from loadgen.sim.metrics import SimCollector, SimMetrics, mean_accept_length
-from loadgen.sim.prefix import block_hashes
 from loadgen.sim.runner import EngineRunner, FixedRunner
 from loadgen.sim.stream import KEEP, Stream
 from loadgen.sim.tls import handshake

@@ -19,8 +19,8 @@ import gevent
 from gevent import get_hub
 from gevent.event import Event
 
+from loadgen.engine_model.engine import SimRequest
 from loadgen.sim import wire
-from loadgen.sim.engine import SimRequest
 from loadgen.sim.faults import MID_STREAM, FaultDraw
 from loadgen.sim.tls import write_now
 from loadgen.sim.tokens import generated_text

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 
+from loadgen.slo.objectives import Objectives, SloCounts, request_verdict
 from loadgen.stats import metrics
 from loadgen.stats.answer import STREAM, USAGE
 from loadgen.stats.failures import FailureSamples
 from loadgen.stats.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
-from loadgen.stats.slo import Objectives, SloCounts, request_verdict
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.stats.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -32,7 +32,7 @@ class StageStats:
     counts is stated there), plus ``errors`` {failure kind: requests} and ``failures`` (the server's
     reasons: the first distinct HTTP status + message excerpts per kind, loadgen.stats.failures). Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
-    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.stats.slo``) of
+    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.slo.objectives``) of
     every request given a verdict, ok or failed (empty when the scenario sets no objective).
     """
 
@@ -54,7 +54,7 @@ class StageStats:
         in a multi-turn conversation (None: single requests), for ``ttft_by_turn``.
 
         ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats;
-        ``verdict``: its ``loadgen.stats.slo.request_verdict`` (None: no objective set).
+        ``verdict``: its ``loadgen.slo.objectives.request_verdict`` (None: no objective set).
         """
         if verdict is not None:
             self.slo.count(result, verdict)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from loadgen.sim.engine import EngineParams, SimRequest
+from loadgen.engine_model.engine import EngineParams, SimRequest
+from loadgen.engine_model.virtual import VirtualServer
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import Connection
-from loadgen.sim.virtual import VirtualServer
+from tests.support.raw_client import Connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against the runner: alone
 

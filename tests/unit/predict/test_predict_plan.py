@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from loadgen.config import build_scenario
+from loadgen.locust_face.shape import SweepShape
 from loadgen.predict.__main__ import main
 from loadgen.predict.vsweep import _allow, run_sweep, stage_rules
 from loadgen.run.plan import Observation, SweepPlan, WindowClosed, WindowOpened
 from loadgen.sim.config import load
-from shapes.sweep import SweepShape
 
 LINEAR = load("slo-linear").engine_params()  # TPOT(C) = 10 ms + 1 ms x C in lockstep
 # 2000-token requests live ~28 s at C=4: no request finishes before max_warmup_s + max_window_s
@@ -85,7 +85,7 @@ def test_spread_runs_match_stages_by_load_when_the_search_differs():
     """--spread with --slo-search: each run's stages are matched by load (a search stage another run
     did not measure has fewer runs), never by position."""
     from loadgen.predict.whatif import WhatIf, predict
-    from loadgen.stats.slo import Objectives
+    from loadgen.slo.objectives import Objectives
 
     s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
                                            objectives=Objectives(tpot_s=0.045, search=True), spread=2))
@@ -100,7 +100,7 @@ def test_a_search_stage_above_the_last_one_asks_stopped_users_back():
     44 (passes; 44..48 is within slo.resolution): the four users stopped at 40 are asked back,
     each once, and the stage runs its 44 with its window on time."""
     from loadgen.predict.whatif import WhatIf, predict
-    from loadgen.stats.slo import Objectives
+    from loadgen.slo.objectives import Objectives
 
     s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
                                            objectives=Objectives(tpot_s=0.0555, search=True)))

@@ -10,7 +10,7 @@ from loadgen.predict.__main__ import main
 from loadgen.predict.vsweep import stage_rules
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import PRESET_DIR, load
-from loadgen.stats.slo import Objectives
+from loadgen.slo.objectives import Objectives
 
 # lockstep known answers: users start together, the plan is ticked after every engine step
 PLAN = {"stages": stage_rules(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20, ramp_s=0), "tick_s": 0}

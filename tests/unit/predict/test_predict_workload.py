@@ -12,13 +12,13 @@ import math
 import numpy as np
 import pytest
 
+from loadgen.engine_model.engine import EngineParams
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import StageRecord, Timing, run_sweep, spawn_offsets, stage_rules
 from loadgen.predict.vworkload import VirtualWorkload
 from loadgen.predict.whatif import WhatIf, predict
 from loadgen.run.kv_guard import decide, max_fitting_concurrency, max_fitting_concurrency_of
 from loadgen.sim.config import load
-from loadgen.sim.engine import EngineParams
 from loadgen.workload.arrivals import ArrivalSpec
 from loadgen.workload.asks import PromptMaker, Workload
 from loadgen.workload.dataset import DatasetRequest, share

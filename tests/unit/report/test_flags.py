@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
+from loadgen.analysis.knee import knee_of
 from loadgen.report.html import render_report_html
-from loadgen.report.knee import knee_of
 from loadgen.report.table import format_stage_table, stage_flags
 from loadgen.run.kv_guard import decide
 from loadgen.run.results import GuardRecord, StageInfo, stage_row
@@ -35,8 +35,8 @@ def test_every_flag_a_row_can_get_is_declared():
     seen = set(stage_row(info, None, guard, CLIENT, client_bound=True, unfinished=1)["flags"])
     seen |= set(stage_row(StageInfo(1, 6, window_s=1.0, users=6), None, guard, CLIENT, False, 1,
                           cut_flag("interrupted"))["flags"])
-    from loadgen.stats.slo import Objectives
-    from loadgen.stats.slo_early import EarlyVerdict
+    from loadgen.slo.early import EarlyVerdict
+    from loadgen.slo.objectives import Objectives
 
     # no request met the objective, and the window closed early on that
     searched = StageInfo(2, 7, window_s=1.0, users=7, search=True, early=EarlyVerdict("fail", 0.95, (), 7))

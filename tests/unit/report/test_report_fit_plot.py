@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from loadgen.engine_model.engine import EngineParams
 from loadgen.predict.calibrate import fit, residuals
 from loadgen.predict.rows import stage_row
 from loadgen.predict.vsweep import run_sweep, stage_rules
@@ -16,7 +17,6 @@ from loadgen.report.fit_plot import fit_figure, model_ms
 from loadgen.report.html import render_report_html
 from loadgen.report.predicted_html import FIT_FIGURE, render_fit_html
 from loadgen.sim.config import load
-from loadgen.sim.engine import EngineParams
 
 HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
                       step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,

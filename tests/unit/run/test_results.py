@@ -57,8 +57,8 @@ def test_stage_row_with_objectives_has_the_slo_object_and_flags_search_stages():
     import numpy as np
 
     from loadgen.errors import OVERLOAD_503
+    from loadgen.slo.objectives import Objectives
     from loadgen.stats.records import RequestResult
-    from loadgen.stats.slo import Objectives
     from loadgen.stats.stage_stats import Collector
 
     obj = Objectives(ttft_s=0.5, attainment=0.9)
@@ -120,8 +120,8 @@ def test_open_loop_row_and_a_lost_share_lowers_the_offered_rate():
 
 def test_open_loop_slo_answer_is_in_offered_requests_per_s():
     from loadgen.config import build_scenario
+    from loadgen.report.slo_line import answer_line
     from loadgen.run.results import summary_slo
-    from loadgen.stats.slo import answer_line
 
     sc = build_scenario({"slo": {"ttft_s": 2}, "rate": {"list": [1, 2, 4]}})
     rows = [{"concurrency": None, "offered_rate_per_s": r, "slo": {"pass": r < 4, "attainment": 1.0}}

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from loadgen.errors import OVERLOAD_429, READ_TIMEOUT, STREAM_ERROR
+from loadgen.slo.objectives import Objectives, stage_slo
 from loadgen.stats.records import RequestRecord, RequestResult
-from loadgen.stats.slo import Objectives, stage_slo
 from loadgen.stats.stage_stats import COUNTERS, HISTOGRAMS, Collector, StageStats
 
 OBJ = Objectives(ttft_s=0.4, tpot_s=0.02)  # ok_result: TTFT ~ lognormal(-1, 0.5), so some miss

@@ -7,13 +7,15 @@ The packages follow the data path, and each imports only its own layer and the l
     slo              service-level objectives: per-request verdicts and their counts, percentile
                      limits, early stop, the SLO search (pure)
     stats            what came back, as numbers: request records, histograms, the metric table
+    run_folder       where a run's files live: one folder per run, atomic writes, summary.json
+                     read back, slices.csv (no rendering)
     workload         what to ask: prompts, lengths, datasets, traces, conversations, arrivals
     config           the scenario: YAML + overrides + command-line options -> a frozen Scenario
     wire             bytes on the socket: the HTTP client, SSE, TLS, deadlines, request bodies
     server           what the server says about itself: the start check, its answers, the watch
     analysis         what a finished sweep says: the knee, where the time goes (pure)
-    report           rendering and writing a run's files: summary.json, stages.csv, the console
-                     table, report.html, plots, compare
+    report           a run's files rendered: summary.json, stages.csv, the console table,
+                     report.html, plots, compare
     export           the Prometheus exporter
     repeat           repeated sweeps: the runs in child processes, intervals, repeat.json, the gate
     run              the run's control on one process: the plan, the KV guard, the session, results
@@ -42,6 +44,7 @@ LAYERS = (
     ("loadgen.errors", "loadgen.phases"),
     ("loadgen.slo",),
     ("loadgen.stats",),
+    ("loadgen.run_folder",),
     ("loadgen.workload",),
     ("loadgen.config",),
     ("loadgen.wire",),

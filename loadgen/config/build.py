@@ -155,7 +155,7 @@ SPEC: dict[str, Check] = {
     "client_check.loop_lag_p99_s_max": number("seconds, e.g. 0.05", gt=0),
     "client_check.lateness_p99_s_max": number("seconds an open-loop send may be late, e.g. 0.005", gt=0),
     "gpu_metrics": url_list,
-    "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
+    "results_dir": text("the results directory, where each run writes its own run folder, e.g. results"),
     "requests_jsonl": boolean(),
 }
 

@@ -35,11 +35,12 @@ from loadgen.predict.calibrate import CalibrationError, fit, residuals
 from loadgen.predict.calibrate import accept_distribution as spec_for
 from loadgen.predict.vsweep import stage_rules
 from loadgen.predict.whatif import NOTE, WhatIf, predict
-from loadgen.report.atomic import atomic_write_bytes, atomic_write_text
-from loadgen.report.files import load_summary, write_results
+from loadgen.report.files import write_results
 from loadgen.report.predicted_html import render_fit_html
-from loadgen.report.runs import resolve_run_dir
 from loadgen.report.table import format_stage_table
+from loadgen.run_folder.atomic import atomic_write_bytes, atomic_write_text
+from loadgen.run_folder.folders import resolve_run_dir
+from loadgen.run_folder.summary_file import load_summary
 from loadgen.server.start_check import StartRefused
 from loadgen.sim.config import SimConfigError, load, set_value, validate
 from loadgen.slo.objectives import Objectives

@@ -17,8 +17,8 @@ from pathlib import Path
 from loadgen.errors import EXIT_OK, EXIT_REGRESSION, ConfigError
 from loadgen.repeat.gate import format_gate, gate, parse_fail_on, regressions
 from loadgen.repeat.summary import REPEAT_FILE, REPEAT_SCHEMA
-from loadgen.report.atomic import atomic_write_text
 from loadgen.report.compare import TEXT_METRICS
+from loadgen.run_folder.atomic import atomic_write_text
 
 SHOWN = tuple(m.key for m in TEXT_METRICS)
 

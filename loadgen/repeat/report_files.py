@@ -23,7 +23,7 @@ from loadgen.repeat.html import (
     render_coverage_html,
     render_repeat_html,
 )
-from loadgen.report.atomic import atomic_write_text
+from loadgen.run_folder.atomic import atomic_write_text
 
 log = logging.getLogger(__name__)
 REPORT_HTML = "report.html"

@@ -39,9 +39,9 @@ from pathlib import Path
 from loadgen.errors import EXIT_INTERRUPTED, ConfigError
 from loadgen.repeat.report_files import write_repeat_report
 from loadgen.repeat.summary import REPEAT_FILE, format_repeat_table, repeat_summary
-from loadgen.report.atomic import atomic_write_text
-from loadgen.report.files import load_summary
-from loadgen.report.runs import folder_name, run_folders
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.folders import folder_name, run_folders
+from loadgen.run_folder.summary_file import load_summary
 
 DEFAULT_RESULTS_DIR = "results"  # the scenario's results_dir default (config/default.yaml)
 _VALUED = ("--results-dir", "--seed", "--arrival-seed", "--repeat")

@@ -9,8 +9,9 @@ figures mean (the knee, the clocks' breakdown) is ``loadgen.analysis``; the ``re
 """
 
 from loadgen.analysis.knee import find_knee, gain_per_doubling
-from loadgen.report.files import load_summary, write_results
+from loadgen.report.files import write_results
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table, write_stages_csv
+from loadgen.run_folder.summary_file import load_summary
 
 __all__ = [
     "find_knee",

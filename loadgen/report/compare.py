@@ -1,6 +1,6 @@
 """Compare two or more runs: a side-by-side table, overlaid plots, an HTML page.
 
-Each argument is a run folder or a results directory (its newest run, ``loadgen.report.runs``).
+Each argument is a run folder or a results directory (its newest run, ``loadgen.run_folder.folders``).
 Stages are matched by their load: the concurrency, or in rate sweeps the offered rate asked for
 (``loadgen.stats.stage_load.planned_load``). A rate sweep and a concurrency sweep are refused
 (``runs_load_key``): C=8 and 8 req/s are different loads, so no row of one matches a row of the
@@ -21,11 +21,11 @@ from loadgen.analysis.breakdown import column_value, compare_columns
 from loadgen.analysis.knee import knee_of
 from loadgen.config.run_tags import tags_text
 from loadgen.errors import ConfigError
-from loadgen.report.atomic import atomic_write_text
-from loadgen.report.files import load_summary
 from loadgen.report.html_page import png_img
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
-from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.folders import LATEST, resolve_run_dir, run_folders
+from loadgen.run_folder.summary_file import load_summary
 from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS, num
 from loadgen.stats.stage_load import (
     CONCURRENCY,

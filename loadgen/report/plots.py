@@ -29,8 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
 from loadgen.analysis.knee import knee_of
-from loadgen.report.atomic import atomic_write_bytes
 from loadgen.report.soak_plots import slices_figure
+from loadgen.run_folder.atomic import atomic_write_bytes
 from loadgen.stats.cost import pareto_front
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 

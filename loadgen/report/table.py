@@ -14,8 +14,8 @@ from pathlib import Path
 
 from loadgen.analysis.knee import rate_knee_text
 from loadgen.errors import FAILURE_KINDS, short_kind
-from loadgen.report.atomic import atomic_write_text
 from loadgen.report.slo_line import answer_line
+from loadgen.run_folder.atomic import atomic_write_text
 from loadgen.stats.flags import flags_in, legend_lines
 from loadgen.stats.metrics import STAGE_METRICS, num
 from loadgen.stats.stage_load import RATE, load_column, load_key, load_label, load_number, stage_load

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from loadgen.analysis.breakdown import breakdown, client_figures, disagreement
-from loadgen.report.files import SCHEMA
 from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency_of
+from loadgen.run_folder.summary_file import SCHEMA
 from loadgen.slo.early import EarlyVerdict
 from loadgen.slo.limits import failed_text, stage_limits
 from loadgen.slo.objectives import Objectives, stage_slo
@@ -304,7 +304,7 @@ class RunFacts:
     stop_reason: str | None
     workers: int
     worker_losses: list
-    name: str | None = None  # the effective scenario (loadgen.report.runs.run_name)
+    name: str | None = None  # the effective scenario (loadgen.run_folder.folders.run_name)
 
 
 def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[float, bool]]:

@@ -27,8 +27,6 @@ from loadgen.export.exporter import exporter_from_config
 from loadgen.phases import Phase
 from loadgen.report.files import write_results
 from loadgen.report.models import models_line
-from loadgen.report.runs import create_run_dir, run_name, settle_run
-from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
@@ -49,6 +47,8 @@ from loadgen.run.results import (
 from loadgen.run.soak import SliceBook
 from loadgen.run.stage_guard import StageGuard
 from loadgen.run.unstaged import UnstagedRequests
+from loadgen.run_folder.folders import create_run_dir, run_name, settle_run
+from loadgen.run_folder.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.server.gpu_watch import GpuWatch
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.start_check import StartRefused, preflight

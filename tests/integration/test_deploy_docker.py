@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from loadgen.stats.stage_stats import StageStats
 from tests.integration.test_dashboard_prometheus import DASHBOARD, FAULTS, VARIABLES
 from tests.support import dockerhost

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from tests.support.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.unit.faces.test_cli import registered_flags
 from tests.unit.faces.test_cli_docs import code_pointers

@@ -13,10 +13,9 @@ import pytest
 
 from loadgen.config import load_scenario
 from loadgen.errors import ConfigError
-from loadgen.report.atomic import atomic_write_text
 from loadgen.report.compare import differences, load_runs
-from loadgen.report.files import load_summary
-from loadgen.report.runs import (
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.folders import (
     FAILED,
     LATEST,
     create_run_dir,
@@ -25,6 +24,7 @@ from loadgen.report.runs import (
     run_name,
     settle_run,
 )
+from loadgen.run_folder.summary_file import load_summary
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -21,10 +21,10 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.predict.rows import stage_row  # noqa: E402
-from loadgen.predict.vsweep import run_sweep, stage_rules  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
+from loadgen.whatif.rows import stage_row  # noqa: E402
+from loadgen.whatif.virtual_sweep import run_sweep, stage_rules  # noqa: E402
 from tests.support.raw_client import Connection  # noqa: E402
 
 ENGINE = {"timing": "engine", "flavor": "sglang", "kv_tokens": 400000, "block_size": 1, "max_model_len": 8192,

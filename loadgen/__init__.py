@@ -19,7 +19,7 @@ The packages follow the data path, and each imports only its own layer and the l
     export           the Prometheus exporter
     repeat           repeated sweeps: the runs in child processes, intervals, repeat.json, the gate
     run              the run's control on one process: the plan, the KV guard, the session, results
-    predict          what-if: the engine model on a virtual clock, calibrated to a run, drives the
+    whatif           the what-if: the engine model on a virtual clock, calibrated to a run, drives the
                      run's own plan and accounting to predict other sweeps
     fleet            many processes: master/worker reports, their exact merge, worker loss
     locust_face      what Locust calls: the users, the sweep's LoadTestShape, the plugin (options
@@ -32,7 +32,7 @@ Two packages stand apart (``APART``) and import nothing from the client side, so
 a client bug: ``engine_model`` (the pure timing model of an LLM server: the engine's step clock and
 batching, the fixed schedule, the prefix cache, the virtual clock; it imports only itself) and
 ``sim`` (the built-in server simulator: HTTP and SSE over the engine model; it imports itself and
-``engine_model``). ``predict`` and ``demo`` may import them (``SIM_USERS``): the what-if runs the
+``engine_model``). ``whatif`` and ``demo`` may import them (``SIM_USERS``): the what-if runs the
 engine model on a virtual clock and reads the simulator's presets, the demo starts the simulator.
 ``shapes/`` and the clone's ``locustfile.py`` (outside this package) sit on top: the packaged
 locustfile imports ``shapes``, which the wheel carries beside ``loadgen``.
@@ -54,7 +54,7 @@ LAYERS = (
     ("loadgen.export",),
     ("loadgen.repeat",),
     ("loadgen.run",),
-    ("loadgen.predict",),
+    ("loadgen.whatif",),
     ("loadgen.fleet",),
     ("loadgen.locust_face",),
     ("loadgen.cli", "loadgen.cli_docs", "loadgen.cli_help", "loadgen.demo", "loadgen.locustfile",
@@ -64,4 +64,4 @@ LAYERS = (
 APART = ("loadgen.engine_model", "loadgen.sim")
 # may import the apart packages: the what-if runs the engine model and reads the simulator's presets,
 # the demo starts the simulator
-SIM_USERS = ("loadgen.predict", "loadgen.demo")
+SIM_USERS = ("loadgen.whatif", "loadgen.demo")

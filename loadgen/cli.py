@@ -7,8 +7,8 @@
     llm-loadgen scenarios                   the scenario presets
     llm-loadgen sim [options]               the simulator (loadgen.sim.__main__)
     llm-loadgen report build|compare ...    reports (loadgen.report.__main__)
-    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.predict)
-    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.predict)
+    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.whatif)
+    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.whatif)
     llm-loadgen grafana DIR                 the Grafana dashboard and Prometheus config
     llm-loadgen docs [PAGE [SECTION]]       the reference pages the package carries (loadgen.cli_docs)
     llm-loadgen demo [options]              the sweep against the built-in simulator (loadgen.demo)
@@ -126,8 +126,8 @@ def _main(args: list[str]) -> int:
         from loadgen.demo import main as demo_main
 
         return demo_main(args[1:])
-    if command in ("calibrate", "whatif"):  # loadgen.predict's one parser, under this command's name
-        from loadgen.predict.__main__ import main as predict_main
+    if command in ("calibrate", "whatif"):  # loadgen.whatif's one parser, under this command's name
+        from loadgen.whatif.__main__ import main as predict_main
 
         return predict_main(args, prog="llm-loadgen")
     if command is None or "-h" in args or "--help" in args:

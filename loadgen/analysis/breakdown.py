@@ -23,9 +23,9 @@ histograms over the same window). Output: the stage row's ``breakdown`` object, 
 - percentiles side by side: ``client_pXX_s``, ``server_pXX_s`` and network_client_pXX_s = their
   difference. A difference of percentiles is not a percentile of differences, and the server's
   is interpolated within a bucket (``window_latency``): trust it to ``server_pXX_bucket_s``, the
-  width of that bucket (the means, which the verdict and the flag use, have no such error).
+  width of that bucket (the means, which the diagnosis and the flag use, have no such error).
 
-``verdict`` names the part that dominates a stage's growth over the previous stage (on means,
+``diagnosis`` names the part that dominates a stage's growth over the previous stage (on means,
 which add up); ``disagreement`` says when the client's TTFT exceeds the server's by more than the
 network allowance and the client's own loop lag explain (the stage's ``clocks_disagree`` flag).
 
@@ -59,7 +59,7 @@ CLIENT_HISTOGRAMS = {"ttft": "ttft_s", "e2e": "e2e_s", "itl": "itl_token_s", "it
 CLIENT_ITL = {"vllm": "itl_chunk"}  # any other flavor: "itl" (per token)
 CLIENT_ITL_NAMES = {"itl": "per_token", "itl_chunk": "per_chunk"}
 DOMINANT = 0.6  # a part "dominates" a growth when it explains at least this share of it
-GROWTH_MIN_S = 0.001  # growths smaller than this are noise, not worth a verdict
+GROWTH_MIN_S = 0.001  # growths smaller than this are noise, not worth a diagnosis
 GROWTH_MIN_SHARE = 0.1  # ... or than this share of the previous stage's mean
 # The network and client time the flag tolerates on top of the client's loop lag: a LAN or
 # same-region round trip plus TLS and parsing, generously (the client's TTFT carries one round trip)
@@ -146,7 +146,7 @@ def growth_parts(prev: dict, cur: dict) -> tuple[float, list[tuple[str, float]]]
     return cur["client_mean_s"] - prev["client_mean_s"], [(p, v - before.get(p, 0.0)) for p, v in after.items()]
 
 
-def verdict(prev_row: dict | None, row: dict) -> str | None:
+def diagnosis(prev_row: dict | None, row: dict) -> str | None:
     """``C=256: TTFT mean +1.8 s (p50 +1.7 s), 92 % of it server queue time``: for each metric whose
     client mean grew noticeably since the previous stage, the part that explains at least
     DOMINANT of that growth; None when no part dominates a growth (or nothing grew)."""
@@ -234,15 +234,15 @@ def _dur(seconds: float) -> str:
 
 
 def clock_lines(rows: list[dict]) -> list[str]:
-    """The console lines for the newest of ``rows`` (summary.json stage rows so far): its verdict
-    (also kept as ``breakdown.verdict``), or, under the run's first row only, why the breakdown is
+    """The console lines for the newest of ``rows`` (summary.json stage rows so far): its diagnosis
+    (also kept as ``breakdown.diagnosis``), or, under the run's first row only, why the breakdown is
     off; the disagreement, when its stage is flagged."""
     row = rows[-1]
     k, out = row["index"], []
     if len(rows) == 1 and (why := off_reason(row)) is not None:
         out.append(f"llm-loadgen: client/server time breakdown off: {why}")
-    if (line := verdict(rows[-2] if len(rows) > 1 else None, row)) is not None:
-        row["breakdown"]["verdict"] = line
+    if (line := diagnosis(rows[-2] if len(rows) > 1 else None, row)) is not None:
+        row["breakdown"]["diagnosis"] = line
         out.append(f"llm-loadgen: stage {k} {line}")
     if (gap := (row.get("breakdown") or {}).get("disagreement")) is not None:
         if gap.get("populations") != "differ":

@@ -107,7 +107,7 @@ def unsustained_reason(stage: dict, base_ttft_s: float | None, threshold: float 
     return None
 
 
-def _rate_verdict(stages: list[dict], threshold: float, latency_growth: float
+def _rate_knee_of(stages: list[dict], threshold: float, latency_growth: float
                   ) -> tuple[list[dict], int | None, str | None]:
     """(the rate stages by offered rate, SLO search stages left out; the index of the first not
     sustained, or None; why it is not)."""
@@ -127,7 +127,7 @@ def find_rate_knee(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
     stage is sustained (not saturated within the sweep) or the first one is not (saturated from
     the start).
     """
-    rated, first_bad, _ = _rate_verdict(stages, threshold, latency_growth)
+    rated, first_bad, _ = _rate_knee_of(stages, threshold, latency_growth)
     return rated[first_bad - 1]["offered_rate_per_s"] if first_bad else None
 
 
@@ -140,7 +140,7 @@ def rate_knee_text(stages: list[dict], threshold: float = DEFAULT_THRESHOLD,
     - ``none found (every offered rate up to 16 req/s was sustained)``;
     - ``none found (already the lowest offered rate, 1 req/s, was not sustained: ...)``.
     """
-    rated, first_bad, why = _rate_verdict(stages, threshold, latency_growth)
+    rated, first_bad, why = _rate_knee_of(stages, threshold, latency_growth)
     if not rated:
         return None
     if first_bad is None:

@@ -8,5 +8,5 @@ requests join which step and when chunks are delivered, whatever the clock), ``v
 engine on a simulated clock: a whole sweep in CPU seconds).
 
 Imports nothing from the rest of ``loadgen`` (``loadgen.APART``): ``loadgen.sim`` drives it over
-HTTP, ``loadgen.predict`` drives it on a virtual clock.
+HTTP, ``loadgen.whatif`` drives it on a virtual clock.
 """

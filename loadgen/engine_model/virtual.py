@@ -11,7 +11,7 @@ engine starts a step at the arrival). What differs is how time passes and how ar
   jumps to the next arrival and queues every request arriving at that same instant.
 
 Clients are callbacks: ``on_chunk(req, n, done, t)`` is called for every chunk at the step's end
-and may ``submit`` new requests (``loadgen.predict`` builds closed-loop users and open-loop arrivals
+and may ``submit`` new requests (``loadgen.whatif`` builds closed-loop users and open-loop arrivals
 on it). A request the engine refuses (``max_queued``) gets ``on_chunk(req, 0, True, t)`` at the
 start of the step it would have joined. Times are the engine's simulated seconds.
 """
@@ -30,7 +30,7 @@ OnChunk = Callable[[SimRequest, int, bool, float], None]
 
 
 @dataclass
-class StepRecord:
+class StepTrace:
     """One step of the schedule: when it started, how long, and what it emitted (request ids)."""
 
     start_s: float
@@ -42,9 +42,9 @@ class StepRecord:
 class VirtualServer:
     params: EngineParams
     on_chunk: OnChunk
-    record: bool = False  # keep every StepRecord in ``schedule`` (tests; memory grows with steps)
+    record: bool = False  # keep every StepTrace in ``schedule`` (tests; memory grows with steps)
     now_s: float = 0.0
-    schedule: list[StepRecord] = field(default_factory=list)
+    schedule: list[StepTrace] = field(default_factory=list)
     rejected: int = 0  # QueueFull: max_queued requests already waited (a 503 over HTTP)
 
     def __post_init__(self) -> None:
@@ -114,6 +114,6 @@ class VirtualServer:
     def _deliver(self, events: list[tuple[SimRequest, int, bool]], end: float) -> None:
         if self.record:
             start = self._step_start_s
-            self.schedule.append(StepRecord(start, end - start, tuple((id(r), n, d) for r, n, d in events)))
+            self.schedule.append(StepTrace(start, end - start, tuple((id(r), n, d) for r, n, d in events)))
         for req, n, done in events:
             self.on_chunk(req, n, done, end)

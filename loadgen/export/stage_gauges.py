@@ -117,7 +117,7 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
         finished.add_metric(mine, float(row["index"]))
         for metric, clocks in (row.get("breakdown") or {}).items():
             if not isinstance(clocks, dict) or "client_mean_s" not in clocks:
-                continue  # verdict, disagreement
+                continue  # diagnosis, disagreement
             for clock in ("client", "server"):
                 for stat in STATS:
                     if (value := clocks.get(f"{clock}_{stat}_s")) is not None:

@@ -89,10 +89,10 @@ class Fleet:
         """Worker: everything since the last report, plus absolute in-flight counts (module doc)."""
         rt = self.rt
         delta = rt.collector.take_delta()
-        self.ledger.merge(StageStats.from_wire(delta["totals"]))
+        self.ledger.merge(StageStats.from_message(delta["totals"]))
         for k, by_name in delta.get("models", ()):
             for name, wire in by_name.items():
-                self.model_ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_wire(wire))
+                self.model_ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_message(wire))
         return {
             "delta": delta,
             "health": rt.health.take_delta(),
@@ -108,9 +108,9 @@ class Fleet:
         models also ``models``: [[stage, {model: wire}]], as ``Collector.take_delta`` ships them."""
         client_id = self.rt.environment.runner.client_id
         path = Path(self.rt.scenario.results_dir) / "workers" / f"{client_id}.json"
-        ledger = {"client_id": client_id, "totals": self.ledger.to_wire()}
+        ledger = {"client_id": client_id, "totals": self.ledger.to_message()}
         if self.model_ledger:
-            ledger["models"] = [[k, {name: s.to_wire() for name, s in by_name.items()}]
+            ledger["models"] = [[k, {name: s.to_message() for name, s in by_name.items()}]
                                 for k, by_name in sorted(self.model_ledger.items())]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,7 @@ class Fleet:
         """Fold one process's health delta into the per-stage, per-process table."""
         for key, wire in health.items():
             per_worker = self.health_by_stage.setdefault(key, {})
-            h = StageHealth.from_wire(wire)
+            h = StageHealth.from_message(wire)
             if client_id in per_worker:
                 per_worker[client_id].merge(h)
             else:

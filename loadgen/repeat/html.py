@@ -7,7 +7,7 @@ arrive as PNG bytes (``loadgen.repeat.plots``), the files are written by
 
 from __future__ import annotations
 
-from loadgen.repeat.summary import answer_lines, format_repeat_table
+from loadgen.repeat.summary import finding_lines, format_repeat_table
 from loadgen.report.html_page import esc, kv_table, page, png_img, table_html
 
 INTERVALS_FIGURE, COVERAGE_FIGURE = "intervals", "coverage"  # PNG base names (loadgen.repeat.plots)
@@ -18,14 +18,14 @@ def _images(images: dict[str, bytes]) -> str:
 
 
 def render_repeat_html(repeat: dict, images: dict[str, bytes]) -> str:
-    """The repeat folder's page: the answers with their intervals, the intervals plot, the table of
-    means and intervals, each repetition (folder, seeds, exit code, answers) and the methods."""
+    """The repeat folder's page: the findings with their intervals, the intervals plot, the table of
+    means and intervals, each repetition (folder, seeds, exit code, findings) and the methods."""
     reps = repeat.get("repetitions") or []
     rows = [[r["index"], r.get("folder"), r.get("prompt_seed"), r.get("arrival_seed"), r.get("exit_code"),
-             *((r.get("answers") or {}).get(k) for k in ("knee", "slo_max", "kv_max"))] for r in reps]
+             *((r.get("findings") or {}).get(k) for k in ("knee", "slo_max", "kv_max"))] for r in reps]
     return page(f"llm-loadgen: {len(reps)} repetitions", [
         f"<h1>llm-loadgen: {len(reps)} repetitions of one sweep</h1>",
-        '<div class="key">' + "".join(f"<div>{esc(line)}</div>" for line in answer_lines(repeat)) + "</div>",
+        '<div class="key">' + "".join(f"<div>{esc(line)}</div>" for line in finding_lines(repeat)) + "</div>",
         "<h2>Intervals per stage</h2>",
         _images({k: v for k, v in images.items() if k == INTERVALS_FIGURE}),
         f"<pre>{esc(format_repeat_table(repeat))}</pre>",

@@ -10,7 +10,7 @@ repetition the repeat folder's ``repeat.json`` (``loadgen.repeat.summary``) and
     <results-dir>/<UTC start>_repeat<N>/
         <UTC start>_<run name>/ x N     each repetition's run folder (summary.json, report.html ...)
         latest -> the newest repetition
-        repeat.json, repeat.txt         per stage mean and 95 % interval per metric, each answer's interval
+        repeat.json, repeat.txt         per stage mean and 95 % interval per metric, each finding's interval
         report.html, intervals.png      the same as a page, each stage's intervals plotted
 
 Seeds: repetition k (0-based) gets ``--seed S+k`` (prompts, lengths, dataset order and, unless

@@ -1,4 +1,4 @@
-"""Statistics over repeated runs: intervals on a figure, and on a discrete answer; two sets compared.
+"""Statistics over repeated runs: intervals on a figure, and on a discrete finding; two sets compared.
 
 Pure: no I/O, no clock, no random numbers. Inputs are one value per repetition (None: the
 repetition had no such figure; it is left out and counted).
@@ -7,20 +7,20 @@ repetition had no such figure; it is left out and counted).
   (Student t, s the sample standard deviation). It assumes the repetitions are independent and
   their figure roughly normal (a window's rate or mean: a sum over many requests). N = 1 has no
   interval.
-- ``answer_interval``: a discrete answer (the knee's C, the SLO maximum, the KV-bounded maximum)
+- ``finding_interval``: a discrete finding (the knee's C, the SLO maximum, the KV-bounded maximum)
   over N repetitions: the median and a distribution-free interval for the median, the order
   statistics (x_(j), x_(N+1-j)) with the largest j whose confidence
   1 - 2 P(Binomial(N, 1/2) <= j - 1) is at least 95 %. Below N = 6 no j reaches 95 %: the interval
-  is then the range of the answers and its confidence, 1 - 2^(1-N), is stated (75 % at N = 3,
-  88 % at 4, 94 % at 5). A t interval would claim 95 % for a mean of answers that only take the
+  is then the range of the findings and its confidence, 1 - 2^(1-N), is stated (75 % at N = 3,
+  88 % at 4, 94 % at 5). A t interval would claim 95 % for a mean of findings that only take the
   values of the stages (and are often all equal); a bootstrap over 3..10 values cannot reach
   beyond their range either, and understates its coverage.
 - ``welch``: two sets of a metric (baseline, candidate): Welch's t-test (unequal variances,
   Welch-Satterthwaite degrees of freedom), two-sided p-value, and the 95 % interval of the
   difference of means.
-- ``permutation_p``: two sets of a discrete answer: the exact two-sided permutation test of the
+- ``permutation_p``: two sets of a discrete finding: the exact two-sided permutation test of the
   difference of means over every split of the pooled values (ties handled; N, M <= 10 each keeps
-  it under 185,000 splits). With 3 and 3 no split is rarer than 1 in 10: at 95 % such answers
+  it under 185,000 splits). With 3 and 3 no split is rarer than 1 in 10: at 95 % such findings
   are never distinguishable, which is the honest reading of so few.
 
 The t distribution is computed here (regularized incomplete beta by its continued fraction), as
@@ -95,7 +95,7 @@ def present(values) -> list[float]:
 
 @dataclass(frozen=True)
 class Interval:
-    """A figure over repetitions: ``mid`` (mean, or for answers the median), ``low``..``high`` (None
+    """A figure over repetitions: ``mid`` (mean, or for findings the median), ``low``..``high`` (None
     without an interval), ``confidence`` (0-1: what the interval claims), ``n`` values used of ``of``."""
 
     mid: float | None
@@ -140,8 +140,8 @@ def order_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
     return best, 1.0 - 2.0 * _binom_cdf_half(best - 1, n)
 
 
-def answer_interval(values, confidence: float = CONFIDENCE) -> Interval:
-    """Median and order-statistic interval of a discrete answer (module docstring)."""
+def finding_interval(values, confidence: float = CONFIDENCE) -> Interval:
+    """Median and order-statistic interval of a discrete finding (module docstring)."""
     xs, of = sorted(present(values)), len(values)
     if not xs:
         return Interval(None, None, None, None, 0, of, "order")

@@ -4,7 +4,7 @@ Each bar is the client's mean split into the parts of ``loadgen.analysis.breakdo
 queue, prefill, decode, the server's rest, network + client), all bars of a metric on one scale
 (the longest client mean fills the width). A negative part (the server's clock ahead of the
 client's over the window, within the window-edge error) is drawn as nothing and printed as is.
-Under the bars: each stage's verdict, and a flagged stage's disagreement. Pure: rows in, HTML out.
+Under the bars: each stage's diagnosis, and a flagged stage's disagreement. Pure: rows in, HTML out.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def breakdown_html(rows: list[dict]) -> str:
         out.append(f'<h3>{name}{which} mean, client = server parts + network and client (ms)</h3>'
                    f'<table class="bd" id="breakdown-{metric}"><tr><th>stage</th><th>parts</th>'
                    f"<th>client mean</th><th>parts (ms)</th></tr>{body}</table>")
-    notes = [s["breakdown"]["verdict"] for s in rows if s["breakdown"].get("verdict")]
+    notes = [s["breakdown"]["diagnosis"] for s in rows if s["breakdown"].get("diagnosis")]
     notes += [f"{stage_label(s)}: client and server clocks disagree by {_ms(d['gap_s'])} ms "
               f"({d['compared']}); likely {d['likely_cause']}"
               for s in rows if (d := s["breakdown"].get("disagreement"))]

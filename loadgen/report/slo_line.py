@@ -1,11 +1,11 @@
-"""The SLO answer (summary.json's ``slo``, ``loadgen.slo.search.slo_answer``) as one console line."""
+"""The SLO answer (summary.json's ``slo``, ``loadgen.slo.search.slo_summary``) as one console line."""
 
 from __future__ import annotations
 
 from loadgen.stats.stage_load import load_label, load_number
 
 
-def answer_line(answer: dict) -> str:
+def slo_line(answer: dict) -> str:
     """One line for the console: the SLO maximum said plainly, including 'none passed', with the
     objectives and the search stages (an open-loop answer is in requests/s)."""
     rate = answer.get("load") == "rate_per_s"

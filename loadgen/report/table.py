@@ -14,7 +14,7 @@ from pathlib import Path
 
 from loadgen.analysis.knee import rate_knee_text
 from loadgen.errors import FAILURE_KINDS, short_kind
-from loadgen.report.slo_line import answer_line
+from loadgen.report.slo_line import slo_line
 from loadgen.run_folder.atomic import atomic_write_text
 from loadgen.stats.flags import flags_in, legend_lines
 from loadgen.stats.metrics import STAGE_METRICS, num
@@ -139,7 +139,7 @@ def format_notes(
     elif len(stages) >= 2:
         notes.append("knee: none found (throughput still rising at the last stage)")
     if slo is not None:
-        notes.append(answer_line(slo))
+        notes.append(slo_line(slo))
     guard = guard or {}
     if guard.get("max_concurrency") is not None:
         notes.append(kv_ceiling_line(guard["max_concurrency"], rate, guard.get("capacity_tokens")))

@@ -292,7 +292,7 @@ def plan_of(loads, stages, slo: Objectives, decide: Callable,
             users_for: Callable[[float], int] | None = None) -> SweepPlan:
     """The plan of a scenario's stage loads, its ``stages`` section (``loadgen.config.StagesConfig``)
     and its ``slo`` objectives: built here once, for the run (``loadgen.locust_face.shape``) and the what-if
-    (``loadgen.predict.vsweep``), so a rule or a parameter cannot differ between the two."""
+    (``loadgen.whatif.virtual_sweep``), so a rule or a parameter cannot differ between the two."""
     return SweepPlan(list(loads), users_for=users_for, ramp_s=stages.ramp_s, warmup_s=stages.warmup_s,
                      duration_s=stages.duration_s, min_requests=stages.min_requests,
                      max_window_s=stages.max_window_s, drain_s=stages.drain_s, turnover=stages.turnover,

@@ -18,7 +18,7 @@ from loadgen.run_folder.summary_file import SCHEMA
 from loadgen.slo.early import EarlyVerdict
 from loadgen.slo.limits import failed_text, stage_limits
 from loadgen.slo.objectives import Objectives, stage_slo
-from loadgen.slo.search import slo_answer
+from loadgen.slo.search import slo_summary
 from loadgen.stats.cost import CostConfig, stage_cost
 from loadgen.stats.metrics import SLO_ATTAINMENT
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
@@ -95,7 +95,7 @@ class StageInfo:
 
 
 @dataclass
-class GuardRecord:
+class GuardLog:
     """The guard's decisions over the run (summary.json ``guard``, exporter ``guard_breaches``)."""
 
     stopped_before: int | None = None  # the concurrency it refused (or clamped)
@@ -117,7 +117,7 @@ class GuardRecord:
             self.warned.append(d.concurrency)
 
 
-def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
+def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardLog, client: dict,
               client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
               objectives: Objectives | None = None, cost: CostConfig | None = None,
               models: dict[str, StageStats] | None = None, mix_names: tuple[str, ...] = ()) -> dict:
@@ -322,12 +322,12 @@ def latest_attainment(stages: dict[int, StageStats], k: int | None) -> float | N
 
 
 def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:
-    """summary.json's top-level ``slo`` (``loadgen.slo.objectives.slo_answer``); None without objectives. In an
+    """summary.json's top-level ``slo`` (``loadgen.slo.objectives.slo_summary``); None without objectives. In an
     open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
     if not objectives.enabled:
         return None
     load = "rate_per_s" if load_key == RATE else CONCURRENCY
-    return slo_answer(slo_outcomes(rows, load_key), objectives,
+    return slo_summary(slo_outcomes(rows, load_key), objectives,
                       [r[load_key] for r in rows if r.get("search")], load)
 
 
@@ -339,7 +339,7 @@ def kv_ceiling(capacity, scenario, dataset=None) -> int | None:
     return max_fitting_concurrency_of(capacity.tokens, scenario_mix(scenario, dataset), scenario.guard.margin)
 
 
-def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
+def build_summary(run: RunFacts, scenario, capacity, guard: GuardLog, rows: list[dict],
                   knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None),
                   dataset=None) -> dict:
     """summary.json (schema in docs/development/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.

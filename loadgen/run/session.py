@@ -36,7 +36,7 @@ from loadgen.run.health import stage_client_bound
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, WindowClosed, WindowOpened
 from loadgen.run.request_export import RequestFile
 from loadgen.run.results import (
-    GuardRecord,
+    GuardLog,
     RunFacts,
     StageInfo,
     build_summary,
@@ -82,7 +82,7 @@ class Session:
         self.gpu_watch: GpuWatch | None = None  # DCGM exporters (--gpu-metrics), when one answered
         self.stage_info: dict[int, StageInfo] = {}
         self.rows: list[dict] = []
-        self.guard_record = GuardRecord()
+        self.guard_record = GuardLog()
         self.stop_reason: str | None = None
         self.exit_code: int | None = None
         self.close_seq: dict[int, int] = {}  # stage -> the phase seq that closed its window
@@ -101,7 +101,7 @@ class Session:
 
     @property
     def capacity(self):
-        """``loadgen.server.answers.Capacity`` from the start check (None before it)."""
+        """``loadgen.server.replies.Capacity`` from the start check (None before it)."""
         return self.stage_guard.capacity
 
     # -- start -------------------------------------------------------------------------------------

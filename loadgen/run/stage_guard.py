@@ -45,7 +45,7 @@ class StageGuard:
 
     def __init__(self, rt, fleet, say: Callable[[str], None]):
         self.rt, self.fleet, self.say = rt, fleet, say
-        self.capacity = None  # loadgen.server.answers.Capacity, from the start check
+        self.capacity = None  # loadgen.server.replies.Capacity, from the start check
         # open loop: W of Little's law, from the duration sample, then the last finished stage's E2E mean
         self.expected_duration_s: float | None = None
 

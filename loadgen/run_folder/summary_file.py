@@ -71,6 +71,7 @@ def load_summary(results_dir: str | os.PathLike) -> dict:
             "has no 'stages' list of objects",
             "pass a summary.json written by llm-loadgen",
         )
+    summary = upgraded(summary)
     if summary.get("schema") != SCHEMA:
         raise ConfigError(
             "summary.json",
@@ -79,3 +80,22 @@ def load_summary(results_dir: str | os.PathLike) -> dict:
             "rebuild it with the llm-loadgen version that wrote it",
         )
     return summary
+
+
+# Keys an older version wrote under another name: (the stage row's block, old key, new key). Read
+# back under the new name, so report build and compare work on run folders of either version.
+RENAMED_STAGE_KEYS = (("breakdown", "verdict", "diagnosis"),)
+
+
+def upgraded(summary: dict) -> dict:
+    """``summary`` with the keys of ``RENAMED_STAGE_KEYS`` under their current names (a new dict;
+    a stage that has the new key keeps it)."""
+    stages = []
+    for stage in summary["stages"]:
+        stage = dict(stage)
+        for block, old, new in RENAMED_STAGE_KEYS:
+            part = stage.get(block)
+            if isinstance(part, dict) and old in part and new not in part:
+                stage[block] = {(new if k == old else k): v for k, v in part.items()}
+        stages.append(stage)
+    return {**summary, "stages": stages}

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import math
 
-from loadgen.server.answers import REPLICA_LABELS, Samples, series_total
 from loadgen.server.edges import Edge
+from loadgen.server.replies import REPLICA_LABELS, Samples, series_total
 
 QUANTILES = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))
 HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {

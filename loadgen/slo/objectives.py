@@ -138,11 +138,11 @@ class SloCounts:
     def is_empty(self) -> bool:
         return not (self.judged or self.met or self.met_output_tokens or self.met_by)
 
-    def to_wire(self) -> dict:
+    def to_message(self) -> dict:
         return {"m": self.met, "t": self.met_output_tokens, "b": dict(self.met_by), "j": self.judged}
 
     @classmethod
-    def from_wire(cls, d: dict) -> SloCounts:
+    def from_message(cls, d: dict) -> SloCounts:
         by = {str(k): int(v) for k, v in d.get("b", {}).items()}
         unknown = set(by) - set(OBJECTIVES)
         if unknown:

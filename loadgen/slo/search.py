@@ -50,7 +50,7 @@ def next_search_concurrency(outcomes: list[tuple[float, bool]], objectives: Obje
     return mid if lo < mid < hi else None
 
 
-def slo_answer(outcomes: list[tuple[int, bool]], objectives: Objectives,
+def slo_summary(outcomes: list[tuple[int, bool]], objectives: Objectives,
                search_concurrencies: list[int], load: str = "concurrency") -> dict:
     """summary.json's top-level ``slo``: objectives, max_concurrency, bracket, the search. ``load``:
     what the bracket and the search stages are in, ``concurrency``, or ``rate_per_s`` for an

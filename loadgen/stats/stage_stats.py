@@ -145,24 +145,24 @@ class StageStats:
         # scheduled_requests += 1 (lateness), so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
-    def to_wire(self) -> dict:
+    def to_message(self) -> dict:
         """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, the
         server's failure reasons, SLO counts."""
         wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
-            "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
+            "h": {n: getattr(self, n).to_message() for n in HISTOGRAMS if getattr(self, n).count},
         }
         if not self.failures.is_empty():
-            wire["f"] = self.failures.to_wire()
+            wire["f"] = self.failures.to_message()
         if self.ttft_by_turn:
-            wire["t"] = {str(k): h.to_wire() for k, h in self.ttft_by_turn.items()}
+            wire["t"] = {str(k): h.to_message() for k, h in self.ttft_by_turn.items()}
         if not self.slo.is_empty():
-            wire["s"] = self.slo.to_wire()
+            wire["s"] = self.slo.to_message()
         return wire
 
     @classmethod
-    def from_wire(cls, d: dict) -> StageStats:
+    def from_message(cls, d: dict) -> StageStats:
         s = cls()
         for name, v in d.get("c", {}).items():
             if name not in COUNTERS:
@@ -170,14 +170,14 @@ class StageStats:
             setattr(s, name, int(v))
         s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
         if "f" in d:
-            s.failures = FailureSamples.from_wire(d["f"])
-        s.ttft_by_turn = {int(k): LogHistogram.from_wire(h) for k, h in d.get("t", {}).items()}
+            s.failures = FailureSamples.from_message(d["f"])
+        s.ttft_by_turn = {int(k): LogHistogram.from_message(h) for k, h in d.get("t", {}).items()}
         for name, h in d.get("h", {}).items():
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
-            setattr(s, name, LogHistogram.from_wire(h))
+            setattr(s, name, LogHistogram.from_message(h))
         if "s" in d:
-            s.slo = SloCounts.from_wire(d["s"])
+            s.slo = SloCounts.from_message(d["s"])
         return s
 
     def row(self, window_s: float | None) -> dict:
@@ -426,12 +426,12 @@ class Collector:
         msgpack unchanged; with a mix, ``models`` is a list of ``[stage, {model: wire}]``.
         """
         delta = {
-            "totals": self.totals.to_wire(),
-            "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
+            "totals": self.totals.to_message(),
+            "stages": [[k, s.to_message()] for k, s in self.stages.items() if not s.is_empty()],
         }
         if self.slices:  # [stage, slice index, wire]; absent without slices (older masters ignore it)
-            delta["slices"] = [[k, j, s.to_wire()] for (k, j), s in self.slices.items() if not s.is_empty()]
-        models = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
+            delta["slices"] = [[k, j, s.to_message()] for (k, j), s in self.slices.items() if not s.is_empty()]
+        models = [[k, {name: s.to_message() for name, s in by_name.items() if not s.is_empty()}]
                   for k, by_name in self.models.items()]
         if any(by_name for _, by_name in models):
             delta["models"] = [[k, by_name] for k, by_name in models if by_name]
@@ -443,11 +443,11 @@ class Collector:
 
     def merge_delta(self, delta: dict) -> None:
         """Master: add one worker's ``take_delta()``."""
-        self.totals.merge(StageStats.from_wire(delta["totals"]))
+        self.totals.merge(StageStats.from_message(delta["totals"]))
         for k, wire in delta["stages"]:
-            self._stage(int(k)).merge(StageStats.from_wire(wire))
+            self._stage(int(k)).merge(StageStats.from_message(wire))
         for k, j, wire in delta.get("slices", ()):
-            self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_wire(wire))
+            self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_message(wire))
         for k, by_name in delta.get("models", ()):
             for name, wire in by_name.items():
-                self._model(int(k), str(name)).merge(StageStats.from_wire(wire))
+                self._model(int(k), str(name)).merge(StageStats.from_message(wire))

@@ -96,7 +96,7 @@ def ledgers(container: str) -> list[StageStats]:
     if tar.returncode != 0:
         return []
     with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
-        return [StageStats.from_wire(json.loads(t.extractfile(m).read())["totals"])
+        return [StageStats.from_message(json.loads(t.extractfile(m).read())["totals"])
                 for m in t.getmembers() if m.isfile() and m.name.endswith(".json")]
 
 

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from loadgen.server.answers import parse_metrics
+from loadgen.server.replies import parse_metrics
 from tests.support.ports import free_port
 from tests.support.procs import stop_process
 

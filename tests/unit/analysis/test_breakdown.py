@@ -7,11 +7,11 @@ import pytest
 from loadgen.analysis.breakdown import (
     breakdown,
     clock_lines,
+    diagnosis,
     disagreement,
     off_reason,
     populations_agree,
     stack,
-    verdict,
 )
 
 
@@ -68,12 +68,12 @@ def test_sglang_has_no_prefill_histogram_so_the_rest_holds_prefill():
 def test_the_verdict_names_queue_time_when_it_dominates_the_growth():
     a = row(0, 64, client(0.33, 2.34, 0.021), vllm_server(0.2))
     b = row(1, 128, client(2.13, 4.14, 0.021), vllm_server(1.9, prefill=0.2))  # +1.8 s: +1.7 queue, +0.1 prefill
-    line = verdict(a, b)
+    line = diagnosis(a, b)
     assert line.startswith("C=128: TTFT mean +1.8 s (p50 +1.8 s), 94% of it server queue time")
-    # growth spread over parts: no part dominates, no verdict
+    # growth spread over parts: no part dominates, no diagnosis
     c = row(2, 256, client(3.13, 5.14, 0.021), vllm_server(2.4, prefill=0.7))
-    assert verdict(b, c) is None
-    assert verdict(None, b) is None
+    assert diagnosis(b, c) is None
+    assert diagnosis(None, b) is None
 
 
 def test_a_constant_network_delay_is_flagged_as_network_not_client():
@@ -100,7 +100,7 @@ def test_one_line_says_why_the_breakdown_is_off_and_the_flagged_stage_says_why()
     assert clock_lines([plain, {**plain, "index": 1}]) == []  # said once, under the first row
     a = row(0, 64, client(0.33, 2.34, 0.021), vllm_server(0.2))
     b = row(1, 128, client(2.13, 4.14, 0.021), vllm_server(1.9, prefill=0.2))
-    assert clock_lines([a, b]) == ["llm-loadgen: stage 1 " + b["breakdown"]["verdict"]]
+    assert clock_lines([a, b]) == ["llm-loadgen: stage 1 " + b["breakdown"]["diagnosis"]]
 
 
 def test_llamacpp_decode_seconds_per_token_stand_for_the_servers_itl_mean():
@@ -135,7 +135,7 @@ def test_a_proxy_buffering_the_stream_is_seen_on_vllm_under_speculative_decoding
     prev = row(0, 4, client(0.33, 2.34, 0.010, itl_chunk=0.030), server)
     slower = vllm_server(0.2)
     slower["itl"] = part(0.060, 0.060)
-    line = verdict(prev, row(1, 8, client(0.33, 2.34, 0.020, itl_chunk=0.060), slower))
+    line = diagnosis(prev, row(1, 8, client(0.33, 2.34, 0.020, itl_chunk=0.060), slower))
     assert line is not None and "ITL per chunk mean" in line
 
 
@@ -162,7 +162,7 @@ def test_population_tolerance():
 
 
 def test_the_stage_is_flagged_only_when_the_populations_agree():
-    from loadgen.run.results import GuardRecord, StageInfo, stage_row
+    from loadgen.run.results import GuardLog, StageInfo, stage_row
     from loadgen.stats.stage_stats import StageStats
 
     late = StageStats()
@@ -173,7 +173,7 @@ def test_the_stage_is_flagged_only_when_the_populations_agree():
     def flags(server_count: int) -> list[str]:
         server = {"flavor": "vllm", "ttft": {"count": server_count, "mean_s": 0.1, "p50_s": 0.1, "p90_s": 0.1,
                                              "p99_s": 0.1}}
-        return stage_row(StageInfo(0, 1, window_s=10.0, users=1, server=server), late, GuardRecord(), client_row,
+        return stage_row(StageInfo(0, 1, window_s=10.0, users=1, server=server), late, GuardLog(), client_row,
                          False)["flags"]
 
     assert "clocks_disagree" in flags(11)

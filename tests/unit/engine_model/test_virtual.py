@@ -6,8 +6,8 @@ import pytest
 
 from loadgen.engine_model.engine import EngineParams, SimRequest
 from loadgen.engine_model.virtual import VirtualServer
-from loadgen.predict.vsweep import run_sweep, stage_rules
 from loadgen.sim.config import load
+from loadgen.whatif.virtual_sweep import run_sweep, stage_rules
 
 # TPOT(C) = 10 ms + 1 ms x C in lockstep, prefill free (the slo-linear preset's engine)
 LINEAR = EngineParams(kv_tokens=10_000_000, block_size=16, max_running=4096, prefill_chunk_tokens=1_000_000,

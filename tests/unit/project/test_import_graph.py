@@ -131,7 +131,7 @@ def upward_imports(graph, layers=LAYERS, apart=APART) -> list[str]:
         for target, _ in edges:
             theirs = layer_of(target, layers, apart)
             if isinstance(theirs, str) and not isinstance(mine, str) and _sim_user(name):
-                ok = True  # loadgen.predict runs the engine model; the apart ones import nothing back
+                ok = True  # loadgen.whatif runs the engine model; the apart ones import nothing back
             elif isinstance(mine, str) and isinstance(theirs, str):
                 ok = apart.index(theirs) <= apart.index(mine)  # sim runs the engine model, not back
             elif isinstance(mine, str) or isinstance(theirs, str):
@@ -148,15 +148,15 @@ def _sim_user(name: str) -> bool:
 
 
 def test_only_the_sim_users_may_import_the_simulator_and_the_engine_model():
-    graph = {"loadgen.predict.x": [("loadgen.engine_model.engine", False), ("loadgen.sim.config", False)],
+    graph = {"loadgen.whatif.x": [("loadgen.engine_model.engine", False), ("loadgen.sim.config", False)],
              "loadgen.report.y": [("loadgen.engine_model.engine", False)],
-             "loadgen.sim.z": [("loadgen.predict.x", False), ("loadgen.engine_model.engine", False)],
+             "loadgen.sim.z": [("loadgen.whatif.x", False), ("loadgen.engine_model.engine", False)],
              "loadgen.engine_model.w": [("loadgen.sim.z", False)]}
     assert upward_imports(graph) == [
         "loadgen.engine_model.w -> loadgen.sim.z (layer loadgen.engine_model imports layer loadgen.sim)",
         f"loadgen.report.y -> loadgen.engine_model.engine (layer {layer_of('loadgen.report.y')} imports layer "
         "loadgen.engine_model)",
-        f"loadgen.sim.z -> loadgen.predict.x (layer loadgen.sim imports layer {layer_of('loadgen.predict.x')})"]
+        f"loadgen.sim.z -> loadgen.whatif.x (layer loadgen.sim imports layer {layer_of('loadgen.whatif.x')})"]
 
 
 def test_the_layer_check_finds_an_upward_import():

@@ -15,7 +15,7 @@ from loadgen.repeat.gate import (
     parse_fail_on,
     regressions,
 )
-from loadgen.repeat.summary import answer_lines, answer_text, format_repeat_table, repeat_summary
+from loadgen.repeat.summary import finding_lines, finding_text, format_repeat_table, repeat_summary
 
 
 def _summary(tput: dict[int, float], ttft: float, knee: int | None, slo: int | None = None) -> dict:
@@ -41,24 +41,24 @@ def test_repeat_summary_keeps_each_repetition_and_intervals():
     iv = stage["metrics"]["output_tokens_per_s"]
     assert len(iv["values"]) == 4 and iv["low"] < iv["mid"] < iv["high"]
     assert iv["low"] < 1600 < iv["high"]  # 1 % noise over 4 repetitions around the true 1600
-    knee = rep["answers"]["knee"]
+    knee = rep["findings"]["knee"]
     assert (knee["mid"], knee["low"], knee["high"], knee["confidence"]) == (16, 16, 32, 0.875)
-    assert rep["answers"]["kv_max"]["values"] == [512] * 4
+    assert rep["findings"]["kv_max"]["values"] == [512] * 4
 
 
 def test_answer_text_says_the_range_and_its_confidence():
-    assert answer_text({"mid": 56, "low": 48, "high": 64, "confidence": 0.75, "n": 3, "of": 3}, False) == \
+    assert finding_text({"mid": 56, "low": 48, "high": 64, "confidence": 0.75, "n": 3, "of": 3}, False) == \
         "C=56 (48–64, 75 %: the range of 3)"
-    assert answer_text({"mid": 56, "low": 48, "high": 64, "confidence": 0.979, "n": 10, "of": 10}, False) == \
+    assert finding_text({"mid": 56, "low": 48, "high": 64, "confidence": 0.979, "n": 10, "of": 10}, False) == \
         "C=56 (48–64, 98 %)"
-    assert "found in 2 of 3" in answer_text({"mid": 4, "low": 4, "high": 8, "confidence": 0.5, "n": 2, "of": 3}, True)
-    assert answer_text({"mid": None, "low": None, "high": None, "confidence": None, "n": 0, "of": 3},
+    assert "found in 2 of 3" in finding_text({"mid": 4, "low": 4, "high": 8, "confidence": 0.5, "n": 2, "of": 3}, True)
+    assert finding_text({"mid": None, "low": None, "high": None, "confidence": None, "n": 0, "of": 3},
                        False).startswith("none")
 
 
 def test_console_lines():
     rep = _repeat(np.random.default_rng(2), 1.0)
-    lines = answer_lines(rep)
+    lines = finding_lines(rep)
     assert lines[0].startswith("knee") and "C=16 (16–32, 88 %: the range of 4)" in lines[0]
     table = format_repeat_table(rep)
     assert "4 repetitions" in table and "Output tok/s" in table
@@ -84,13 +84,13 @@ def test_gate_fails_on_a_ten_percent_throughput_drop():
     rng = np.random.default_rng(3)
     base, cand = _repeat(rng, 1.0), _repeat(rng, 0.9)
     rules = parse_fail_on("output_tokens_per_s:-5%")
-    verdicts = gate(base, cand, rules)
-    failed = regressions(verdicts)
+    changes = gate(base, cand, rules)
+    failed = regressions(changes)
     assert {v.load for v in failed} == {4, 16, 64}
-    assert all(v.verdict == "worse" and v.change == pytest.approx(-0.1, abs=0.02) for v in failed)
-    ttft = [v for v in verdicts if v.key == "ttft_p50_s"]
+    assert all(v.assessment == "worse" and v.change == pytest.approx(-0.1, abs=0.02) for v in failed)
+    ttft = [v for v in changes if v.key == "ttft_p50_s"]
     assert all(v.failed is None for v in ttft)
-    assert "FAIL output_tokens_per_s:-5%" in format_gate(verdicts, rules, "concurrency", ("output_tokens_per_s",))
+    assert "FAIL output_tokens_per_s:-5%" in format_gate(changes, rules, "concurrency", ("output_tokens_per_s",))
 
 
 def test_gate_passes_on_the_same_configuration_and_a_small_drop():
@@ -99,9 +99,9 @@ def test_gate_passes_on_the_same_configuration_and_a_small_drop():
     rules = parse_fail_on("output_tokens_per_s:-5%")
     assert regressions(gate(base, same, rules)) == []
     small = _repeat(rng, 0.98)  # significant at 1 % noise, but within the 5 % threshold
-    verdicts = gate(base, small, rules)
-    assert regressions(verdicts) == []
-    assert any(v.verdict == "worse" for v in verdicts if v.key == "output_tokens_per_s")
+    changes = gate(base, small, rules)
+    assert regressions(changes) == []
+    assert any(v.assessment == "worse" for v in changes if v.key == "output_tokens_per_s")
 
 
 def test_gate_answers_with_three_repetitions_are_not_distinguishable():
@@ -109,10 +109,10 @@ def test_gate_answers_with_three_repetitions_are_not_distinguishable():
     base = _repeat(rng, 1.0, n=3, knees=(64,))
     cand = _repeat(rng, 1.0, n=3, knees=(16,))
     knee = next(v for v in gate(base, cand, parse_fail_on("knee:-10%")) if v.key == "knee")
-    assert knee.verdict == NOT_DISTINGUISHABLE and knee.failed is None  # p = 0.1 at best with 3 vs 3
+    assert knee.assessment == NOT_DISTINGUISHABLE and knee.failed is None  # p = 0.1 at best with 3 vs 3
     base4, cand4 = _repeat(rng, 1.0, n=4, knees=(64,)), _repeat(rng, 1.0, n=4, knees=(16,))
     knee = next(v for v in gate(base4, cand4, parse_fail_on("knee:-10%")) if v.key == "knee")
-    assert knee.verdict == "worse" and knee.failed == Rule("knee", -0.1)
+    assert knee.assessment == "worse" and knee.failed == Rule("knee", -0.1)
 
 
 def test_gate_refuses_a_rate_sweep_against_a_concurrency_sweep():
@@ -145,7 +145,7 @@ def test_report_compare_exit_codes_on_repeat_folders(tmp_path, capsys):
     assert main(["compare", str(base), str(slow), *rule, *out]) == EXIT_REGRESSION
     assert "FAIL output_tokens_per_s:-5%" in (tmp_path / "gate" / "gate.txt").read_text()
     assert main(["compare", str(base), str(same), *rule, *out]) == EXIT_OK
-    assert main(["compare", str(base), str(slow), *out]) == EXIT_OK  # no rule: verdicts only
+    assert main(["compare", str(base), str(slow), *out]) == EXIT_OK  # no rule: changes only
     assert "worse" in capsys.readouterr().out
     assert main(["compare", str(base), str(tmp_path), *rule, *out]) == EXIT_CONFIG  # no repeat.json
     assert main(["compare", str(base), str(slow), "--fail-on", "output_tokens_per_s:+5%", *out]) == EXIT_CONFIG
@@ -167,7 +167,7 @@ def test_repeat_summary_of_rate_sweeps_matches_stages_by_offered_rate():
     assert [s["load"] for s in rep["stages"]] == [2.0, 3.0, 4.0]
     search = rep["stages"][1]["metrics"]["achieved_rate_per_s"]
     assert (search["n"], search["of"], search["values"]) == (1, 2, [2.9, None])
-    lines = answer_lines(rep)
+    lines = finding_lines(rep)
     assert "SLO maximum" in lines[1] and "2.5 req/s (2–3 req/s, 50 %: the range of 2)" in lines[1]
     assert "none (not found in any of 2" in lines[2]
 
@@ -175,5 +175,30 @@ def test_repeat_summary_of_rate_sweeps_matches_stages_by_offered_rate():
 def test_the_kv_bounded_maximum_of_a_rate_sweep_is_a_concurrency():
     summary = {"knee": {"concurrency": None, "rate_per_s": 4.0}, "slo": None, "guard": {"max_concurrency": 512},
                "stages": [{"index": 0, "concurrency": None, "offered_rate_per_s": 4.0, "achieved_rate_per_s": 4.0}]}
-    lines = answer_lines(repeat_summary([summary, summary], [{"folder": "a"}, {"folder": "b"}]))
+    lines = finding_lines(repeat_summary([summary, summary], [{"folder": "a"}, {"folder": "b"}]))
     assert "4 req/s" in lines[0] and "KV-bounded maximum  C=512 (512–512" in lines[-1]
+
+
+def _schema_1(repeat: dict) -> dict:
+    """``repeat`` as the first schema wrote it: its findings under "answers"."""
+    old = {**repeat, "schema": "llm-loadgen-repeat/1", "answers": repeat["findings"]}
+    del old["findings"]
+    old["repetitions"] = [{**{k: v for k, v in r.items() if k != "findings"}, "answers": r["findings"]}
+                          for r in repeat["repetitions"]]
+    return old
+
+
+def test_the_gate_reads_a_schema_1_repeat_folder_as_the_current_one(tmp_path):
+    """repeat.json schema 1 called the findings "answers": the gate between an old and a new folder
+    gives the same assessments as between two new ones."""
+    from loadgen.repeat.gate_command import load_repeat
+    from loadgen.repeat.summary import REPEAT_SCHEMA, upgraded
+
+    rng = np.random.default_rng(3)
+    base, cand = _repeat(rng, 1.0), _repeat(rng, 0.9, knees=(32, 32, 32, 32))
+    old = _write(tmp_path, "old", _schema_1(base))
+    read = load_repeat(old)
+    assert read["schema"] == REPEAT_SCHEMA and read["findings"] == base["findings"] and "answers" not in read
+    assert [r["findings"] for r in read["repetitions"]] == [r["findings"] for r in base["repetitions"]]
+    assert [c.to_dict() for c in gate(read, cand)] == [c.to_dict() for c in gate(base, cand)]
+    assert upgraded(base) is base  # the current schema as it is

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from loadgen.repeat.stats import (
-    answer_interval,
     betainc,
+    finding_interval,
     mean_interval,
     order_interval,
     permutation_p,
@@ -82,15 +82,15 @@ def test_order_interval_confidences():
 
 
 def test_answer_interval_discrete():
-    iv = answer_interval([48, 64, 56])
+    iv = finding_interval([48, 64, 56])
     assert (iv.mid, iv.low, iv.high, iv.confidence) == (56, 48, 64, 0.75)
-    iv = answer_interval([64, 64, 64, 64])
+    iv = finding_interval([64, 64, 64, 64])
     assert (iv.mid, iv.low, iv.high) == (64, 64, 64)
-    iv = answer_interval([8, None, 16])
+    iv = finding_interval([8, None, 16])
     assert (iv.mid, iv.n, iv.of) == (12, 2, 3)
-    ten = answer_interval([1, 2, 3, 4, 5, 6, 7, 8, 9, 100])
+    ten = finding_interval([1, 2, 3, 4, 5, 6, 7, 8, 9, 100])
     assert (ten.low, ten.high) == (2, 9)  # the outlier is outside the 97.9 % order interval
-    assert answer_interval([None, None]).mid is None
+    assert finding_interval([None, None]).mid is None
 
 
 def test_welch_by_hand_and_known_p():

@@ -163,3 +163,18 @@ def test_report_build_and_compare_take_the_parent_and_survive_a_closed_pipe(tmp_
                        "#2 http://10.0.0.13:8000 (vllm)")
     assert head[1:] == ["#1 = r1", "#2 = r2"] and other.is_dir()
     assert (out / "compare.html").is_file()  # written after the table whose reader had gone
+
+
+def test_a_summary_of_an_older_version_is_read_under_the_current_key_names(tmp_path):
+    """A stage's ``breakdown.verdict`` (before the word meant only a yes/no on a stage) is read as
+    ``breakdown.diagnosis``; a summary that has the new key keeps it."""
+    from loadgen.run_folder.summary_file import SCHEMA
+
+    old = {"schema": SCHEMA, "stages": [{"index": 0, "breakdown": {"verdict": "TTFT grew: queue"}},
+                                        {"index": 1, "breakdown": {"diagnosis": "new", "verdict": "old"}},
+                                        {"index": 2}]}
+    (tmp_path / "summary.json").write_text(json.dumps(old))
+    stages = load_summary(tmp_path)["stages"]
+    assert stages[0]["breakdown"] == {"diagnosis": "TTFT grew: queue"}
+    assert stages[1]["breakdown"] == {"diagnosis": "new", "verdict": "old"}
+    assert stages[2] == {"index": 2}

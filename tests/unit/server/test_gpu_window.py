@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.server.answers import parse_metrics
 from loadgen.server.gpu_window import ENERGY_MJ, GpuReading, GpuSample, gpu_samples, window_gpu
+from loadgen.server.replies import parse_metrics
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm" / "metrics.txt"
 SPLIT = "# ---- scrape at the window's close"

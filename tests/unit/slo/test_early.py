@@ -207,14 +207,14 @@ def test_the_simulation_catches_a_rule_that_ignores_running_requests_and_repeate
 # --- the stage row -----------------------------------------------------------------------------------
 
 def test_the_row_keeps_its_final_verdict_and_says_when_the_early_one_disagrees():
-    from loadgen.run.results import GuardRecord, StageInfo, stage_row, stage_warnings
+    from loadgen.run.results import GuardLog, StageInfo, stage_row, stage_warnings
 
     stats = StageStats()
     stats.requests_ok, stats.slo.judged, stats.slo.met = 10, 10, 5  # 50 % met: fails 0.9
     obj = Objectives(tpot_s=1, attainment=0.9, early_stop=True)
     said = EarlyStop(obj).decide(LiveCounts(64, 64, 0))  # what a stale view could have decided
     info = StageInfo(0, 4, window_s=2.0, users=4, early=said)
-    row = stage_row(info, stats, GuardRecord(), {}, False, objectives=obj)
+    row = stage_row(info, stats, GuardLog(), {}, False, objectives=obj)
     early = row["slo"]["early_stop"]
     assert row["slo"]["pass"] is False and "slo_early" in row["flags"] and "slo_fail" in row["flags"]
     assert early["verdict"] == "pass" and early["agrees"] is False and early["confidence"] == 0.95

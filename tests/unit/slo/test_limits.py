@@ -10,8 +10,8 @@ import pytest
 
 from loadgen.config import ConfigError, build_scenario
 from loadgen.errors import OVERLOAD_503
-from loadgen.report.slo_line import answer_line
-from loadgen.run.results import GuardRecord, StageInfo, slo_outcomes, stage_row, stage_warnings, summary_slo
+from loadgen.report.slo_line import slo_line
+from loadgen.run.results import GuardLog, StageInfo, slo_outcomes, stage_row, stage_warnings, summary_slo
 from loadgen.slo.limits import PRESETS, LimitKey, judge, parse_limit_key, stage_limits
 from loadgen.slo.objectives import Objectives
 from loadgen.stats.records import RequestResult
@@ -107,7 +107,7 @@ def test_the_verdict_on_merged_histograms_equals_the_verdict_on_one():
     parts = [list(rng.lognormal(-2, 1, n)) for n in (10, 300, 57)]
     merged = StageStats()
     for p in parts:
-        merged.merge(StageStats.from_wire(_stats(p).to_wire()))  # as a master merges worker reports
+        merged.merge(StageStats.from_message(_stats(p).to_message()))  # as a master merges worker reports
     whole = _stats([v for p in parts for v in p])
     limits = [("ttft_p50_s", 0.15), ("ttft_p99_s", 1.0), ("ttft_p90_s", 0.4)]
     assert judge(merged, limits) == judge(whole, limits)
@@ -152,7 +152,7 @@ def _row(obj: Objectives, ttfts: list[float], failed: int = 0, c: int = 8) -> di
     for _ in range(failed):
         col.record_result(_result(False, None), 0, 10, 20, obj)
     col.add_window_tokens(0, 400)
-    return stage_row(StageInfo(0, c, window_s=4.0, users=c), col.stages[0], GuardRecord(), CLIENT, False,
+    return stage_row(StageInfo(0, c, window_s=4.0, users=c), col.stages[0], GuardLog(), CLIENT, False,
                      objectives=obj)
 
 
@@ -180,7 +180,7 @@ def test_the_search_reads_the_combined_verdict_and_the_answer_names_the_limits()
     sc = build_scenario({"slo": {"tpot_s": 1.0, "attainment": 0.9, "search": True, "ttft_p99_s": 0.5}})
     answer = summary_slo(rows, sc.slo)
     assert answer["limits"] == {"ttft_p99_s": 0.5} and answer["bracket"] == [8, 16]
-    line = answer_line(answer)
+    line = slo_line(answer)
     assert line.startswith("SLO: max concurrency C=8 (ttft_p99_s <= 0.5, tpot_s <= 1 for 90% of requests held")
     only = dict(answer, objectives={}, bracket=[None, 8])
-    assert answer_line(only).startswith("SLO: no stage met ttft_p99_s <= 0.5, 90% of requests ok (max")
+    assert slo_line(only).startswith("SLO: no stage met ttft_p99_s <= 0.5, 90% of requests ok (max")

@@ -9,9 +9,9 @@ import orjson
 import pytest
 
 from loadgen.errors import OVERLOAD_503
-from loadgen.report.slo_line import answer_line
+from loadgen.report.slo_line import slo_line
 from loadgen.slo.objectives import Objectives, SloCounts, request_verdict, stage_slo
-from loadgen.slo.search import bracket, next_search_concurrency, slo_answer
+from loadgen.slo.search import bracket, next_search_concurrency, slo_summary
 from loadgen.stats.records import RequestRecord
 
 
@@ -99,11 +99,11 @@ def test_merge_is_exact_over_wire_forms():
         whole.add(r, OBJ)
     merged = SloCounts()
     for p, codec in zip(parts, (json, msgpack, json), strict=True):
-        wire = codec.loads(codec.dumps(p.to_wire()))
-        merged.merge(SloCounts.from_wire(wire))
+        wire = codec.loads(codec.dumps(p.to_message()))
+        merged.merge(SloCounts.from_message(wire))
     assert merged == whole and merged.met > 0
     with pytest.raises(ValueError, match="bogus"):
-        SloCounts.from_wire({"b": {"bogus": 1}})
+        SloCounts.from_message({"b": {"bogus": 1}})
 
 
 def test_bracket():
@@ -125,7 +125,7 @@ def test_search_bisects_to_resolution():
     lo, hi = bracket(outcomes)
     assert searched == [48, 40, 36, 34]  # 32..64 -> 32..48 -> 32..40 -> 32..36 -> 34..36
     assert (lo, hi) == (34, 36) and hi - lo <= 0.1 * lo
-    ans = slo_answer(outcomes, obj, searched)
+    ans = slo_summary(outcomes, obj, searched)
     assert ans["max_concurrency"] == lo and ans["search"]["converged"] and ans["search"]["stages"] == searched
 
 
@@ -135,7 +135,7 @@ def test_search_respects_stage_budget_and_switch():
     obj = Objectives(tpot_s=1, search=True, max_search_stages=1)
     assert next_search_concurrency(outcomes, obj, 0) == 48
     assert next_search_concurrency(outcomes + [(48, True)], obj, 1) is None
-    assert not slo_answer(outcomes + [(48, True)], obj, [48])["search"]["converged"]
+    assert not slo_summary(outcomes + [(48, True)], obj, [48])["search"]["converged"]
 
 
 def test_nothing_to_search_when_open_or_none_passed():
@@ -147,7 +147,7 @@ def test_nothing_to_search_when_open_or_none_passed():
 
 def test_answer_lines_say_it_plainly():
     obj = Objectives(tpot_s=1)
-    assert "none" in answer_line(slo_answer([(1, False)], obj, []))
-    assert "above C=8" in answer_line(slo_answer([(4, True), (8, True)], obj, []))
-    line = answer_line(slo_answer([(4, True), (8, False)], obj, []))
+    assert "none" in slo_line(slo_summary([(1, False)], obj, []))
+    assert "above C=8" in slo_line(slo_summary([(4, True), (8, True)], obj, []))
+    line = slo_line(slo_summary([(4, True), (8, False)], obj, []))
     assert "C=4" in line and "C=8 did not" in line and "99%" in line

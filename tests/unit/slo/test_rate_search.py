@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loadgen.config import build_scenario
 from loadgen.phases import Phase
-from loadgen.report.slo_line import answer_line
+from loadgen.report.slo_line import slo_line
 from loadgen.run.kv_guard import decide_rate
 from loadgen.run.plan import GuardDecided, Observation, PhaseStarted, SweepDone, SweepPlan, WindowClosed
 from loadgen.run.results import summary_slo
@@ -91,7 +91,7 @@ def test_the_answer_of_a_rate_search_is_said_in_requests_per_s():
     answer = summary_slo(rows, sc.slo, "offered_rate_per_s")
     assert answer["load"] == "rate_per_s" and answer["bracket"] == [20.0, 24.0]
     assert answer["search"]["stages"] == [24.0, 20.0] and answer["search"]["converged"] is False
-    line = answer_line(answer)
+    line = slo_line(answer)
     assert line.startswith("SLO: max rate 20 req/s (99% of requests met tpot_s <= 0.045; 24 req/s did not;")
     assert "search stages 24, 20 req/s (search stopped at slo.max_search_stages" in line
 

@@ -220,10 +220,10 @@ def test_stage_stats_wire_round_trip_json():
         s.add_result(ok_result(rng), 100, 64)
     s.add_result(failed_result(STREAM_ERROR), 100, 64)
     s.window_output_tokens = 123
-    back = StageStats.from_wire(json.loads(json.dumps(s.to_wire())))
+    back = StageStats.from_message(json.loads(json.dumps(s.to_message())))
     assert back == s and back.row(2.0) == s.row(2.0)
     with pytest.raises(ValueError):
-        StageStats.from_wire({"c": {"bogus": 1}})
+        StageStats.from_message({"c": {"bogus": 1}})
 
 
 def test_merge_is_addition():
@@ -281,11 +281,11 @@ def test_slo_verdict_counted_once_in_totals_and_stage_and_the_metric_table_agree
     assert row["goodput_requests_per_s"] == answer["goodput_requests_per_s"] == pytest.approx(200 * met / measured)
     assert row["goodput_output_tokens_per_s"] == answer["goodput_output_tokens_per_s"] \
         == pytest.approx(200 * 40 * met / measured)
-    back = StageStats.from_wire(json.loads(json.dumps(st.to_wire())))
+    back = StageStats.from_message(json.loads(json.dumps(st.to_message())))
     assert back == st and back.slo == st.slo
     plain = Collector()  # objectives without a threshold: no accounting at all
     plain.record_result(results[0], 0, 100, 40, Objectives())
-    assert plain.stages[0].slo.judged == 0 and "s" not in plain.stages[0].to_wire()
+    assert plain.stages[0].slo.judged == 0 and "s" not in plain.stages[0].to_message()
 
 
 def test_open_loop_counters_merge_and_peak_merges_by_max():

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from loadgen.engine_model.engine import EngineParams
-from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import StageRecord, Timing, run_sweep, spawn_offsets, stage_rules
-from loadgen.predict.vworkload import VirtualWorkload
-from loadgen.predict.whatif import WhatIf, predict
 from loadgen.run.kv_guard import decide, max_fitting_concurrency, max_fitting_concurrency_of
 from loadgen.sim.config import load
+from loadgen.whatif.rows import stage_row
+from loadgen.whatif.summary import WhatIf, predict
+from loadgen.whatif.virtual_sweep import Timing, VirtualStage, run_sweep, spawn_offsets, stage_rules
+from loadgen.whatif.virtual_workload import VirtualWorkload
 from loadgen.workload.arrivals import ArrivalSpec
 from loadgen.workload.asks import PromptMaker, Workload
 from loadgen.workload.dataset import DatasetRequest, share
@@ -31,7 +31,7 @@ UNIFORM_OUT = LengthDist("uniform", min=50, max=150)
 LOGNORMAL_IN = LengthDist("lognormal", mean=2000, std=600, min=200, max=4000)
 
 
-def _sent(rec: StageRecord) -> list[tuple[int, int]]:
+def _sent(rec: VirtualStage) -> list[tuple[int, int]]:
     """(input, output) of each request measured in the stage (output: the tokens it received)."""
     return [(t.input_tokens, t.tokens) for t in rec.requests if t.done]
 
@@ -144,7 +144,7 @@ def test_rows_count_each_request_s_own_tokens():
                    done=True, rejected=rejected, input_tokens=n_in)
         return t
 
-    rec = StageRecord(0, 3, None, window_s=2.0, window_tokens=30,
+    rec = VirtualStage(0, 3, None, window_s=2.0, window_tokens=30,
                       requests=[timing(100, [1, 4]), timing(2500, [1, 9, 10]), timing(700, [], rejected=True)])
     for t in rec.requests:  # as each finishes in the virtual run: the run's StageStats of its RequestResult
         rec.stats.add_result(t.result(), t.input_tokens, t.output_tokens)
@@ -161,7 +161,7 @@ def test_a_two_mode_ttft_p50_is_a_value_a_request_had_as_a_run_reports_it():
     the sample of rank ceil(0.5 x 20) = 10, the slowest of the fast half; numpy's interpolated
     median (1.6 s) is a TTFT no request had (llama.cpp, 1024-token prompts on 4 slots at C = 4)."""
     fast, slow = [1.0 + 0.007 * i for i in range(10)], [2.1 + 0.006 * i for i in range(10)]
-    rec = StageRecord(0, 4, None, window_s=30.0, window_tokens=1280,
+    rec = VirtualStage(0, 4, None, window_s=30.0, window_tokens=1280,
                       requests=[Timing(0.0, 0, chunk_t=[t, t + 0.5], chunk_n=[1, 63], done=True, input_tokens=1024)
                                 for t in slow + fast])
     for t in rec.requests:
@@ -185,7 +185,7 @@ def test_after_a_refused_request_the_user_pauses_as_the_scenario_says(pause_s, t
     """One user: a request refused 400 at once, and the next one sent request.client_error_pause_s
     later (the scenario's value, as a run's user sleeps it), not a fixed second."""
     from loadgen.config.build import build_scenario
-    from loadgen.predict.scenario import whatif_of
+    from loadgen.whatif.scenario import whatif_of
 
     sc = build_scenario({"output": {"dist": "uniform", "min": 10, "max": 300},
                          "request": {"client_error_pause_s": pause_s}})

@@ -114,8 +114,8 @@ def test_a_trace_is_one_rate_stage_whose_lines_arrive_at_their_times(tmp_path):
     line arrives at its own time from the stage's start, the trace starting over one period later."""
     from loadgen.config import load_scenario
     from loadgen.engine_model.engine import EngineParams
-    from loadgen.predict.scenario import whatif_of
-    from loadgen.predict.vsweep import run_sweep
+    from loadgen.whatif.scenario import whatif_of
+    from loadgen.whatif.virtual_sweep import run_sweep
 
     lines = [(0, 300, 4), (400, 900, 2), (1500, 100, 6)]  # (ms, input, output)
     path = tmp_path / "trace.jsonl"

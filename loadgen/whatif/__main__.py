@@ -5,7 +5,7 @@
         --replicas 2 --stages 1,4,16,64,256,1024 --slo ttft_s=2,tpot_s=0.03 --out results/whatif
     llm-loadgen whatif mine.yaml --scenario my-sweep.yaml --set output.max=300 --kv-tokens 262144
 
-(``python -m loadgen.predict calibrate|whatif ...`` is the same command: ``loadgen.cli`` hands
+(``python -m loadgen.whatif calibrate|whatif ...`` is the same command: ``loadgen.cli`` hands
 these two subcommands to ``main`` here.) ``calibrate`` writes the preset (a ``loadgen/sim/presets``
 YAML, the fit in its comments; also usable with ``llm-loadgen sim --preset mine.yaml``),
 ``<preset>.fit.json`` (the fit, each equation's measured and model value, and the per-stage
@@ -13,7 +13,7 @@ residuals of the preset's prediction of the calibration run itself) and ``<prese
 ``<preset>.fit.html`` (the fit plot, ``loadgen.report.fit_plot``, and its page). ``whatif`` prints
 the predicted stage table, knee, SLO maximum and KV ceiling, and the one real stage to run to
 confirm; ``--scenario FILE`` predicts the sweep that scenario would run (its stages or rates, plan,
-length distributions or dataset, arrivals, SLO; ``loadgen.predict.scenario``), read by the run's
+length distributions or dataset, arrivals, SLO; ``loadgen.whatif.scenario``), read by the run's
 loader with ``--set`` and then the whatif's flags laid over it; with ``--out`` also summary.json (with the calibration's fit.json as ``calibration``) and
 report.html with the fit plot, every one marked predicted. Exit 2 on a bad option or a run that
 cannot be calibrated.
@@ -31,10 +31,6 @@ import yaml
 
 from loadgen.config import StagesConfig, build_scenario
 from loadgen.errors import ConfigError
-from loadgen.predict.calibrate import CalibrationError, fit, residuals
-from loadgen.predict.calibrate import accept_distribution as spec_for
-from loadgen.predict.vsweep import stage_rules
-from loadgen.predict.whatif import NOTE, WhatIf, predict
 from loadgen.report.files import write_results
 from loadgen.report.predicted_html import render_fit_html
 from loadgen.report.table import format_stage_table
@@ -44,6 +40,10 @@ from loadgen.run_folder.summary_file import load_summary
 from loadgen.server.start_check import StartRefused
 from loadgen.sim.config import SimConfigError, load, set_value, validate
 from loadgen.slo.objectives import Objectives
+from loadgen.whatif.calibrate import CalibrationError, fit, residuals
+from loadgen.whatif.calibrate import accept_distribution as spec_for
+from loadgen.whatif.summary import NOTE, WhatIf, predict
+from loadgen.whatif.virtual_sweep import stage_rules
 
 
 def _stages(scenario: dict) -> StagesConfig:
@@ -174,7 +174,7 @@ def scenario_whatif(args: argparse.Namespace, **changes) -> tuple[WhatIf, list[s
     """The WhatIf of ``--scenario`` with ``--set`` laid over it, then the whatif's own flags (the
     run's loader: ``loadgen.config.scenario_from_options``, so an error names the key and the flag)."""
     from loadgen.config import scenario_from_options
-    from loadgen.predict.scenario import whatif_of
+    from loadgen.whatif.scenario import whatif_of
 
     given = {k: getattr(args, k) for k in (*AS_RUN_OPTION, *AS_SCENARIO_KEY, "slo") if getattr(args, k) is not None}
     sets = list(args.set or [])
@@ -258,7 +258,7 @@ def whatif(args: argparse.Namespace) -> int:
     return 0
 
 
-def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
+def parser(prog: str = "python -m loadgen.whatif") -> argparse.ArgumentParser:
     """The one parser of ``calibrate`` and ``whatif``; ``llm-loadgen`` passes its own name as ``prog``."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -307,7 +307,7 @@ def parser(prog: str = "python -m loadgen.predict") -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m loadgen.predict") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m loadgen.whatif") -> int:
     args = parser(prog).parse_args(argv)
     try:
         if args.cmd == "calibrate":

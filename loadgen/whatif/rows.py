@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadgen.errors import HTTP_4XX, OVERLOAD_503
-from loadgen.run.results import GuardRecord, StageInfo
+from loadgen.run.results import GuardLog, StageInfo
 from loadgen.run.results import stage_row as run_stage_row
 from loadgen.slo.early import EarlyVerdict
 from loadgen.slo.objectives import Objectives
@@ -84,7 +84,7 @@ class Timing:
 
 
 @dataclass
-class StageRecord:
+class VirtualStage:
     """What the virtual run saw of one stage: its load, window, measured requests and their
     statistics (``stats``: as the run's collector counts them)."""
 
@@ -115,7 +115,7 @@ class StageRecord:
         return st
 
 
-def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = None) -> dict:
+def stage_row(rec: VirtualStage, kv_tokens: int, objectives: Objectives | None = None) -> dict:
     """The predicted summary.json row of one virtual stage: the run's ``stage_row`` of its
     statistics (SLO, search and early-stop fields and flags included), marked predicted."""
     info = StageInfo(rec.index, rec.concurrency, window_s=rec.window_s, users=rec.concurrency,
@@ -124,7 +124,7 @@ def stage_row(rec: StageRecord, kv_tokens: int, objectives: Objectives | None = 
                              "kv_usage_max": rec.peak_kv_tokens / kv_tokens if kv_tokens else None},
                      search=rec.search, rate_per_s=rec.rate_per_s, early=rec.early)
     unfinished = sum(1 for t in rec.requests if not t.done)  # still running when the prediction stopped
-    row = run_stage_row(info, rec.window_counts(), GuardRecord(), {}, False, unfinished or None,
+    row = run_stage_row(info, rec.window_counts(), GuardLog(), {}, False, unfinished or None,
                         objectives=objectives)
     row["predicted"] = True
     row["flags"].insert(0, PREDICTED_FLAG)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from loadgen.engine_model.engine import EngineParams, batch_cost_s
-from loadgen.predict.calibrate import (
+from loadgen.whatif.calibrate import (
     LLAMACPP_N_BATCH,
     MIN_STEP_BASE_MS,
     accept_distribution,
@@ -21,8 +21,8 @@ from loadgen.predict.calibrate import (
     residuals,
     stage_accept_length,
 )
-from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import run_sweep, stage_rules
+from loadgen.whatif.rows import stage_row
+from loadgen.whatif.virtual_sweep import run_sweep, stage_rules
 
 HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
                       step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,

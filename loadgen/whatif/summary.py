@@ -1,7 +1,7 @@
 """A what-if sweep: a calibrated preset with changes -> the predicted summary (stages, knee, SLO, KV).
 
 Pure: the preset arrives as a ``SimConfig``, the result is a summary.json-shaped dict; the command
-line (``loadgen.predict.__main__``) reads and writes the files. Everything it builds says it is
+line (``loadgen.whatif.__main__``) reads and writes the files. Everything it builds says it is
 predicted: ``predicted`` at the top and on every row, the flag ``predicted``, and a note.
 
 Replicas behind a round-robin router: each replica is its own engine (the preset's), and the
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from loadgen.analysis.knee import find_knee, find_rate_knee
 from loadgen.config import Scenario, StagesConfig, build_scenario
 from loadgen.config.schema import LengthConfig
-from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import ERROR_PAUSE_S, TICK_S, StageRecord, run_sweep, stage_rules
-from loadgen.predict.vworkload import VirtualWorkload
-from loadgen.run.results import GuardRecord, RunFacts, build_summary
-from loadgen.server.answers import Capacity
+from loadgen.run.results import GuardLog, RunFacts, build_summary
+from loadgen.server.replies import Capacity
 from loadgen.sim.config import SimConfig
 from loadgen.slo.objectives import Objectives
 from loadgen.stats.stage_stats import StageStats
+from loadgen.whatif.rows import stage_row
+from loadgen.whatif.virtual_sweep import ERROR_PAUSE_S, TICK_S, VirtualStage, run_sweep, stage_rules
+from loadgen.whatif.virtual_workload import VirtualWorkload
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
         "measured run (llm-loadgen calibrate); confirm the one stage it suggests with a real run.")
@@ -48,7 +48,7 @@ class WhatIf:
     knee_threshold: float = 0.10
     spread: int = 0  # extra runs with other seeds, engine speeds and client jitters: how sure the prediction is
     # what each request asks for and when open-loop requests arrive; None: input_tokens / output_tokens
-    # fixed, constant gaps (loadgen.predict.vworkload)
+    # fixed, constant gaps (loadgen.whatif.virtual_workload)
     workload: VirtualWorkload | None = None
     scenario: dict | None = None  # the scenario file predicted (Scenario.to_dict()), for the summary
     tick_s: float = TICK_S  # how often the plan is ticked (the sweep shape's 1 s; 0: after every engine step)
@@ -84,12 +84,12 @@ def _split(load: float, replicas: int, open_loop: bool) -> list[float]:
     return [c // replicas + (1 if i < c % replicas else 0) for i in range(replicas)]
 
 
-def _merge(parts: list[StageRecord]) -> StageRecord:
+def _merge(parts: list[VirtualStage]) -> VirtualStage:
     """One stage over the replicas: requests pooled, throughput summed (each over its own window)."""
     live = [p for p in parts if p.window_s]
     window = max((p.window_s for p in live), default=0.0)
     first = parts[0]
-    rec = StageRecord(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
+    rec = VirtualStage(first.index, None if first.concurrency is None else sum(p.concurrency for p in parts),
                       None if first.rate_per_s is None else sum(p.rate_per_s for p in parts), 0.0, window,
                       search=first.search, early=first.early)
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
@@ -162,7 +162,7 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
     params = cfg.engine_params()
     lanes = list(zip(*[_split(x, w.replicas, w.open_loop) for x in w.loads], strict=True))
     wl = w.requests
-    cache: dict[tuple, list[StageRecord]] = {}
+    cache: dict[tuple, list[VirtualStage]] = {}
     per_lane = []
     for part, lane in enumerate(lanes):
         # replicas with the same load play the same sweep unless their draws differ (their own streams)
@@ -185,7 +185,7 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
 PREDICTED_CAPACITY = "predicted: preset kv_tokens x replicas"
 
 
-def _summary(cfg: SimConfig, w: WhatIf, records: list[StageRecord], rows: list[dict], knee) -> dict:
+def _summary(cfg: SimConfig, w: WhatIf, records: list[VirtualStage], rows: list[dict], knee) -> dict:
     """The run's own summary.json (``loadgen.run.results.build_summary``) of the predicted stages,
     marked predicted (``predicted`` at the top and on ``run`` and ``server``), with what a what-if
     adds: what was predicted of the scenario, the stage to confirm and the notes."""
@@ -198,7 +198,7 @@ def _summary(cfg: SimConfig, w: WhatIf, records: list[StageRecord], rows: list[d
     totals = StageStats()  # the measured requests of every stage (warmup requests are not counted)
     for rec in records:
         totals.merge(rec.stats)
-    summary = build_summary(run, sc, capacity, GuardRecord(), rows, knee, totals, dataset=list(wl.dataset) or None)
+    summary = build_summary(run, sc, capacity, GuardLog(), rows, knee, totals, dataset=list(wl.dataset) or None)
     summary["predicted"] = summary["run"]["predicted"] = summary["server"]["predicted"] = True
     summary["scenario"].update(_predicted_of(w, wl))
     summary["guard"]["per_request_tokens"] = "loadgen.workload.mix: mean + 2.326 x std / sqrt(C), at most the longest"
@@ -215,19 +215,19 @@ def _predicted_of(w: WhatIf, wl: VirtualWorkload) -> dict:
 
 
 def _lane(params, loads: list[float], w: WhatIf, jitter_s: float, part: int = 0,
-          max_model_len: int | None = None) -> list[StageRecord]:
+          max_model_len: int | None = None) -> list[VirtualStage]:
     """One replica's sweep, played by the run's plan; a replica with no users in a stage records an
     empty stage; the SLO search's stages (judged on the replica's own requests) come after the listed ones."""
     busy = [k for k, x in enumerate(loads) if x > 0]
 
-    def judge(rec: StageRecord) -> bool | None:
+    def judge(rec: VirtualStage) -> bool | None:
         slo = stage_row(rec, params.kv_tokens, w.objectives).get("slo")
         return None if slo is None or slo["attainment"] is None else slo["pass"]
 
     recs = run_sweep(params, [loads[k] for k in busy], w.input_tokens, w.output_tokens, w.stages, w.objectives,
                      w.open_loop, jitter_s, w.requests, part, w.replicas, max_model_len, w.tick_s,
                      w.client_error_pause_s, judge if w.objectives.enabled else None)
-    out = [StageRecord(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
+    out = [VirtualStage(k, 0 if not w.open_loop else None, None if not w.open_loop else 0.0) for k in range(len(loads))]
     for k, rec in zip(busy, recs, strict=False):
         rec.index = k
         out[k] = rec

@@ -1,6 +1,6 @@
 """Fit the simulator's engine to a measured sweep: summary.json's stage rows -> an engine preset.
 
-Pure (the summary is passed in; ``loadgen.predict.__main__`` reads and writes the files). The model
+Pure (the summary is passed in; ``loadgen.whatif.__main__`` reads and writes the files). The model
 is the engine's own (``loadgen.engine_model.engine``): one step = a + b x batch + p x prefill tokens in the
 step, each decode step emitting L tokens per running request on average. Linear in the batch
 because a decode step's cost is the weights' read (a) plus per-sequence attention and sampling (b);

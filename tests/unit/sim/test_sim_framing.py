@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadgen.sim import wire
+from loadgen.sim import framing
 from loadgen.sim.httpio import HTTPError, RequestReader
 from loadgen.sim.request import BadRequest, parse
 from loadgen.sim.tokens import count_text, generated_text, messages_text
@@ -17,10 +17,10 @@ def events(data: bytes) -> list[bytes]:
     return [e[len(b"data: "):] for e in data[:-2].split(b"\n\n")]
 
 
-def fmt(**kw) -> wire.StreamFormat:
+def fmt(**kw) -> framing.StreamFormat:
     base = dict(chat=False, rid="cmpl-1", created=1, model='m"odel', prompt_tokens=7, flavor="vllm",
                 include_usage=False, continuous_usage=False)
-    return wire.StreamFormat(**{**base, **kw})
+    return framing.StreamFormat(**{**base, **kw})
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -58,17 +58,17 @@ def test_every_template_is_valid_json_with_the_right_fields(chat, flavor, includ
 
 
 def test_error_and_malformed_events():
-    err = json.loads(events(wire.StreamFormat.error_event("boom", "InternalServerError", 500))[0])
+    err = json.loads(events(framing.StreamFormat.error_event("boom", "InternalServerError", 500))[0])
     assert err == {"error": {"message": "boom", "type": "InternalServerError", "code": 500}}
     with pytest.raises(ValueError):
-        json.loads(events(wire.MALFORMED_EVENT)[0])
+        json.loads(events(framing.MALFORMED_EVENT)[0])
 
 
 def test_http_chunk_framing_and_heads():
-    assert wire.http_chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
-    head = wire.head(200, b"text/event-stream", None, keep_alive=True)
+    assert framing.http_chunk(b"x" * 26) == b"1a\r\n" + b"x" * 26 + b"\r\n"
+    head = framing.head(200, b"text/event-stream", None, keep_alive=True)
     assert b"Transfer-Encoding: chunked" in head and head.endswith(b"\r\n\r\n")
-    resp = wire.json_response(429, wire.error_obj(429, "slow down"), keep_alive=False)
+    resp = framing.json_response(429, framing.error_obj(429, "slow down"), keep_alive=False)
     assert resp.startswith(b"HTTP/1.1 429 Too Many Requests\r\n") and b"Connection: close" in resp
     assert json.loads(resp.split(b"\r\n\r\n", 1)[1])["error"]["type"] == "RateLimitError"
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from loadgen.predict.__main__ import main
-from loadgen.predict.vsweep import stage_rules
-from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import PRESET_DIR, load
 from loadgen.slo.objectives import Objectives
+from loadgen.whatif.__main__ import main
+from loadgen.whatif.summary import WhatIf, predict
+from loadgen.whatif.virtual_sweep import stage_rules
 
 # lockstep known answers: users start together, the plan is ticked after every engine step
 PLAN = {"stages": stage_rules(warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20, ramp_s=0), "tick_s": 0}
@@ -86,7 +86,7 @@ def test_spread_brackets_the_prediction_and_is_wide_where_cohorts_form():
 def test_each_spread_run_moves_the_engine_s_speed_by_one_seeded_factor():
     """A spread run scales every step cost by one factor within 1 +- SPREAD_SPEED (the same server
     ran a few % faster or slower between runs), seeded: the same run k draws the same factor."""
-    from loadgen.predict.whatif import SPREAD_SPEED, STEP_COSTS, _reseeded
+    from loadgen.whatif.summary import SPREAD_SPEED, STEP_COSTS, _reseeded
 
     cfg = load("qwen35-397b-8gpu")
     factors = set()

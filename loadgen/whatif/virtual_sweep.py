@@ -14,13 +14,13 @@ and again at once while it has something to say (a rule acts at the instant it h
   (``spawn_offsets``); a user whose request finishes sends the next one at once, as Locust's
   ``wait_time = constant(0)``; a refused request (a 4xx) pauses it ``client_error_pause_s``;
 - open loop: one dispatcher (``users_for``: 1); requests arrive on the stage's seeded schedule
-  (poisson, constant or gamma gaps: ``loadgen.predict.vworkload``) from the tick the stage started;
+  (poisson, constant or gamma gaps: ``loadgen.whatif.virtual_workload``) from the tick the stage started;
 - a request is measured when *sent* in a window, its tokens count toward throughput when they
   *arrive* in it; in the drain no request is sent.
 
 The guard is not played (every stage is allowed): the what-if predicts the KV ceiling beside the
-stages instead (``loadgen.predict.whatif``). Each request asks for the lengths its sender draws
-(``loadgen.predict.vworkload``: the scenario's distributions or dataset lines, seeded as the run
+stages instead (``loadgen.whatif.summary``). Each request asks for the lengths its sender draws
+(``loadgen.whatif.virtual_workload``: the scenario's distributions or dataset lines, seeded as the run
 seeds them; loadgen forces the output length, so the simulator's early-EOS setting plays no part).
 The engine holds each request's own KV (its prompt plus what it generated).
 """
@@ -39,12 +39,12 @@ from loadgen.config.schema import DEFAULTS
 from loadgen.engine_model.engine import EngineParams, SimRequest
 from loadgen.engine_model.virtual import VirtualServer
 from loadgen.phases import Phase
-from loadgen.predict.rows import StageRecord, Timing
-from loadgen.predict.vworkload import Sender, VirtualWorkload
 from loadgen.run import plan as run_plan
 from loadgen.run.kv_guard import GuardDecision
 from loadgen.slo.early import live_counts
 from loadgen.slo.objectives import Objectives, request_verdict
+from loadgen.whatif.rows import Timing, VirtualStage
+from loadgen.whatif.virtual_workload import Sender, VirtualWorkload
 from loadgen.workload.trace import TraceSchedule
 
 TICK_S = 1.0  # the sweep shape's tick (loadgen.locust_face.shape.SweepShape: Locust ticks a shape once a second)
@@ -83,7 +83,7 @@ class _Sweep:
 
     def __init__(self, params: EngineParams, workload: VirtualWorkload, open_loop: bool = False,
                  jitter_s: float = 0.0, part: int = 0, parts: int = 1, max_model_len: int | None = None,
-                 error_pause_s: float = ERROR_PAUSE_S, judge: Callable[[StageRecord], bool | None] | None = None,
+                 error_pause_s: float = ERROR_PAUSE_S, judge: Callable[[VirtualStage], bool | None] | None = None,
                  objectives: Objectives | None = None):
         self.rng, self.jitter_s, self.error_pause_s = random.Random(params.seed), jitter_s, error_pause_s
         self.server = VirtualServer(params, self._on_chunk)
@@ -96,11 +96,11 @@ class _Sweep:
         self.user_of: dict[int, int] = {}  # id(SimRequest) -> user index (closed loop)
         self.users = 0  # users wanted; a user above it stops after its request
         self.starts: list[tuple[float, int]] = []  # closed loop: users still to start (time, user), in order
-        self.schedule = None  # open loop: this stage's arrivals (loadgen.predict.vworkload)
+        self.schedule = None  # open loop: this stage's arrivals (loadgen.whatif.virtual_workload)
         self.stage_t0 = 0.0
         self.due: tuple[float, object] | None = None  # open loop: the next arrival (time, trace line)
-        self.measuring: StageRecord | None = None
-        self.records: list[StageRecord] = []  # every stage the plan started, in order (index = position)
+        self.measuring: VirtualStage | None = None
+        self.records: list[VirtualStage] = []  # every stage the plan started, in order (index = position)
         self.finished = 0  # requests finished in the whole run
         self.finished_of: dict[int, int] = {}  # stage -> its measured requests finished
         self.running_of: dict[int, int] = {}  # stage -> its measured requests still running
@@ -210,7 +210,7 @@ class _Sweep:
             self._next_due()
 
     # -- the plan's adapter ------------------------------------------------------------------------
-    def play(self, plan: run_plan.SweepPlan, tick_s: float) -> list[StageRecord]:
+    def play(self, plan: run_plan.SweepPlan, tick_s: float) -> list[VirtualStage]:
         """Tick ``plan`` on the simulated clock until the sweep is done; the stages it ran."""
         server, checked = self.server, -1
         while True:
@@ -281,7 +281,7 @@ class _Sweep:
         engine = self.server.engine
         if isinstance(ev, run_plan.PhaseStarted) and ev.phase is Phase.RAMP:
             load = ev.concurrency
-            rec = StageRecord(ev.stage, None if self.open_loop else int(load),
+            rec = VirtualStage(ev.stage, None if self.open_loop else int(load),
                               float(load) if self.open_loop else None, search=ev.search)
             self.records.append(rec)
             if self.open_loop:  # the new rate's schedule starts at the stage's tick
@@ -309,7 +309,7 @@ def run_sweep(params: EngineParams, loads: list[float], input_tokens: int = 1000
               stages: StagesConfig | None = None, objectives: Objectives | None = None, open_loop: bool = False,
               jitter_s: float = 0.0, workload: VirtualWorkload | None = None, part: int = 0, parts: int = 1,
               max_model_len: int | None = None, tick_s: float = TICK_S, error_pause_s: float = ERROR_PAUSE_S,
-              judge: Callable[[StageRecord], bool | None] | None = None) -> list[StageRecord]:
+              judge: Callable[[VirtualStage], bool | None] | None = None) -> list[VirtualStage]:
     """Play the stages ``loads`` (concurrencies, or with ``open_loop`` rates in requests/s) on one
     engine as the run's plan runs them (``stages``: the scenario's section, default its defaults;
     ``objectives``: its ``slo``, which isolates the stages and may add search stages and early

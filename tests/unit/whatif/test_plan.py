@@ -10,10 +10,10 @@ import pytest
 
 from loadgen.config import build_scenario
 from loadgen.locust_face.shape import SweepShape
-from loadgen.predict.__main__ import main
-from loadgen.predict.vsweep import _allow, run_sweep, stage_rules
 from loadgen.run.plan import Observation, SweepPlan, WindowClosed, WindowOpened
 from loadgen.sim.config import load
+from loadgen.whatif.__main__ import main
+from loadgen.whatif.virtual_sweep import _allow, run_sweep, stage_rules
 
 LINEAR = load("slo-linear").engine_params()  # TPOT(C) = 10 ms + 1 ms x C in lockstep
 # 2000-token requests live ~28 s at C=4: no request finishes before max_warmup_s + max_window_s
@@ -84,8 +84,8 @@ def test_the_what_if_predicts_the_early_stop(tmp_path):
 def test_spread_runs_match_stages_by_load_when_the_search_differs():
     """--spread with --slo-search: each run's stages are matched by load (a search stage another run
     did not measure has fewer runs), never by position."""
-    from loadgen.predict.whatif import WhatIf, predict
     from loadgen.slo.objectives import Objectives
+    from loadgen.whatif.summary import WhatIf, predict
 
     s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
                                            objectives=Objectives(tpot_s=0.045, search=True), spread=2))
@@ -99,8 +99,8 @@ def test_a_search_stage_above_the_last_one_asks_stopped_users_back():
     """tpot_s = 0.0555 holds for C <= 45: 64 fails, 48 fails, 40 passes, then the search goes up to
     44 (passes; 44..48 is within slo.resolution): the four users stopped at 40 are asked back,
     each once, and the stage runs its 44 with its window on time."""
-    from loadgen.predict.whatif import WhatIf, predict
     from loadgen.slo.objectives import Objectives
+    from loadgen.whatif.summary import WhatIf, predict
 
     s = predict(load("slo-linear"), WhatIf(100, 50, (16, 32, 64), stages=stage_rules(warmup_s=1, duration_s=3),
                                            objectives=Objectives(tpot_s=0.0555, search=True)))

@@ -6,11 +6,11 @@ ConfigError, naming the key, for the same bad input), its dataset by the run's
 resolves it), and a timestamped dataset becomes the run's one rate stage at the trace's mean rate
 (``loadgen.workload.trace.trace_scenario``). What is predicted of it:
 
-- the stages (``stages.*``, played by the run's own plan: ``loadgen.predict.vsweep``) or the rate
+- the stages (``stages.*``, played by the run's own plan: ``loadgen.whatif.virtual_sweep``) or the rate
   stages (``rate.*``: arrival, burstiness, seed);
   a user's pause after a refused request (``request.client_error_pause_s``);
 - the requests: ``input:`` / ``output:`` distributions, or the dataset's lines (``workload.dataset``,
-  ``dataset_order``), seeded by ``prompt.seed`` (``loadgen.predict.vworkload``);
+  ``dataset_order``), seeded by ``prompt.seed`` (``loadgen.whatif.virtual_workload``);
 - the SLO objectives (``slo.*``: isolated stages, each stage's attainment, the search's stages, the
   early stop and the SLO maximum) and the knee threshold (``knee.threshold``).
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import dataclasses
 
 from loadgen.config import ConfigError, Scenario
-from loadgen.predict.vworkload import VirtualWorkload
-from loadgen.predict.whatif import WhatIf
 from loadgen.server.start_check import check_context
+from loadgen.whatif.summary import WhatIf
+from loadgen.whatif.virtual_workload import VirtualWorkload
 from loadgen.workload.dataset import load_dataset
 from loadgen.workload.trace import trace_scenario
 

@@ -1,4 +1,4 @@
-"""``llm-loadgen calibrate`` and ``llm-loadgen whatif``: loadgen.predict's parser under the command,
+"""``llm-loadgen calibrate`` and ``llm-loadgen whatif``: loadgen.whatif's parser under the command,
 end to end on a tiny calibration (a run the engine itself produced), with the fit plot."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from loadgen import cli
 from loadgen.cli_help import format_help
-from loadgen.predict.vsweep import stage_rules
-from loadgen.predict.whatif import WhatIf, predict
 from loadgen.sim.config import load
+from loadgen.whatif.summary import WhatIf, predict
+from loadgen.whatif.virtual_sweep import stage_rules
 
 PLAN = stage_rules(ramp_s=0, warmup_s=1, duration_s=3, max_warmup_s=10, max_window_s=20)
 

@@ -4,7 +4,7 @@
     llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.repeat.runner)
     llm-loadgen web [options]               the same in Locust's web UI
     llm-loadgen worker [options]            a load process of a distributed run
-    llm-loadgen scenarios                   the scenario presets
+    llm-loadgen scenarios                   the bundled scenarios
     llm-loadgen sim [options]               the simulator (loadgen.sim.__main__)
     llm-loadgen report build|compare ...    reports (loadgen.report.__main__)
     llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.whatif)
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from loadgen.cli_docs import docs_command
 from loadgen.cli_help import format_help
-from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
+from loadgen.config.bundled import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.repeat.runner import run_repeats, split_repeat
 
@@ -71,7 +71,7 @@ def run_locust(args: list[str], headless: bool) -> int:
 def list_scenarios() -> int:
     names = scenario_names()
     if not names:
-        return _error("no scenario presets found in this installation (loadgen/scenarios); reinstall "
+        return _error("no bundled scenarios found in this installation (loadgen/scenarios); reinstall "
                       "llm-loadgen")
     width = max(map(len, names))
     for name in names:

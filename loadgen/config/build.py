@@ -44,7 +44,7 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
-from loadgen.slo.limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.slo.limits import collect_limits, limit_set_name, looks_like_limit_key, parse_limit_key
 from loadgen.slo.objectives import OBJECTIVES
 from loadgen.workload.model_mix import ModelMix, parse_model
 
@@ -146,7 +146,7 @@ SPEC: dict[str, Check] = {
     "slo.early_stop": boolean(),
     "slo.confidence": number("the early stop's confidence, e.g. 0.95 (a wrong early verdict at most "
                              "1 - confidence of the time)", gt=0.5, lt=1),
-    "slo.preset": preset_name,  # percentile limits by name; the limits themselves: _limit_value
+    "slo.preset": limit_set_name,  # percentile limits by name; the limits themselves: _limit_value
     "cost.gpus": integer("GPUs serving the endpoint, e.g. 8, or null", ge=1, nullable=True),
     "cost.gpu_hour_usd": number("the price of one GPU for an hour, e.g. 2.5, or null", gt=0, nullable=True),
     "exporter.port": integer("a TCP port 1-65535, or 0 to turn the exporter off", ge=0, le=65535),

@@ -117,8 +117,8 @@ def register_options(parser: Any) -> None:
         # argument group's add_argument does not accept the kwarg, so set the attribute directly.
         group.add_argument(*args, **kwargs).include_in_web_ui = False
 
-    add("--scenario", default=None, metavar="PATH", help="a preset's name (llm-loadgen scenarios) or a scenario YAML file "
-        "(default: the preset default)")
+    add("--scenario", default=None, metavar="PATH", help="a bundled scenario's name (llm-loadgen scenarios) or a scenario YAML file "
+        "(default: the bundled scenario default)")
     for flag, dotted, kind, text in _OPTIONS:
         if kind == "metadata":
             add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")

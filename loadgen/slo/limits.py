@@ -28,8 +28,8 @@ through its attainment (``loadgen.slo.objectives``: with percentile limits alone
 that succeeded must reach ``slo.attainment``). A stage passes when its attainment and every
 limit hold (``stage_limits``).
 
-Presets (``slo.preset``): the published server-scenario limits of MLCommons MLPerf Inference
-(``PRESETS``; each names its source). Keys set beside a preset override its values.
+Limit sets (``slo.preset``, the key's name for a limit set): the published server-scenario limits of MLCommons MLPerf Inference
+(``LIMIT_SETS``; each names its source). Keys set beside a limit set override its values.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _LOOKS_LIKE = re.compile(r"[a-z0-9_]+_p[0-9][0-9._]*_s")  # what a user meant as
 # ms, judged at "*.Server.target_latency_percentile = 99".
 MLPERF_SOURCE = ("MLPerf Inference loadgen/mlperf.conf (github.com/mlcommons/inference, commit 001712e9): "
                  "<model>.Server.ttft_latency / tpot_latency at target_latency_percentile 99")
-_MLPERF_MS = {  # preset name -> (TTFT p99 ms, TPOT p99 ms), the mlperf.conf model name in the comment
+_MLPERF_MS = {  # limit set name -> (TTFT p99 ms, TPOT p99 ms), the mlperf.conf model name in the comment
     "mlperf-llama2-70b": (2000, 200),  # llama2-70b
     "mlperf-llama2-70b-interactive": (450, 40),  # llama2-70b-interactive
     "mlperf-mixtral-8x7b": (2000, 200),  # mixtral-8x7b
@@ -64,7 +64,7 @@ _MLPERF_MS = {  # preset name -> (TTFT p99 ms, TPOT p99 ms), the mlperf.conf mod
     "mlperf-deepseek-r1": (2000, 80),  # deepseek-r1
     "mlperf-deepseek-r1-interactive": (1500, 15),  # deepseek-r1-interactive
 }
-PRESETS: dict[str, dict[str, float]] = {
+LIMIT_SETS: dict[str, dict[str, float]] = {
     name: {"ttft_p99_s": ttft / 1000, "tpot_p99_s": tpot / 1000} for name, (ttft, tpot) in _MLPERF_MS.items()
 }
 
@@ -118,18 +118,18 @@ def parse_limit_key(key: str) -> LimitKey:
     return LimitKey(metric, percentile)
 
 
-def preset_name(key: str, value: Any) -> str | None:
-    """The ``slo.preset`` check: null or a name of ``PRESETS``."""
-    if value is None or isinstance(value, str) and value in PRESETS:
+def limit_set_name(key: str, value: Any) -> str | None:
+    """The ``slo.preset`` check: null or a name of ``LIMIT_SETS``."""
+    if value is None or isinstance(value, str) and value in LIMIT_SETS:
         return value
-    raise ConfigError(key, value, "is not a known preset", "one of " + ", ".join(PRESETS) + ", or null")
+    raise ConfigError(key, value, "is not a known limit set", "one of " + ", ".join(LIMIT_SETS) + ", or null")
 
 
 def collect_limits(slo_doc: Mapping[str, Any], preset: str | None, check_value) -> tuple[tuple[str, float], ...]:
     """The limits of a scenario's ``slo`` mapping: the preset's, then every ``<metric>_p<N>_s``
     key (overriding the preset; null drops a limit). ``check_value(dotted key, value)`` checks a
     value (a number > 0 or null). Sorted by metric, then percentile: (key, limit in s)."""
-    limits = dict(PRESETS[preset]) if preset else {}
+    limits = dict(LIMIT_SETS[preset]) if preset else {}
     for leaf, value in slo_doc.items():
         if not looks_like_limit_key(str(leaf)):
             continue

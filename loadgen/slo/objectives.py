@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.slo.limits import PRESETS
+from loadgen.slo.limits import LIMIT_SETS
 
 OBJECTIVES = ("ttft_s", "tpot_s", "e2e_s", "itl_max_s")
 
@@ -64,7 +64,7 @@ class Objectives:
     max_search_stages: int = 4
     early_stop: bool = False  # close a stage's window once its verdict is decided (loadgen.slo.early)
     confidence: float = 0.95  # ... with this confidence: P(wrong early verdict) <= 1 - confidence
-    preset: str | None = None  # named percentile limits (loadgen.slo.limits.PRESETS)
+    preset: str | None = None  # named percentile limits (loadgen.slo.limits.LIMIT_SETS)
     # percentile limits (loadgen.slo.limits): (key, limit s), e.g. ("ttft_p99_s", 2.0); in the
     # scenario they are keys of the slo section (``flatten``: the method giving them), not a mapping
     limits: tuple[tuple[str, float], ...] = field(default=(), metadata={"flatten": "limit_keys"})
@@ -72,7 +72,7 @@ class Objectives:
     def limit_keys(self) -> dict[str, float | None]:
         """The limits as keys of the scenario's slo section: each limit, and null for a preset's
         limit that was dropped (so the written scenario reads back to the same limits)."""
-        dropped = {k: None for k in PRESETS.get(self.preset or "", {}) if k not in dict(self.limits)}
+        dropped = {k: None for k in LIMIT_SETS.get(self.preset or "", {}) if k not in dict(self.limits)}
         return {**dict(self.limits), **dropped}
 
     @property

@@ -12,7 +12,7 @@ from loadgen.config import ConfigError, build_scenario
 from loadgen.errors import OVERLOAD_503
 from loadgen.report.slo_line import slo_line
 from loadgen.run.results import GuardLog, StageInfo, slo_outcomes, stage_row, stage_warnings, summary_slo
-from loadgen.slo.limits import PRESETS, LimitKey, judge, parse_limit_key, stage_limits
+from loadgen.slo.limits import LIMIT_SETS, LimitKey, judge, parse_limit_key, stage_limits
 from loadgen.slo.objectives import Objectives
 from loadgen.stats.records import RequestResult
 from loadgen.stats.stage_stats import Collector, StageStats
@@ -53,7 +53,7 @@ def test_limits_from_file_options_and_preset_round_trip():
     assert build_scenario(d) == s
     with pytest.raises(ConfigError, match="must be > 0"):
         build_scenario({"slo": {"ttft_p99_s": 0}})
-    with pytest.raises(ConfigError, match="not a known preset"):
+    with pytest.raises(ConfigError, match="not a known limit set"):
         build_scenario({"slo": {"preset": "mlperf-gpt5"}})
     # a search needs an objective: a percentile limit is one
     assert build_scenario({"slo": {"tpot_p90_s": 0.045, "search": True}}).slo.search
@@ -61,9 +61,9 @@ def test_limits_from_file_options_and_preset_round_trip():
 
 def test_mlperf_presets_are_the_published_server_limits():
     # MLPerf Inference loadgen/mlperf.conf: <model>.Server.ttft_latency / tpot_latency (ms), p99
-    assert PRESETS["mlperf-llama2-70b"] == {"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}
-    assert PRESETS["mlperf-llama2-70b-interactive"] == {"ttft_p99_s": 0.45, "tpot_p99_s": 0.04}
-    assert PRESETS["mlperf-llama3.1-405b"] == {"ttft_p99_s": 6.0, "tpot_p99_s": 0.175}
+    assert LIMIT_SETS["mlperf-llama2-70b"] == {"ttft_p99_s": 2.0, "tpot_p99_s": 0.2}
+    assert LIMIT_SETS["mlperf-llama2-70b-interactive"] == {"ttft_p99_s": 0.45, "tpot_p99_s": 0.04}
+    assert LIMIT_SETS["mlperf-llama3.1-405b"] == {"ttft_p99_s": 6.0, "tpot_p99_s": 0.175}
     s = build_scenario({"slo": {"preset": "mlperf-llama3.1-8b-interactive"}})
     assert s.slo.limits == (("ttft_p99_s", 0.5), ("tpot_p99_s", 0.03))
 

@@ -1,11 +1,11 @@
-"""Files the package carries for the user: the scenario presets and the Grafana kit.
+"""Files the package carries for the user: the bundled scenarios and the Grafana kit.
 
 In a clone ``loadgen/scenarios``, ``loadgen/grafana`` and ``loadgen/docs`` are symbolic links to
 ``config/``, ``grafana/`` and ``docs/``; the wheel carries their files inside the package (pyproject.toml package-data). So
 the same paths work in both, and the clone keeps one copy of each file.
 
-``--scenario smoke`` names a preset; ``--scenario path/to/file.yaml`` a file. A path that exists
-wins over a preset of the same name.
+``--scenario smoke`` names a bundled scenario; ``--scenario path/to/file.yaml`` a file. A path that exists
+wins over a bundled scenario of the same name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # loadgen/ (this module is loadgen/config/presets.py)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # loadgen/ (this module is loadgen/config/bundled.py)
 SCENARIOS_DIR = PACKAGE_DIR / "scenarios"
 GRAFANA_DIR = PACKAGE_DIR / "grafana"
 DOCS_DIR = PACKAGE_DIR / "docs"  # docs/ of the repository (a link in the clone)
@@ -35,12 +35,12 @@ _SENTENCE_END = re.compile(r"(?<=[^.][.!?])\s+(?=[A-Z`(])")
 
 
 def scenario_names() -> list[str]:
-    """The presets' names (file stems), sorted."""
+    """The bundled scenarios' names (file stems), sorted."""
     return sorted(p.stem for p in SCENARIOS_DIR.glob("*.yaml")) if SCENARIOS_DIR.is_dir() else []
 
 
 def scenario_path(name: str) -> Path | None:
-    """The preset file called ``name`` (``smoke`` or ``smoke.yaml``), or None."""
+    """The bundled scenario file called ``name`` (``smoke`` or ``smoke.yaml``), or None."""
     stem = name[:-5] if name.endswith(".yaml") else name
     if not stem or "/" in stem or os.sep in stem:
         return None
@@ -49,8 +49,8 @@ def scenario_path(name: str) -> Path | None:
 
 
 def resolve_scenario(arg: str | os.PathLike[str]) -> Path:
-    """``--scenario``'s value as a file: an existing path as given, else the preset of that name,
-    else the path as given (reading it then fails with the list of presets)."""
+    """``--scenario``'s value as a file: an existing path as given, else the bundled scenario of that name,
+    else the path as given (reading it then fails with the list of bundled scenarios)."""
     path = Path(arg)
     if path.exists():
         return path
@@ -58,7 +58,7 @@ def resolve_scenario(arg: str | os.PathLike[str]) -> Path:
 
 
 def scenario_summary(name: str) -> str:
-    """The first sentence of the preset's leading comment block (its one-line description)."""
+    """The first sentence of the bundled scenario's leading comment block (its one-line description)."""
     path = scenario_path(name)
     lines = []
     for line in path.read_text(encoding="utf-8").splitlines() if path else []:

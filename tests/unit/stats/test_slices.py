@@ -12,7 +12,7 @@ from loadgen.run.soak import SliceBook
 from loadgen.run_folder.slices_csv import append_slice_rows, read_slice_rows
 from loadgen.stats.slices import FEW_SAMPLES, SLICE_COLUMNS, slice_count, slice_row, slice_span
 from loadgen.stats.stage_stats import Collector, StageStats
-from tests.unit.stats.test_stats import failed_result, ok_result
+from tests.support.request_results import failed_result, ok_result
 
 
 class FakeClock:

@@ -11,30 +11,11 @@ import pytest
 
 from loadgen.errors import OVERLOAD_429, READ_TIMEOUT, STREAM_ERROR
 from loadgen.slo.objectives import Objectives, stage_slo
-from loadgen.stats.records import RequestRecord, RequestResult
+from loadgen.stats.records import RequestRecord
 from loadgen.stats.stage_stats import COUNTERS, HISTOGRAMS, Collector, StageStats
+from tests.support.request_results import failed_result, ok_result
 
 OBJ = Objectives(ttft_s=0.4, tpot_s=0.02)  # ok_result: TTFT ~ lognormal(-1, 0.5), so some miss
-
-
-def ok_result(rng, *, prompt=100, completion=None, estimated=False, chunks=None):
-    chunks = chunks or int(rng.integers(2, 40))
-    gaps = rng.lognormal(-4, 0.5, chunks - 1)
-    w = rng.integers(1, 4, chunks - 1)
-    n = completion if completion is not None else int(w.sum()) + 1
-    ttft = float(rng.lognormal(-1, 0.5))
-    e2e = ttft + float(gaps.sum())
-    return RequestResult(
-        True, None, "", None if estimated else prompt, n, estimated, ttft, e2e, (e2e - ttft) / (n - 1),
-        (n - 1) / (e2e - ttft), gaps / w, w, gaps, "length", chunks,
-    )  # fmt: skip
-
-
-def failed_result(kind, tokens=3):
-    e = np.empty(0)
-    return RequestResult(
-        False, kind, "x", None, tokens, True, 0.1, 0.5, None, None, e, e.astype(int), e, None, 3
-    )
 
 
 def test_add_result_counting_rules():

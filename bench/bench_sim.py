@@ -43,7 +43,7 @@ def cpu_seconds(pid: int) -> float:
 def scrape(url: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from loadgen.sim.raw_client import request
+    from tests.support.raw_client import request
 
     out = {}
     for fam in text_string_to_metric_families(request(url, "GET", "/metrics").body.decode()):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.predict.vsweep import stage_rules  # noqa: E402
-from loadgen.predict.vworkload import VirtualWorkload  # noqa: E402
-from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
+from loadgen.whatif.summary import WhatIf, predict  # noqa: E402
+from loadgen.whatif.virtual_sweep import stage_rules  # noqa: E402
+from loadgen.whatif.virtual_workload import VirtualWorkload  # noqa: E402
 from loadgen.workload.lengths import LengthDist  # noqa: E402
 
 

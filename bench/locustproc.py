@@ -99,7 +99,7 @@ class BenchLocust:
 
     @property
     def summary(self) -> dict:
-        """summary.json of the run, in its own run folder (``latest``, loadgen/report/runs.py)."""
+        """summary.json of the run, in its own run folder (``latest``, loadgen/run_folder/folders.py)."""
         return json.loads((self.results_dir / "latest" / "summary.json").read_text())
 
 

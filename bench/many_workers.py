@@ -105,7 +105,7 @@ def sim_counters(url: str) -> dict[str, float]:
 def ledger_sum(results: Path) -> tuple[int, StageStats]:
     total, n = StageStats(), 0
     for p in (results / "workers").glob("*.json"):
-        total.merge(StageStats.from_wire(json.loads(p.read_text())["totals"]))
+        total.merge(StageStats.from_message(json.loads(p.read_text())["totals"]))
         n += 1
     return n, total
 

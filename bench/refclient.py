@@ -1,6 +1,6 @@
 """A minimal reference client: what the simulator delivers, seen with as little client work as possible.
 
-Raw gevent sockets (loadgen.sim.raw_client, independent of loadgen.wire.client), closed-loop streams like
+Raw gevent sockets (tests.support.raw_client, independent of loadgen.wire.client), closed-loop streams like
 the Locust users, no histograms, no Locust. It shows how late the simulator and this machine make
 the chunks under the same load, so fidelity.py can split an error into the part any client sees
 and the part our client adds (reported − reference).
@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loadgen.sim.raw_client import Connection  # noqa: E402
+from tests.support.raw_client import Connection  # noqa: E402
 
 
 def content_times(events: list[tuple[float, bytes]]) -> list[float]:

@@ -16,7 +16,7 @@ the share of all intervals that hold the true value, per metric and in all, with
 standard error. The target: at least 90 %.
 
 Into ``--out`` (default ``results/repeat_coverage``) it writes each experiment's repeat folder
-(``exp<m>/``, with its own report.html), and the bench's report (``loadgen.report.repeat_report``):
+(``exp<m>/``, with its own report.html), and the bench's report (``loadgen.repeat.report_files``):
 coverage.json (every interval, the coverage table, what was run), intervals.png (each interval as
 a bar relative to the truth, covered green, missed red), coverage.png (the share per metric and in
 all with its binomial standard error) and report.html. ``--report-only`` redraws them from
@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from loadgen.report.repeat_report import COVERAGE_JSON, write_coverage_report  # noqa: E402
+from loadgen.repeat.report_files import COVERAGE_JSON, write_coverage_report  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
 
 SIM_ARGS = ("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5", "--kv-tokens", "100000000",
@@ -72,7 +72,7 @@ def experiment(url: str, m: int, args, out: Path) -> dict:
 
 def covered(repeat: dict, output_tokens: int, m: int) -> list[dict]:
     """Every stage interval of experiment ``m``: {"experiment", "metric", "load", "truth", "low",
-    "mid", "high", "covered"} (``loadgen.report.repeat_report``'s rows)."""
+    "mid", "high", "covered"} (``loadgen.repeat.report_files``'s rows)."""
     rows = []
     for stage in repeat["stages"]:
         for key, truth in truths(stage["load"], output_tokens).items():

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from memory import measure, print_row  # noqa: E402
 
-from loadgen.report.runs import resolve_run_dir  # noqa: E402
+from loadgen.run_folder.folders import resolve_run_dir  # noqa: E402
 
 TARGET_RATIO = 1.10
 

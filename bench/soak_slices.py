@@ -26,7 +26,7 @@ from loadgen.report.files import write_results  # noqa: E402
 from loadgen.stats.drift import stage_drift  # noqa: E402
 from loadgen.stats.slices import slice_row  # noqa: E402
 from loadgen.stats.stage_stats import HISTOGRAMS, Collector, StageStats  # noqa: E402
-from tests.unit.stats.test_stats import ok_result  # noqa: E402
+from tests.support.request_results import ok_result  # noqa: E402
 
 
 def record_cpu_s(results, sliced: bool) -> float:

@@ -21,7 +21,7 @@ A third changed workload has the lengths a user's traffic really has: prompts lo
 2000, std 600, clamped 500..4000), outputs uniform 50..150, the default 5 s ramp (``MIXED``), at
 C = 1, 4, 16, 64 with 10 s warmups and 20 s windows; its prediction is the run's own resolved
 scenario (summary.json ``scenario``) through ``llm-loadgen whatif --scenario``'s path
-(``loadgen.predict.scenario.whatif_of``): the same distributions, seeds and ramp.
+(``loadgen.whatif.scenario.whatif_of``): the same distributions, seeds and ramp.
 
 The simulator runs in real time (time_scale 1) so the client's own overhead stays small next to
 the engine's steps.
@@ -37,12 +37,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.config import StagesConfig, build_scenario  # noqa: E402
-from loadgen.predict.__main__ import main as predict_main  # noqa: E402
-from loadgen.predict.scenario import whatif_of  # noqa: E402
-from loadgen.predict.vsweep import stage_rules  # noqa: E402
-from loadgen.predict.whatif import WhatIf, predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
+from loadgen.whatif.__main__ import main as predict_main  # noqa: E402
+from loadgen.whatif.scenario import whatif_of  # noqa: E402
+from loadgen.whatif.summary import WhatIf, predict  # noqa: E402
+from loadgen.whatif.virtual_sweep import stage_rules  # noqa: E402
 from tests.support.runlocust import run_locust  # noqa: E402
 
 HIDDEN = {"step_base_ms": 12.0, "step_per_seq_ms": 0.4, "step_per_prefill_token_us": 30.0, "spec_accept": "0.2,0.3,0.5"}

@@ -27,14 +27,14 @@ Measurement set-up (docs/whatif.md 'Against llama.cpp'):
   it never hits, it only adds a per-request pause that grows with the cache.
 - Windows of 30 s after 5 s warmup (the turnover rule extends them up to 90 s).
 
-Calibration (``python -m loadgen.predict calibrate BASE SECOND --max-batch SLOTS``) fits the step
+Calibration (``python -m loadgen.whatif calibrate BASE SECOND --max-batch SLOTS``) fits the step
 time's straight line over the batches the predicted configuration runs (1 to its slots): on this
 CPU the step time is 6, 13, 20 ms at batch 1, 2, 4, not one line. The preset prefills in
 llama-server's 2048-token batch (the calibration does that for a llama.cpp run) and runs
 ``max_running`` = the slots (``-np``) of the configuration predicted. The server's own prompt times
 at C=1 of the two lengths give the prompt's cost growing with its square (``step_per_prefill_pair_ns``).
 Each changed run is predicted from its own scenario (stages, rules, output length distribution and
-seed: ``loadgen.predict.scenario.whatif_of``, as ``llm-loadgen whatif PRESET --scenario FILE``).
+seed: ``loadgen.whatif.scenario.whatif_of``, as ``llm-loadgen whatif PRESET --scenario FILE``).
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from loadgen.config.build import build_scenario  # noqa: E402
-from loadgen.predict.__main__ import main as predict_main  # noqa: E402
-from loadgen.predict.scenario import whatif_of  # noqa: E402
-from loadgen.predict.whatif import predict  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
+from loadgen.whatif.__main__ import main as predict_main  # noqa: E402
+from loadgen.whatif.scenario import whatif_of  # noqa: E402
+from loadgen.whatif.summary import predict  # noqa: E402
 from tests.support.llamacpp import LlamaServer, llama_server_binary  # noqa: E402
 from tests.support.make_gguf import write_tiny_llama  # noqa: E402
 from tests.support.runlocust import run_dir, run_locust  # noqa: E402
@@ -167,7 +167,7 @@ def tables(out: Path) -> None:
 def compare(k: int, cfg, measured: dict) -> None:
     """Predict the measured run's stages with ``cfg``; print predicted vs measured output tok/s and
     TTFT p50 per stage, error = (predicted - measured) / measured, and the predicted range over
-    ``SPREAD`` more virtual runs (``loadgen.predict.whatif`` spread)."""
+    ``SPREAD`` more virtual runs (``loadgen.whatif.summary`` spread)."""
     # the measured run's own scenario (stages, rules, output length distribution and seed), as
     # `llm-loadgen whatif PRESET --scenario FILE` predicts it
     w, _ = whatif_of(build_scenario(measured["scenario"]), spread=SPREAD)

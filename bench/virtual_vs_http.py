@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/virtual_vs_http.py [--input-tokens 2000] [--users 64] [--seconds 30]
 
-C raw-socket users (``loadgen.sim.raw_client``, not loadgen's client: this checks the simulator's
+C raw-socket users (``tests.support.raw_client``, not loadgen's client: this checks the simulator's
 two drivers, not the load generator) each keep one streamed request in flight against the HTTP
 simulator for a while; the virtual driver plays the same C users on the same engine parameters.
 Both keep the requests sent after the first third of the time and print their TTFT p50/p90, TPOT
@@ -21,11 +21,11 @@ import gevent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loadgen.predict.rows import stage_row  # noqa: E402
-from loadgen.predict.vsweep import run_sweep, stage_rules  # noqa: E402
 from loadgen.sim.config import load  # noqa: E402
 from loadgen.sim.launch import running_sim  # noqa: E402
-from loadgen.sim.raw_client import Connection  # noqa: E402
+from loadgen.whatif.rows import stage_row  # noqa: E402
+from loadgen.whatif.virtual_sweep import run_sweep, stage_rules  # noqa: E402
+from tests.support.raw_client import Connection  # noqa: E402
 
 ENGINE = {"timing": "engine", "flavor": "sglang", "kv_tokens": 400000, "block_size": 1, "max_model_len": 8192,
           "step_base_ms": 12, "step_per_seq_ms": 0.4, "step_per_prefill_token_us": 30, "spec_accept": "0.2,0.3,0.5"}

@@ -1,14 +1,14 @@
 """``llm-loadgen``: the installed command.
 
     llm-loadgen --host URL [options]        the sweep, headless (Locust underneath)
-    llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.run.repeat)
+    llm-loadgen --repeat N --host URL ...   the sweep N times, intervals in repeat.json (loadgen.repeat.runner)
     llm-loadgen web [options]               the same in Locust's web UI
     llm-loadgen worker [options]            a load process of a distributed run
-    llm-loadgen scenarios                   the scenario presets
+    llm-loadgen scenarios                   the bundled scenarios
     llm-loadgen sim [options]               the simulator (loadgen.sim.__main__)
     llm-loadgen report build|compare ...    reports (loadgen.report.__main__)
-    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.predict)
-    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.predict)
+    llm-loadgen calibrate RUN... -o PRESET  fit the simulator's engine to finished runs (loadgen.whatif)
+    llm-loadgen whatif PRESET [changes]     predict a sweep from that preset (loadgen.whatif)
     llm-loadgen grafana DIR                 the Grafana dashboard and Prometheus config
     llm-loadgen docs [PAGE [SECTION]]       the reference pages the package carries (loadgen.cli_docs)
     llm-loadgen demo [options]              the sweep against the built-in simulator (loadgen.demo)
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from loadgen.cli_docs import docs_command
 from loadgen.cli_help import format_help
-from loadgen.config.presets import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
+from loadgen.config.bundled import GRAFANA_DIR, GRAFANA_FILES, SCENARIOS_DIR, scenario_names, scenario_summary
 from loadgen.errors import EXIT_CONFIG, ConfigError
-from loadgen.run.repeat import run_repeats, split_repeat
+from loadgen.repeat.runner import run_repeats, split_repeat
 
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 COMMANDS = ("web", "worker", "scenarios", "sim", "report", "calibrate", "whatif", "grafana", "docs", "demo")
@@ -71,7 +71,7 @@ def run_locust(args: list[str], headless: bool) -> int:
 def list_scenarios() -> int:
     names = scenario_names()
     if not names:
-        return _error("no scenario presets found in this installation (loadgen/scenarios); reinstall "
+        return _error("no bundled scenarios found in this installation (loadgen/scenarios); reinstall "
                       "llm-loadgen")
     width = max(map(len, names))
     for name in names:
@@ -126,8 +126,8 @@ def _main(args: list[str]) -> int:
         from loadgen.demo import main as demo_main
 
         return demo_main(args[1:])
-    if command in ("calibrate", "whatif"):  # loadgen.predict's one parser, under this command's name
-        from loadgen.predict.__main__ import main as predict_main
+    if command in ("calibrate", "whatif"):  # loadgen.whatif's one parser, under this command's name
+        from loadgen.whatif.__main__ import main as predict_main
 
         return predict_main(args, prog="llm-loadgen")
     if command is None or "-h" in args or "--help" in args:
@@ -159,7 +159,7 @@ def _main(args: list[str]) -> int:
 
 
 def run_headless(args: list[str]) -> int:
-    """The sweep; with ``--repeat N`` N sweeps and their intervals (loadgen.run.repeat)."""
+    """The sweep; with ``--repeat N`` N sweeps and their intervals (loadgen.repeat.runner)."""
     try:
         n, rest = split_repeat(args)
     except ConfigError as err:

@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from loadgen.config.presets import DOCS_DIR
+from loadgen.config.bundled import DOCS_DIR
 from loadgen.errors import EXIT_CONFIG
 
 USAGE = "llm-loadgen docs [PAGE [SECTION]] [--path], e.g. llm-loadgen docs slo 'Percentile limits'"

@@ -14,8 +14,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from loadgen.config.bundled import DOCS_DIR
 from loadgen.config.options import _OPTIONS, register_options
-from loadgen.config.presets import DOCS_DIR
 from loadgen.config.schema import DEFAULTS, StagesConfig
 
 # Help groups in the order shown, and which scenario keys (dotted prefixes) fall in each.
@@ -48,7 +48,7 @@ COMMANDS = (
      "(--replica-policy); one router: --host ROUTER --replica-metrics ENGINE_URL ... (docs/replicas.md)"),
     ("llm-loadgen web [options]", "the same in Locust's web UI (http://127.0.0.1:8089; press Start, or --autostart)"),
     ("llm-loadgen worker --master-host HOST [--master-port 5557]", "a load process of a distributed run"),
-    ("llm-loadgen scenarios", "list the scenario presets (--scenario NAME)"),
+    ("llm-loadgen scenarios", "list the bundled scenarios (--scenario NAME)"),
     ("llm-loadgen sim [options]", "the built-in server simulator (llm-loadgen sim --help)"),
     ("llm-loadgen report build RUN_DIR | compare DIR1 DIR2 ...", "rebuild a run's report; compare runs; with two "
      "repeat folders (--repeat N) and --fail-on RULES, a regression gate (exit 6)"),
@@ -210,8 +210,8 @@ def format_markdown() -> str:
            "See [which of their options we take, and where a name means something else]"
            "(coming-from-vllm-sglang.md).", "", "## Commands", "", "| command | what |", "| --- | --- |"]
     out += [f"| `{_cell(cmd)}` | {_cell(what)} |" for cmd, what in COMMANDS]
-    out += ["", "Every option below overrides the scenario file (`--scenario`, a preset's name or a YAML "
-            "path; default: the `default` preset). *Key* is the scenario key an option sets; any key can "
+    out += ["", "Every option below overrides the scenario file (`--scenario`, a bundled scenario's name or a YAML "
+            "path; default: the bundled `default`). *Key* is the scenario key an option sets; any key can "
             "also be set with `--set KEY=VALUE`. Every other Locust option is accepted too (`locust --help`)."]
     for title, docs in all_options():
         out += ["", f"## {title[0].upper()}{title[1:]}", "", "| option | meaning | default | key |",

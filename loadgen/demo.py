@@ -42,7 +42,7 @@ from pathlib import Path
 
 from loadgen.errors import EXIT_GUARD_ABORT
 from loadgen.report.files import write_results
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from loadgen.sim.launch import running_sim
 
 QUIET_TIME_SCALE, BUSY_TIME_SCALE = 10.0, 5.0

@@ -23,7 +23,7 @@ EXIT_CONFIG = 2  # bad scenario/option: one line on stderr naming key, value and
 EXIT_GUARD_ABORT = 3  # the KV guard refused a stage; completed stages are written
 EXIT_SERVER_UNUSABLE = 4  # connection refused at start, or not an OpenAI-compatible server
 EXIT_INTERNAL = 5  # a bug of ours stopped the sweep; completed stages are written
-EXIT_REGRESSION = 6  # report compare --fail-on: the candidate regressed beyond a threshold (loadgen.report.gate)
+EXIT_REGRESSION = 6  # report compare --fail-on: the candidate regressed beyond a threshold (loadgen.repeat.gate)
 EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM; results gathered so far are written
 
 # summary.json's run.stop_reason, as the console's last line says it

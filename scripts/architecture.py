@@ -92,11 +92,21 @@ def generate() -> str:
     mods = modules()
     out = [BEGIN, ""]
     groups: list[tuple[str, list[str]]] = []
+    prefixes = [p for entry in LAYERS for p in entry]
+
+    def owned(prefix: str) -> list[str]:
+        """The modules under ``prefix`` that no longer prefix claims (``loadgen.report.__main__``)."""
+        def under(n: str, p: str) -> bool:
+            return n == p or n.startswith(p + ".")
+        return [n for n in mods if under(n, prefix)
+                and not any(len(q) > len(prefix) and under(n, q) for q in prefixes)]
+
     for i, entry in enumerate(LAYERS):
         for prefix in entry:
-            groups.append((f"layer {i}: `{prefix}`", [n for n in mods if n == prefix or n.startswith(prefix + ".")]))
-    for prefix in APART:
-        groups.append((f"apart: `{prefix}` (imports only itself)", [n for n in mods if n.startswith(prefix)]))
+            groups.append((f"layer {i}: `{prefix}`", owned(prefix)))
+    for i, prefix in enumerate(APART):
+        imports_what = "only itself" if i == 0 else "itself and " + ", ".join(f"`{a}`" for a in APART[:i])
+        groups.append((f"apart: `{prefix}` (imports {imports_what})", [n for n in mods if n.startswith(prefix)]))
     groups.append(("on top: the faces Locust loads", [n for n in mods if n.split(".")[0] in FACES]))
     for title, names in groups:
         pkg = names[0] if names and mods[names[0]].name == "__init__.py" else None

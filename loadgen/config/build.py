@@ -45,8 +45,8 @@ from loadgen.config.schema import (
     default_document,
 )
 from loadgen.errors import ConfigError
-from loadgen.stats.slo import OBJECTIVES
-from loadgen.stats.slo_limits import collect_limits, looks_like_limit_key, parse_limit_key, preset_name
+from loadgen.slo.limits import collect_limits, limit_set_name, looks_like_limit_key, parse_limit_key
+from loadgen.slo.objectives import OBJECTIVES
 from loadgen.workload.model_mix import ModelMix, parse_model
 
 # A sweep longer than this is a factor typo (e.g. 1.001), not a plan.
@@ -147,7 +147,7 @@ SPEC: dict[str, Check] = {
     "slo.early_stop": boolean(),
     "slo.confidence": number("the early stop's confidence, e.g. 0.95 (a wrong early verdict at most "
                              "1 - confidence of the time)", gt=0.5, lt=1),
-    "slo.preset": preset_name,  # percentile limits by name; the limits themselves: _limit_value
+    "slo.preset": limit_set_name,  # percentile limits by name; the limits themselves: _limit_value
     "cost.gpus": integer("GPUs serving the endpoint, e.g. 8, or null", ge=1, nullable=True),
     "cost.gpu_hour_usd": number("the price of one GPU for an hour, e.g. 2.5, or null", gt=0, nullable=True),
     "exporter.port": integer("a TCP port 1-65535, or 0 to turn the exporter off", ge=0, le=65535),
@@ -164,13 +164,13 @@ SPEC: dict[str, Check] = {
                                      "or null", nullable=True),
     "replicas.share_ratio_max": number("a ratio of shares, e.g. 1.5", gt=1),
     "replicas.slow_ratio": number("a ratio of p99s, e.g. 2", gt=1),
-    "results_dir": text("a directory for summary.json and stages.csv, e.g. results"),
+    "results_dir": text("the results directory, where each run writes its own run folder, e.g. results"),
     "requests_jsonl": boolean(),
 }
 
 _BODY = "request.extra_body"
 _HEADERS = "request.headers"
-# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.stats.slo_limits): a family of keys, not leaves
+# a percentile limit, slo.<metric>_p<percentile>_s (loadgen.slo.limits): a family of keys, not leaves
 _limit_value = number("seconds, e.g. 2 (the stage's percentile must be <= it), or null", gt=0, nullable=True)
 
 

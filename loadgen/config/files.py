@@ -11,8 +11,8 @@ from typing import Any, NoReturn
 import yaml
 
 from loadgen.config.build import build_scenario
+from loadgen.config.bundled import resolve_scenario, scenario_names
 from loadgen.config.fields import Shown
-from loadgen.config.presets import resolve_scenario, scenario_names
 from loadgen.config.schema import DEFAULTS, Scenario
 from loadgen.errors import EXIT_CONFIG, ConfigError
 
@@ -30,8 +30,8 @@ def default_scenario_path() -> Path | None:
 def load_scenario(
     path: str | os.PathLike[str] | None = None, overrides: dict[str, Any] | None = None
 ) -> Scenario:
-    """Read and validate a scenario: ``path`` is a file or a preset's name (``smoke``,
-    loadgen.config.presets). ``overrides`` uses dotted keys and wins over the file, e.g.
+    """Read and validate a scenario: ``path`` is a file or a bundled scenario's name (``smoke``,
+    loadgen.config.bundled). ``overrides`` uses dotted keys and wins over the file, e.g.
     ``{"input_tokens": 500, "stages.list": [1, 4], "guard.action": "clamp"}``."""
     if path is None:
         default = default_scenario_path()
@@ -73,8 +73,8 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 def _bundled_hint(path: Path) -> str:
     stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
     if stem in scenario_names():
-        return f"did you mean --scenario {stem} (the preset)?"
-    return f"pass an existing YAML file to --scenario, or a preset's name ({', '.join(scenario_names())})"
+        return f"did you mean --scenario {stem} (the bundled scenario)?"
+    return f"pass an existing YAML file to --scenario, or a bundled scenario's name ({', '.join(scenario_names())})"
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> Any:

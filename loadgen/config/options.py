@@ -43,7 +43,7 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--api-key-env", "api_key_env", str, "NAME of the env var holding the API key (not the key)"),
     ("--header", "request.headers", "headers", "'Name: value' sent on every request to the server, e.g. "
                                                "'X-Api-Key: abc' (repeatable; credentials hidden in results)"),
-    ("--results-dir", "results_dir", str, "directory for summary.json and stages.csv"),
+    ("--results-dir", "results_dir", str, "results directory: each run writes its own run folder in it (summary.json, stages.csv, ...)"),
     ("--requests-jsonl", "requests_jsonl", bool, "write requests.jsonl in the run folder: one JSON line per "
                                                  "request (docs/results.md 'Per-request export')"),
     ("--stages", "stages.list", "stages", "stage concurrencies, e.g. 1,4,16 (strictly increasing)"),
@@ -150,8 +150,8 @@ def register_options(parser: Any) -> None:
         # argument group's add_argument does not accept the kwarg, so set the attribute directly.
         group.add_argument(*args, **kwargs).include_in_web_ui = False
 
-    add("--scenario", default=None, metavar="PATH", help="a preset's name (llm-loadgen scenarios) or a scenario YAML file "
-        "(default: the preset default)")
+    add("--scenario", default=None, metavar="PATH", help="a bundled scenario's name (llm-loadgen scenarios) or a scenario YAML file "
+        "(default: the bundled scenario default)")
     for flag, dotted, kind, text in _OPTIONS:
         if kind == "metadata":
             add(flag, action="append", nargs="+", default=None, metavar="KEY=VALUE", help=f"{text} [{dotted}]")

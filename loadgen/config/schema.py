@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from loadgen.slo.objectives import Objectives
 from loadgen.stats.cost import CostConfig
 from loadgen.stats.drift import DriftConfig
-from loadgen.stats.slo import Objectives
 from loadgen.workload.model_mix import ModelMix
 
 # The scenario's ``endpoint`` names the API; its streaming path (loadgen.wire.endpoints.PATHS) is
@@ -335,7 +335,7 @@ class Scenario:
     guard: GuardConfig
     knee: KneeConfig
     drift: DriftConfig  # loadgen.stats.drift: what counts as drift per hour over a soak's time slices
-    slo: Objectives  # loadgen.stats.slo: per-request objectives; none set = no SLO accounting
+    slo: Objectives  # loadgen.slo.objectives: per-request objectives; none set = no SLO accounting
     cost: CostConfig  # loadgen.stats.cost: GPUs and their price, for tokens/s per GPU and $ per million tokens
     exporter: ExporterConfig
     client_check: ClientCheckConfig

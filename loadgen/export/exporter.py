@@ -57,7 +57,7 @@ PHASES = tuple(Phase)  # the phase gauge has one series per phase
 # Exported histograms and counters, declared (name, edges, HELP with the formula) in loadgen.stats.metrics.
 HISTOGRAMS = tuple(h for h in metrics.HISTOGRAMS if h.exporter)
 COUNTERS = tuple(c for c in metrics.COUNTERS if c.exporter)
-SLO_COUNTERS = tuple(c for c in metrics.SLO_COUNTS if c.exporter)  # of totals.slo (loadgen.stats.slo)
+SLO_COUNTERS = tuple(c for c in metrics.SLO_COUNTS if c.exporter)  # of totals.slo (loadgen.slo.objectives)
 
 
 @dataclass

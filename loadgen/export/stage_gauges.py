@@ -14,7 +14,7 @@ series are as many as the run's stages (a sweep has a few to a few dozen), never
 - ``llm_loadgen_stage_latency_seconds{clock="client|server", metric="ttft|e2e|itl",
   stat="mean|p50|p90|p99"}``: each clock's figure over the stage's window (server percentiles as
   Prometheus' histogram_quantile interpolates them; absent where the server has none), from the
-  row's ``breakdown`` (``loadgen.report.breakdown``);
+  row's ``breakdown`` (``loadgen.analysis.breakdown``);
 - ``llm_loadgen_stage_breakdown_seconds{metric, part}``: the client's mean split into server
   queue, prefill, decode, the server's rest and network + client (they add up to the client's mean);
 - ``llm_loadgen_server_spec_accept_length``, ``..._server_spec_acceptance_ratio``,
@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 
-from loadgen.report.breakdown import stack
+from loadgen.analysis.breakdown import stack
 from loadgen.stats.metrics import COST_METRICS, ITL_CHUNK, STAGE_METRICS
 
 PREFIX = "llm_loadgen_"  # as exporter.PREFIX (that module imports this one)
@@ -117,7 +117,7 @@ def stage_families(rows: Sequence[dict], label_names: tuple[str, ...],
         finished.add_metric(mine, float(row["index"]))
         for metric, clocks in (row.get("breakdown") or {}).items():
             if not isinstance(clocks, dict) or "client_mean_s" not in clocks:
-                continue  # verdict, disagreement
+                continue  # diagnosis, disagreement
             for clock in ("client", "server"):
                 for stat in STATS:
                     if (value := clocks.get(f"{clock}_{stat}_s")) is not None:

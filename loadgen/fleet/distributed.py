@@ -90,11 +90,11 @@ class Fleet:
         """Worker: everything since the last report, plus absolute in-flight counts (module doc)."""
         rt = self.rt
         delta = rt.collector.take_delta()
-        self.ledger.merge(StageStats.from_wire(delta["totals"]))
+        self.ledger.merge(StageStats.from_message(delta["totals"]))
         for key, ledger in self.part_ledgers.items():
             for k, by_name in delta.get(key, ()):
                 for name, wire in by_name.items():
-                    ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_wire(wire))
+                    ledger.setdefault(k, {}).setdefault(name, StageStats()).merge(StageStats.from_message(wire))
         return {
             "delta": delta,
             "health": rt.health.take_delta(),
@@ -111,10 +111,10 @@ class Fleet:
         and with several replicas ``replicas`` likewise."""
         client_id = self.rt.environment.runner.client_id
         path = Path(self.rt.scenario.results_dir) / "workers" / f"{client_id}.json"
-        ledger = {"client_id": client_id, "totals": self.ledger.to_wire()}
+        ledger = {"client_id": client_id, "totals": self.ledger.to_message()}
         for key, parts in self.part_ledgers.items():
             if parts:
-                ledger[key] = [[k, {name: s.to_wire() for name, s in by_name.items()}]
+                ledger[key] = [[k, {name: s.to_message() for name, s in by_name.items()}]
                                for k, by_name in sorted(parts.items())]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ class Fleet:
         """Fold one process's health delta into the per-stage, per-process table."""
         for key, wire in health.items():
             per_worker = self.health_by_stage.setdefault(key, {})
-            h = StageHealth.from_wire(wire)
+            h = StageHealth.from_message(wire)
             if client_id in per_worker:
                 per_worker[client_id].merge(h)
             else:

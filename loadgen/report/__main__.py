@@ -4,11 +4,11 @@
     python -m loadgen.report compare RUN_DIR1 RUN_DIR2 [...] [--out DIR]
     python -m loadgen.report compare BASELINE CANDIDATE [--fail-on RULES] [--out DIR]   (repeat folders)
 
-A RUN_DIR is a run's folder or a results directory (then its newest run, loadgen.report.runs).
+A RUN_DIR is a run's folder or a results directory (then its newest run, loadgen.run_folder.folders).
 
 Exit codes: 0 done; 1 plots or HTML could not be written (see the log); 2 bad input (a missing
 directory or an invalid summary.json), with one line naming the path and the fix; 6 the gate found a
-regression beyond a --fail-on threshold (two repeat folders: loadgen.report.gate_command).
+regression beyond a --fail-on threshold (two repeat folders: loadgen.repeat.gate_command).
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ import os
 import sys
 from pathlib import Path
 
+from loadgen.analysis.knee import knee_of
 from loadgen.errors import EXIT_CONFIG, EXIT_FAILURES, EXIT_OK, ConfigError
+from loadgen.repeat.gate_command import is_repeat_dir, run_gate
 from loadgen.report.compare import format_compare_table, load_runs, write_compare
-from loadgen.report.files import load_summary, write_derived
-from loadgen.report.gate_command import is_repeat_dir, run_gate
-from loadgen.report.knee import knee_of
-from loadgen.report.runs import resolve_run_dir
-from loadgen.report.slices_csv import with_csv_slices
+from loadgen.report.files import write_derived
 from loadgen.report.soak_html import unfinished_note
 from loadgen.report.table import format_stage_table
+from loadgen.run_folder.folders import resolve_run_dir
+from loadgen.run_folder.slices_csv import with_csv_slices
+from loadgen.run_folder.summary_file import load_summary
 from loadgen.stats.stage_load import is_rate_run
 
 
@@ -90,7 +91,7 @@ def compare(dirs: list[Path], out: Path, fail_on: str | None = None) -> int:
         raise ConfigError(
             "compare",
             [str(d) for d in dirs],
-            "needs at least two results directories",
+            "needs at least two run folders (or results directories)",
             "pass DIR1 DIR2 [...]",
         )
     runs = load_runs(dirs)

@@ -1,17 +1,17 @@
 """report.html's "Where the time goes": one stacked bar per stage and metric (TTFT, E2E), CSS only.
 
-Each bar is the client's mean split into the parts of ``loadgen.report.breakdown.stack`` (server
+Each bar is the client's mean split into the parts of ``loadgen.analysis.breakdown.stack`` (server
 queue, prefill, decode, the server's rest, network + client), all bars of a metric on one scale
 (the longest client mean fills the width). A negative part (the server's clock ahead of the
 client's over the window, within the window-edge error) is drawn as nothing and printed as is.
-Under the bars: each stage's verdict, and a flagged stage's disagreement. Pure: rows in, HTML out.
+Under the bars: each stage's diagnosis, and a flagged stage's disagreement. Pure: rows in, HTML out.
 """
 
 from __future__ import annotations
 
 from html import escape
 
-from loadgen.report.breakdown import PART_NAMES, stack
+from loadgen.analysis.breakdown import PART_NAMES, stack
 from loadgen.stats.stage_load import stage_label
 
 COLORS = {  # none of matplotlib's tab10 (the plots'), so a screenshot can find the bars by colour
@@ -73,7 +73,7 @@ def breakdown_html(rows: list[dict]) -> str:
         out.append(f'<h3>{name}{which} mean, client = server parts + network and client (ms)</h3>'
                    f'<table class="bd" id="breakdown-{metric}"><tr><th>stage</th><th>parts</th>'
                    f"<th>client mean</th><th>parts (ms)</th></tr>{body}</table>")
-    notes = [s["breakdown"]["verdict"] for s in rows if s["breakdown"].get("verdict")]
+    notes = [s["breakdown"]["diagnosis"] for s in rows if s["breakdown"].get("diagnosis")]
     notes += [f"{stage_label(s)}: client and server clocks disagree by {_ms(d['gap_s'])} ms "
               f"({d['compared']}); likely {d['likely_cause']}"
               for s in rows if (d := s["breakdown"].get("disagreement"))]

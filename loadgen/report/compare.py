@@ -1,6 +1,6 @@
 """Compare two or more runs: a side-by-side table, overlaid plots, an HTML page.
 
-Each argument is a run folder or a results directory (its newest run, ``loadgen.report.runs``).
+Each argument is a run folder or a results directory (its newest run, ``loadgen.run_folder.folders``).
 Stages are matched by their load: the concurrency, or in rate sweeps the offered rate asked for
 (``loadgen.stats.stage_load.planned_load``). A rate sweep and a concurrency sweep are refused
 (``runs_load_key``): C=8 and 8 req/s are different loads, so no row of one matches a row of the
@@ -17,15 +17,15 @@ import os
 from html import escape
 from pathlib import Path
 
+from loadgen.analysis.breakdown import column_value, compare_columns
+from loadgen.analysis.knee import knee_of
 from loadgen.config.run_tags import tags_text
 from loadgen.errors import ConfigError
-from loadgen.report.atomic import atomic_write_text
-from loadgen.report.breakdown import column_value, compare_columns
-from loadgen.report.files import load_summary
 from loadgen.report.html_page import png_img
-from loadgen.report.knee import knee_of
 from loadgen.report.plots import load_axis, new_figure, plain_log_y, save_figures, series, throughput_title
-from loadgen.report.runs import LATEST, resolve_run_dir, run_folders
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.folders import LATEST, resolve_run_dir, run_folders
+from loadgen.run_folder.summary_file import load_summary
 from loadgen.stats.metrics import COST_METRICS, STAGE_METRICS, num
 from loadgen.stats.stage_load import (
     CONCURRENCY,
@@ -234,7 +234,7 @@ def metrics_table_html(runs: list[tuple[str, dict]]) -> str:
     n, key = len(runs), runs_load_key(runs)
     title, unit = load_column(key == RATE)
     head = escape(f"{title} ({unit})" if unit else title)
-    clocks = compare_columns([s for _, s in runs])  # loadgen.report.breakdown, in ms
+    clocks = compare_columns([s for _, s in runs])  # loadgen.analysis.breakdown, in ms
     titles = [m.title for m in STAGE_METRICS] + [title for _, title, _ in clocks]
     head1 = f"<th rowspan=2>{head}</th>" + "".join(f"<th colspan={n}>{escape(t)}</th>" for t in titles)
     head2 = "".join(f"<th>#{i + 1}</th>" for _ in titles for i in range(n))

@@ -1,6 +1,6 @@
-"""The results directory: summary.json, stages.csv, PNG plots and report.html.
+"""A run folder's files: summary.json, stages.csv, PNG plots and report.html.
 
-Every file is written atomically (loadgen.report.atomic), so a crash or Ctrl-C mid-write leaves
+Every file is written atomically (loadgen.run_folder.atomic), so a crash or Ctrl-C mid-write leaves
 the previous complete file, never half of one. ``write_results`` may be called after every stage;
 the last call wins. ``loadgen.report.plots`` is imported only when plots are drawn: importing
 matplotlib costs about a second of CPU, which a load generator must not pay between stages.
@@ -8,46 +8,26 @@ matplotlib costs about a second of CPU, which a load generator must not pay betw
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 from pathlib import Path
 
-from loadgen.errors import ConfigError
-from loadgen.report.atomic import atomic_write_text
 from loadgen.report.html import render_report_html
 from loadgen.report.models import MODELS_CSV, has_models, write_models_csv
 from loadgen.report.predicted_html import FIT_FIGURE
 from loadgen.report.replicas import REPLICAS_CSV, has_replicas, write_replicas_csv
 from loadgen.report.table import write_stages_csv
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.summary_file import SUMMARY, summary_json_text
 
 log = logging.getLogger(__name__)
 
-SUMMARY = "summary.json"
 STAGES_CSV = "stages.csv"
 REPORT_HTML = "report.html"
-SCHEMA = 1  # summary.json's schema: written by loadgen.run.results, checked here on read
-
-
-def _json_safe(value):
-    """NaN and infinities become null: strict JSON readers reject them, and a summary that cannot
-    be read back is worse than one with a missing number."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def summary_json_text(summary: dict) -> str:
-    return json.dumps(_json_safe(summary), indent=2, allow_nan=False, default=str) + "\n"
 
 
 def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool = True) -> dict[str, Path]:
-    """Write the whole results directory for ``summary``; returns {name: path} of files written.
+    """Write the whole run folder for ``summary``; returns {name: path} of files written.
 
     Order matters: summary.json and stages.csv first, so a failure in matplotlib or the HTML can
     never lose them; plot and HTML errors are logged, not raised. ``plots=False`` skips the
@@ -96,51 +76,3 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
     except Exception:
         log.exception("report: writing %s failed; summary.json and stages.csv are written", out / REPORT_HTML)
     return written
-
-
-def load_summary(results_dir: str | os.PathLike) -> dict:
-    """Read and check ``<results_dir>/summary.json``; raise ConfigError naming the path and the fix."""
-    path = Path(results_dir)
-    if not path.is_dir():
-        raise ConfigError(
-            "results directory",
-            str(path),
-            "not found or not a directory",
-            "pass a directory written by a run, the one holding summary.json",
-        )
-    file = path / SUMMARY
-    if not file.is_file():
-        raise ConfigError(
-            "summary.json",
-            str(file),
-            "missing",
-            "pass a results directory of a run that completed at least its start",
-        )
-    try:
-        summary = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(
-            "summary.json",
-            str(file),
-            f"unreadable or invalid JSON ({exc})",
-            "restore the file or re-run; summary.json is written atomically by a run",
-        ) from None
-    if (
-        not isinstance(summary, dict)
-        or not isinstance(summary.get("stages"), list)
-        or not all(isinstance(stage, dict) for stage in summary["stages"])
-    ):
-        raise ConfigError(
-            "summary.json",
-            str(file),
-            "has no 'stages' list of objects",
-            "pass a summary.json written by llm-loadgen",
-        )
-    if summary.get("schema") != SCHEMA:
-        raise ConfigError(
-            "summary.json",
-            str(file),
-            f"has schema {summary.get('schema')!r}, expected {SCHEMA}",
-            "rebuild it with the llm-loadgen version that wrote it",
-        )
-    return summary

@@ -1,20 +1,20 @@
 """The calibration's fit plot: what ``llm-loadgen calibrate`` measured beside what its model says.
 
-Input: the calibration's ``<preset>.fit.json`` as a dict (``loadgen.predict.__main__`` writes it;
-``loadgen.predict.calibrate.fit`` fills ``step_residuals``). Output: one Figure of three panels,
+Input: the calibration's ``<preset>.fit.json`` as a dict (``loadgen.whatif.__main__`` writes it;
+``loadgen.whatif.calibrate.fit`` fills ``step_residuals``). Output: one Figure of three panels,
 built as ``loadgen.report.plots`` builds its figures (Agg canvas, no pyplot; tests read the
 series). With a = step_base_ms, b = step_per_seq_ms, p = step_per_prefill_token_us / 1000 (ms per
 token), q = step_per_prefill_pair_ns / 1e6 (ms per prompt token and earlier token of its sequence, 0
 unless fitted) of the fitted preset and d0 the client's TTFT overhead (0 unless the fit separated it):
 
 - ``decode step time vs running batch`` (the batch as the fit counts it, 1 + (C - 1) n / (n + 1):
-  ``loadgen.predict.calibrate.occupied_batch``): per prompt length I, the measured step d (TPOT p50
-  x L, or the median chunk gap where prompts are rare: ``loadgen.predict.calibrate.decode_step``)
+  ``loadgen.whatif.calibrate.occupied_batch``): per prompt length I, the measured step d (TPOT p50
+  x L, or the median chunk gap where prompts are rare: ``loadgen.whatif.calibrate.decode_step``)
   (``measured I=..``, one point per fitted stage, labelled with its residual (model - measured) /
   measured) and the model's value there, a + b x batch + p x x (``model I=..``; x: the stage's
   prefill tokens per step); the line a + b x batch (``a + b x batch``, the step without prefill)
   and, where no line fits the measured steps, the preset's ``step_batch_ms`` knots the engine
-  interpolates instead (``step_batch_ms knots``; ``loadgen.predict.calibrate.batch_knots``);
+  interpolates instead (``step_batch_ms knots``; ``loadgen.whatif.calibrate.batch_knots``);
 - ``TTFT at C=1 vs prompt length``: the measured TTFT p50 at C=1 per prompt length
   (``measured TTFT``, labelled with residuals), the server's own prompt time there when the fit
   used it (``server prompt``, llama.cpp's counters) and the model's curve

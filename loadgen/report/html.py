@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 from html import escape
 
+from loadgen.analysis.knee import knee_of, rate_knee_text
 from loadgen.report.breakdown_html import breakdown_section
 from loadgen.report.gpu_html import gpu_section, lowest_energy_line
 from loadgen.report.html_page import esc as _e
 from loadgen.report.html_page import kv_table, page, png_img
-from loadgen.report.knee import knee_of, rate_knee_text
 from loadgen.report.models import models_html
 from loadgen.report.predicted_html import FIT_FIGURE, calibration_section, predicted_banner
 from loadgen.report.replicas import replicas_html
+from loadgen.report.slo_line import slo_line
 from loadgen.report.soak_html import SLICES_FIGURE, slices_section
 from loadgen.report.table import (
     columns,
@@ -27,7 +28,6 @@ from loadgen.report.table import (
     stage_flags,
 )
 from loadgen.stats.flags import FLAGS
-from loadgen.stats.slo import answer_line
 from loadgen.stats.stage_load import (
     RATE,
     is_rate_run,
@@ -80,7 +80,7 @@ def key_findings(summary: dict, knee: float | None) -> str:
     elif rated:
         lines.append("Saturation knee: none found, throughput still rising at the last stage")
     if summary.get("slo"):
-        lines.append(_e(answer_line(summary["slo"])))
+        lines.append(_e(slo_line(summary["slo"])))
     ceiling = (summary.get("guard") or {}).get("max_concurrency")
     if ceiling is not None:
         lines.append(_e(kv_ceiling_line(ceiling, rate)))

@@ -11,8 +11,8 @@ import io
 import os
 from pathlib import Path
 
-from loadgen.report.atomic import atomic_write_text
 from loadgen.report.html_page import table_html
+from loadgen.run_folder.atomic import atomic_write_text
 from loadgen.stats.metrics import num
 from loadgen.stats.stage_load import stage_label
 

@@ -28,9 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, LogFormatter, NullLocator
 
-from loadgen.report.atomic import atomic_write_bytes
-from loadgen.report.knee import knee_of
+from loadgen.analysis.knee import knee_of
 from loadgen.report.soak_plots import slices_figure
+from loadgen.run_folder.atomic import atomic_write_bytes
 from loadgen.stats.cost import pareto_front
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_key, load_label, stage_label, stage_load
 
@@ -193,7 +193,7 @@ def throughput_figure(
 
 def _achieved_marks(ax, stages: list[dict]) -> None:
     """A rate sweep's right axis: ``achieved req/s`` beside ``offered req/s`` (dotted, y = x), so
-    the knee shows where achieved stops following offered (``loadgen.report.knee``)."""
+    the knee shows where achieved stops following offered (``loadgen.analysis.knee``)."""
     xs, ys = series(stages, RATE, "achieved_rate_per_s")
     if not xs:
         return

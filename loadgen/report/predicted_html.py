@@ -1,8 +1,8 @@
 """The HTML of a prediction: the banner of a what-if report, and the calibration it came from.
 
-A what-if summary (``loadgen.predict.whatif``) has ``predicted: true``, ``predicted_from`` (the
+A what-if summary (``loadgen.whatif.summary``) has ``predicted: true``, ``predicted_from`` (the
 preset and the changes) and, when the preset was calibrated, ``calibration``: its
-``<preset>.fit.json`` (``loadgen.predict.__main__``) with ``file``, the path it was read from.
+``<preset>.fit.json`` (``loadgen.whatif.__main__``) with ``file``, the path it was read from.
 ``predicted_banner`` says at the top of report.html that every row is predicted and from which
 calibration; ``calibration_section`` shows the fit (its parameters, the fit plot
 ``loadgen.report.fit_plot``, each equation's measured and model value, the replay's residuals

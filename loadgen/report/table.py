@@ -12,12 +12,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from loadgen.analysis.knee import rate_knee_text
 from loadgen.errors import FAILURE_KINDS, short_kind
-from loadgen.report.atomic import atomic_write_text
-from loadgen.report.knee import rate_knee_text
+from loadgen.report.slo_line import slo_line
+from loadgen.run_folder.atomic import atomic_write_text
 from loadgen.stats.flags import flags_in, legend_lines
 from loadgen.stats.metrics import STAGE_METRICS, num
-from loadgen.stats.slo import answer_line
 from loadgen.stats.stage_load import RATE, load_column, load_key, load_label, load_number, stage_load
 
 
@@ -68,7 +68,7 @@ def stage_flags(stage: dict, knee: float | None = None) -> list[str]:
 
 def flags_shown(stage: dict, knee: float | None = None) -> list[str]:
     """``stage_flags`` as the tables show them: ``slo_fail`` names the percentile limits that
-    failed, ``slo_fail(tpot_p90_s)`` (``slo.failed``, loadgen.stats.slo_limits)."""
+    failed, ``slo_fail(tpot_p90_s)`` (``slo.failed``, loadgen.slo.limits)."""
     limits = [k for k in (stage.get("slo") or {}).get("failed") or [] if k != "attainment"]
     return [f"{f}({','.join(limits)})" if f == "slo_fail" and limits else f for f in stage_flags(stage, knee)]
 
@@ -139,7 +139,7 @@ def format_notes(
     elif len(stages) >= 2:
         notes.append("knee: none found (throughput still rising at the last stage)")
     if slo is not None:
-        notes.append(answer_line(slo))
+        notes.append(slo_line(slo))
     guard = guard or {}
     if guard.get("max_concurrency") is not None:
         notes.append(kv_ceiling_line(guard["max_concurrency"], rate, guard.get("capacity_tokens")))

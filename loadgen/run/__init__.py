@@ -7,6 +7,6 @@ and summary.json), ``runtime`` (one process's state), ``console``, ``health`` (t
 self-check), ``fail_fast`` (stop a run whose first requests are all refused), ``unstaged`` (requests
 sent outside the stages), ``prompt_source`` (the asks one sender makes), ``exporter_feed``.
 
-May import every layer below: ``errors``, ``phases``, ``stats``, ``workload``, ``config``, ``wire``,
-``server``, ``report``, ``export``.
+May import every layer below: ``errors``, ``phases``, ``slo``, ``stats``, ``workload``, ``config``,
+``wire``, ``server``, ``analysis``, ``report``, ``export``, ``repeat``.
 """

@@ -45,13 +45,13 @@ class StageHealth:
         """cpu_percent = cpu_s / wall_s × 100 (0 when no wall time was observed)."""
         return 100.0 * self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
 
-    def to_wire(self) -> dict:
-        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "lag": self.lag.to_wire()}
+    def to_message(self) -> dict:
+        return {"cpu_s": self.cpu_s, "wall_s": self.wall_s, "lag": self.lag.to_message()}
 
     @classmethod
-    def from_wire(cls, d: dict) -> StageHealth:
+    def from_message(cls, d: dict) -> StageHealth:
         h = cls()
-        h.cpu_s, h.wall_s, h.lag = d["cpu_s"], d["wall_s"], LogHistogram.from_wire(d["lag"])
+        h.cpu_s, h.wall_s, h.lag = d["cpu_s"], d["wall_s"], LogHistogram.from_message(d["lag"])
         return h
 
     def merge(self, other: StageHealth) -> None:
@@ -197,6 +197,6 @@ class HealthMonitor:
 
     def take_delta(self) -> dict:
         """{stage key: StageHealth wire} of everything sampled since the previous call."""
-        out = {k: h.to_wire() for k, h in self._pending.items()}
+        out = {k: h.to_message() for k, h in self._pending.items()}
         self._pending = {}
         return out

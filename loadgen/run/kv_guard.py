@@ -1,7 +1,7 @@
 """KV-capacity guard: refuse (or clamp) a stage whose requests cannot all fit in the server's KV cache.
 
 Pure logic, no I/O and no clock. Discovery of the capacity is ``loadgen.server.start_check`` (with
-the parsers of ``loadgen.server.answers``); the over-capacity judgment of a running stage is
+the parsers of ``loadgen.server.replies``); the over-capacity judgment of a running stage is
 ``loadgen.server.overload``. This module decides from numbers.
 
 A closed-loop stage at concurrency C keeps C requests in flight, each holding up to

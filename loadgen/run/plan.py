@@ -16,7 +16,7 @@ stage at the largest concurrency that fits, warn runs it flagged.
   it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``.
 - measure: the window. Closes when ``duration_s`` has passed, at least ``min_requests`` measured
   requests finished (and the turnover rule holds), or at ``max_window_s`` whatever the count.
-- early stop (``slo.early_stop``, loadgen.stats.slo_early): in an SLO run (isolated stages), the
+- early stop (``slo.early_stop``, loadgen.slo.early): in an SLO run (isolated stages), the
   window of any stage, sweep or search, also closes before ``duration_s`` as soon as the stage's
   pass/fail verdict is decided with ``slo.confidence`` from its live counts
   (``Observation.slo_live``: judged, met, running, per percentile limit the samples within it) --
@@ -31,7 +31,7 @@ stage at the largest concurrency that fits, warn runs it flagged.
   the plan stays in ``closing`` with stage k's users running (nothing measured). Otherwise the last
   requests of stage k would finish under stage k+1's higher load, and one such request in a
   hundred already fails a 99 % attainment. The wait is bounded by ``drain_s``.
-- SLO search (``slo.search``, loadgen.stats.slo): after the last sweep stage (the whole geometric sweep
+- SLO search (``slo.search``, loadgen.slo.search): after the last sweep stage (the whole geometric sweep
   runs first: the knee and the KV ceiling need its upper stages, and attainment need not fall
   monotonically, so a first failure does not end it), once every closed stage is final (pass/fail
   is known only then) the plan reads the outcomes (``Observation.slo_outcomes``, (concurrency,
@@ -68,8 +68,9 @@ from dataclasses import dataclass
 
 from loadgen.phases import Phase
 from loadgen.run.kv_guard import GuardDecision
-from loadgen.stats.slo import Objectives, next_search_concurrency
-from loadgen.stats.slo_early import EarlyStop, EarlyVerdict, LiveCounts
+from loadgen.slo.early import EarlyStop, EarlyVerdict, LiveCounts
+from loadgen.slo.objectives import Objectives
+from loadgen.slo.search import next_search_concurrency
 
 
 @dataclass(frozen=True)
@@ -290,8 +291,8 @@ class SweepPlan:
 def plan_of(loads, stages, slo: Objectives, decide: Callable,
             users_for: Callable[[float], int] | None = None) -> SweepPlan:
     """The plan of a scenario's stage loads, its ``stages`` section (``loadgen.config.StagesConfig``)
-    and its ``slo`` objectives: built here once, for the run (``shapes.sweep``) and the what-if
-    (``loadgen.predict.vsweep``), so a rule or a parameter cannot differ between the two."""
+    and its ``slo`` objectives: built here once, for the run (``loadgen.locust_face.shape``) and the what-if
+    (``loadgen.whatif.virtual_sweep``), so a rule or a parameter cannot differ between the two."""
     return SweepPlan(list(loads), users_for=users_for, ramp_s=stages.ramp_s, warmup_s=stages.warmup_s,
                      duration_s=stages.duration_s, min_requests=stages.min_requests,
                      max_window_s=stages.max_window_s, drain_s=stages.drain_s, turnover=stages.turnover,

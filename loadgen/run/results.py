@@ -11,15 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from loadgen.report.breakdown import breakdown, client_figures, disagreement
-from loadgen.report.files import SCHEMA
+from loadgen.analysis.breakdown import breakdown, client_figures, disagreement
 from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency_of
+from loadgen.run_folder.summary_file import SCHEMA
+from loadgen.slo.early import EarlyVerdict
+from loadgen.slo.limits import failed_text, stage_limits
+from loadgen.slo.objectives import Objectives, stage_slo
+from loadgen.slo.search import slo_summary
 from loadgen.stats.cost import CostConfig, stage_cost
 from loadgen.stats.metrics import SLO_ATTAINMENT
-from loadgen.stats.slo import Objectives, slo_answer, stage_slo
-from loadgen.stats.slo_early import EarlyVerdict
-from loadgen.stats.slo_limits import failed_text, stage_limits
 from loadgen.stats.stage_load import CONCURRENCY, RATE, load_label, stage_label
 from loadgen.stats.stage_stats import HISTOGRAMS, StageStats
 from loadgen.workload.mix import scenario_mix
@@ -95,7 +96,7 @@ class StageInfo:
 
 
 @dataclass
-class GuardRecord:
+class GuardLog:
     """The guard's decisions over the run (summary.json ``guard``, exporter ``guard_breaches``)."""
 
     stopped_before: int | None = None  # the concurrency it refused (or clamped)
@@ -117,14 +118,14 @@ class GuardRecord:
             self.warned.append(d.concurrency)
 
 
-def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, client: dict,
+def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardLog, client: dict,
               client_bound: bool, unfinished: int | None = None, cut_by: str = "drain_timeout",
               objectives: Objectives | None = None, cost: CostConfig | None = None,
               models: dict[str, StageStats] | None = None, mix_names: tuple[str, ...] = ()) -> dict:
     """The stage's summary.json row. ``client``: the worst process's health over the stage;
     ``unfinished``: requests still running (or killed) when the row was forced, flagged ``cut_by``;
-    with SLO ``objectives`` set, ``slo`` (``loadgen.stats.slo.stage_slo``) and the flag ``slo_fail`` when
-    the stage missed the attainment target or a percentile limit (``loadgen.stats.slo_limits``); a
+    with SLO ``objectives`` set, ``slo`` (``loadgen.slo.objectives.stage_slo``) and the flag ``slo_fail`` when
+    the stage missed the attainment target or a percentile limit (``loadgen.slo.limits``); a
     window closed early (``slo.early_stop``) adds ``slo.early_stop`` and the flag ``slo_early``. Search
     stages have ``search: true`` and ``slo_search``. ``cost``: the scenario's, for the cost figures
     (``loadgen.stats.cost.stage_cost``). With a mix of models (``mix_names``), ``models``
@@ -178,7 +179,7 @@ def stage_row(info: StageInfo, stats: StageStats | None, guard: GuardRecord, cli
     if cost is not None:
         row.update(stage_cost(row, cost))
     row["flags"] = flags
-    if (clocks := breakdown(client_figures(stats), info.server)) is not None:  # loadgen.report.breakdown
+    if (clocks := breakdown(client_figures(stats), info.server)) is not None:  # loadgen.analysis.breakdown
         row["breakdown"] = clocks
         if (gap := disagreement(row)) is not None:
             clocks["disagreement"] = gap
@@ -305,7 +306,7 @@ class RunFacts:
     stop_reason: str | None
     workers: int
     worker_losses: list
-    name: str | None = None  # the effective scenario (loadgen.report.runs.run_name)
+    name: str | None = None  # the effective scenario (loadgen.run_folder.folders.run_name)
 
 
 def slo_outcomes(rows: list[dict], load_key: str = "concurrency") -> list[tuple[float, bool]]:
@@ -323,12 +324,12 @@ def latest_attainment(stages: dict[int, StageStats], k: int | None) -> float | N
 
 
 def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:
-    """summary.json's top-level ``slo`` (``loadgen.stats.slo.slo_answer``); None without objectives. In an
+    """summary.json's top-level ``slo`` (``loadgen.slo.objectives.slo_summary``); None without objectives. In an
     open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
     if not objectives.enabled:
         return None
     load = "rate_per_s" if load_key == RATE else CONCURRENCY
-    return slo_answer(slo_outcomes(rows, load_key), objectives,
+    return slo_summary(slo_outcomes(rows, load_key), objectives,
                       [r[load_key] for r in rows if r.get("search")], load)
 
 
@@ -340,7 +341,7 @@ def kv_ceiling(capacity, scenario, dataset=None) -> int | None:
     return max_fitting_concurrency_of(capacity.tokens, scenario_mix(scenario, dataset), scenario.guard.margin)
 
 
-def build_summary(run: RunFacts, scenario, capacity, guard: GuardRecord, rows: list[dict],
+def build_summary(run: RunFacts, scenario, capacity, guard: GuardLog, rows: list[dict],
                   knee: float | None, totals: StageStats, compat=None, probes: tuple = ((), None),
                   dataset=None) -> dict:
     """summary.json (schema in docs/development/ARCHITECTURE.md); the knee stage's row gets the ``knee`` flag.

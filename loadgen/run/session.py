@@ -19,16 +19,14 @@ import time
 import gevent
 
 from loadgen import errors
+from loadgen.analysis.breakdown import clock_lines
+from loadgen.analysis.knee import run_knee
 from loadgen.config.run_tags import tags_from_options
 from loadgen.errors import ConfigError
 from loadgen.export.exporter import exporter_from_config
 from loadgen.phases import Phase
-from loadgen.report.breakdown import clock_lines
 from loadgen.report.files import write_results
-from loadgen.report.knee import run_knee
 from loadgen.report.models import models_line
-from loadgen.report.runs import create_run_dir, run_name, settle_run
-from loadgen.report.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.report.stage_extras import extras_line
 from loadgen.report.table import format_stage_header, format_stage_row, format_stage_table
 from loadgen.run.cache_report import prefix_sharing
@@ -39,7 +37,7 @@ from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, SweepDone, 
 from loadgen.run.replica_run import ReplicaRun
 from loadgen.run.request_export import RequestFile
 from loadgen.run.results import (
-    GuardRecord,
+    GuardLog,
     RunFacts,
     StageInfo,
     build_summary,
@@ -50,6 +48,8 @@ from loadgen.run.results import (
 from loadgen.run.soak import SliceBook
 from loadgen.run.stage_guard import StageGuard
 from loadgen.run.unstaged import UnstagedRequests
+from loadgen.run_folder.folders import create_run_dir, run_name, settle_run
+from loadgen.run_folder.slices_csv import SLICES_CSV, append_slice_rows
 from loadgen.server.gpu_watch import GpuWatch
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.replica_watch import over_capacity_evidence
@@ -84,7 +84,7 @@ class Session:
         self.gpu_watch: GpuWatch | None = None  # DCGM exporters (--gpu-metrics), when one answered
         self.stage_info: dict[int, StageInfo] = {}
         self.rows: list[dict] = []
-        self.guard_record = GuardRecord()
+        self.guard_record = GuardLog()
         self.stop_reason: str | None = None
         self.exit_code: int | None = None
         self.close_seq: dict[int, int] = {}  # stage -> the phase seq that closed its window
@@ -104,7 +104,7 @@ class Session:
 
     @property
     def capacity(self):
-        """``loadgen.server.answers.Capacity`` from the start check (None before it)."""
+        """``loadgen.server.replies.Capacity`` from the start check (None before it)."""
         return self.stage_guard.capacity
 
     # -- start -------------------------------------------------------------------------------------
@@ -444,7 +444,7 @@ class Session:
             self.fleet.finals.stop()
             self.check_workers()
         self._conclude()
-        self.finished_run = True  # the UI's Start again gets the one line of shapes/sweep.py
+        self.finished_run = True  # the UI's Start again gets the one line of loadgen/locust_face/shape.py
         self.finished_wall = time.time()
         self.rt.set_phase(self.rt.stage, Phase.DONE)
         self.fleet.broadcast_phase()

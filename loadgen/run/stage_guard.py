@@ -45,7 +45,7 @@ class StageGuard:
 
     def __init__(self, rt, fleet, say: Callable[[str], None]):
         self.rt, self.fleet, self.say = rt, fleet, say
-        self.capacity = None  # loadgen.server.answers.Capacity, from the start check (the fleet's: the sum)
+        self.capacity = None  # loadgen.server.replies.Capacity, from the start check (the fleet's: the sum)
         # hosts spread by the client, every capacity known: ((replica name, KV tokens), ...) for the share check
         self.spread: tuple[tuple[str, int], ...] = ()
         # open loop: W of Little's law, from the duration sample, then the last finished stage's E2E mean

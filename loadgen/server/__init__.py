@@ -5,5 +5,5 @@
 (the server watch: ``/metrics`` polled during each stage and judged), ``text_calibration`` (how
 the server counts a text prompt's tokens).
 
-May import: ``errors``, ``phases``, ``stats``, ``workload``, ``config``, ``wire``.
+May import: ``errors``, ``phases``, ``slo``, ``stats``, ``workload``, ``config``, ``wire``.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.server.answers import Samples, series_total
+from loadgen.server.replies import Samples, series_total
 
 
 @dataclass(frozen=True)

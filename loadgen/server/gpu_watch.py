@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import gevent
 
 from loadgen.errors import ConfigError, RequestError
-from loadgen.server.answers import failure_text, parse_metrics
 from loadgen.server.gpu_window import DCGM_NAMES, GpuReading, gpu_samples, window_gpu
+from loadgen.server.replies import failure_text, parse_metrics
 from loadgen.wire.client import StreamClient
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from loadgen.server.answers import Samples
+from loadgen.server.replies import Samples
 
 POWER_W = "DCGM_FI_DEV_POWER_USAGE"
 ENERGY_MJ = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
@@ -65,7 +65,7 @@ class GpuReading:
 
 
 def gpu_samples(samples: Samples, exporter: int) -> dict[GpuKey, GpuSample]:
-    """The GPUs in one exporter's parsed ``/metrics`` (``loadgen.server.answers.parse_metrics``);
+    """The GPUs in one exporter's parsed ``/metrics`` (``loadgen.server.replies.parse_metrics``);
     empty when it has none of the DCGM names above. NaN values count as missing."""
     fields: dict[GpuKey, dict[str, float]] = {}
     for name, attr in ((POWER_W, "power_w"), (ENERGY_MJ, "energy_mj"), (UTIL_PCT, "util_pct"),

@@ -35,7 +35,7 @@ class OverCapacityRule:
 class StageWatch:
     """Per-stage server-side overload signals from a sequence of ``(t, sample)`` /metrics polls.
 
-    A sample (see ``loadgen.server.answers.watch_sample``) holds ``preemptions_total`` (vLLM
+    A sample (see ``loadgen.server.replies.watch_sample``) holds ``preemptions_total`` (vLLM
     num_preemptions_total, or SGLang num_retracted_requests_total: requests evicted for lack of
     KV), ``waiting`` (queued requests), ``running`` and ``kv_usage`` (0-1); any may be None.
 

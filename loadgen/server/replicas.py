@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from loadgen import errors
 from loadgen.errors import RequestError
-from loadgen.server.answers import Capacity
+from loadgen.server.replies import Capacity
 from loadgen.server.start_check import PROBE_TIMEOUT_S, StartRefused, models_and_capacity
 from loadgen.wire.client import StreamClient
 from loadgen.wire.endpoints import server_root

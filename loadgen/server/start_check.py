@@ -24,7 +24,7 @@ import orjson
 
 from loadgen import errors
 from loadgen.errors import ConfigError, LoadgenError, RequestError, ServerUnusableError, is_client_refusal
-from loadgen.server.answers import (
+from loadgen.server.replies import (
     Capacity,
     ModelsInfo,
     capacity_from_server_info,

@@ -14,14 +14,14 @@ from collections.abc import Mapping
 import gevent
 
 from loadgen.errors import RequestError
-from loadgen.server.answers import (
+from loadgen.server.overload import OverCapacityRule, StageWatch
+from loadgen.server.replies import (
     WATCH_METRICS,
     failure_text,
     flavor_of,
     parse_metrics,
     watch_sample,
 )
-from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.window import Edge, window_figures
 from loadgen.server.window_spec import prefix_cache
 from loadgen.wire.client import StreamClient

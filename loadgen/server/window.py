@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from loadgen.server.answers import GENERATION_COUNTERS
 from loadgen.server.edges import Edge, as_reset, counter_delta, restarted
+from loadgen.server.replies import GENERATION_COUNTERS
 from loadgen.server.window_latency import latency
 from loadgen.server.window_spec import prefix_cache, spec_decode
 

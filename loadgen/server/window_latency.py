@@ -43,15 +43,15 @@ prefill, decode and E2E when the request finishes; ITL per step), the client whe
 reaches it. A request whose observation falls within the network delay (plus half a /metrics GET)
 of an edge can be in one side's window and not the other's; the counts differ by about
 rate x (delay + GET RTT / 2) at each edge, which is small against a stage's count
-(``count`` is reported and compared with the client's: ``loadgen.report.breakdown.populations_agree``).
+(``count`` is reported and compared with the client's: ``loadgen.analysis.breakdown.populations_agree``).
 """
 
 from __future__ import annotations
 
 import math
 
-from loadgen.server.answers import REPLICA_LABELS, Samples, series_total
 from loadgen.server.edges import Edge
+from loadgen.server.replies import REPLICA_LABELS, Samples, series_total
 
 QUANTILES = (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99))
 HISTOGRAMS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -28,8 +28,8 @@ Prefix cache (``prefix_cache``), ``prefix_cache_hit_rate`` = cached prompt token
 
 from __future__ import annotations
 
-from loadgen.server.answers import Samples
 from loadgen.server.edges import Edge, counter_delta
+from loadgen.server.replies import Samples
 
 # flavor -> (accepted tokens, drafts, draft tokens) counters
 SPEC_COUNTERS = {

@@ -1,8 +1,10 @@
-"""Built-in LLM server simulator (``python -m loadgen.sim``): OpenAI-compatible HTTP/SSE over timing models.
+"""Built-in LLM server simulator (``python -m loadgen.sim``): OpenAI-compatible HTTP/SSE over the
+engine model (``loadgen.engine_model``).
 
-Layers, bottom up: pure timing models (``engine``: one shared step clock with KV cache, chunked
-prefill, preemption and speculative decoding; ``fixed``: known-answer per-request schedule), the
-``runner`` that drives a model in real time, ``stream``/``wire`` that put chunks on sockets, and
-``server`` (HTTP routes) with ``metrics`` (vLLM- or SGLang-named ``/metrics``). It imports nothing
-from the rest of ``loadgen``, so it cannot hide a client bug.
+Bottom up: ``config`` (defaults <- preset YAML <- options), the ``runner`` that drives a timing
+model in real time, ``request`` (parsing a body), ``stream``/``wire`` that put chunks on sockets,
+``server`` (HTTP routes) with ``metrics`` (vLLM- or SGLang-named ``/metrics``), ``faults``, ``strict``
+(refusals of stricter servers), ``tls``, ``tokens`` (its tokenizer rule), ``launch`` (start it as a
+subprocess). It imports nothing from the client side of ``loadgen`` (only ``loadgen.engine_model``),
+so it cannot hide a client bug.
 """

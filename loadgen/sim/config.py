@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from loadgen.sim.engine import EngineParams
+from loadgen.engine_model.engine import EngineParams
 from loadgen.sim.faults import FAULT_KINDS
 
 PRESET_DIR = Path(__file__).parent / "presets"

@@ -18,9 +18,9 @@ from time import perf_counter
 import gevent
 from gevent.event import Event
 
-from loadgen.sim.engine import Engine, SimRequest
-from loadgen.sim.fixed import FixedSchedule
-from loadgen.sim.steploop import Deliver, StepLoop
+from loadgen.engine_model.engine import Engine, SimRequest
+from loadgen.engine_model.fixed import FixedSchedule
+from loadgen.engine_model.steploop import Deliver, StepLoop
 
 log = logging.getLogger("loadgen.sim")
 
@@ -74,7 +74,7 @@ class Runner:
 
 
 class EngineRunner(Runner):
-    """The wall-time ``Clock`` of ``loadgen.sim.steploop.StepLoop``: requests are queued as they
+    """The wall-time ``Clock`` of ``loadgen.engine_model.steploop.StepLoop``: requests are queued as they
     arrive (``submit``), an idle engine sleeps until one wakes it, a step sleeps out its scaled
     duration (an overrun when it is already late: the schedule restarts from now)."""
 

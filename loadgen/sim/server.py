@@ -23,15 +23,15 @@ from gevent.server import StreamServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from loadgen.engine_model.engine import Engine, QueueFull, SimRequest
+from loadgen.engine_model.fixed import FixedSchedule
+from loadgen.engine_model.prefix import block_hashes
+from loadgen.sim import framing, strict
 from loadgen.sim import request as genreq
-from loadgen.sim import strict, wire
 from loadgen.sim.config import SimConfig, required_header
-from loadgen.sim.engine import Engine, QueueFull, SimRequest
 from loadgen.sim.faults import PRE_STREAM, FaultPlan
-from loadgen.sim.fixed import FixedSchedule
 from loadgen.sim.httpio import HTTPError, HTTPRequest, RequestReader
 from loadgen.sim.metrics import SimCollector, SimMetrics, mean_accept_length
-from loadgen.sim.prefix import block_hashes
 from loadgen.sim.runner import EngineRunner, FixedRunner
 from loadgen.sim.stream import KEEP, Stream
 from loadgen.sim.tls import handshake
@@ -100,7 +100,7 @@ class SimServer:
                 try:
                     req = reader.read()
                 except HTTPError as exc:
-                    sock.sendall(wire.json_response(exc.status, wire.error_obj(exc.status, exc.message), False))
+                    sock.sendall(framing.json_response(exc.status, framing.error_obj(exc.status, exc.message), False))
                     return
                 if req is None:
                     return
@@ -116,7 +116,7 @@ class SimServer:
         """Answer one request; False when the connection must close."""
         path, method = req.path.rstrip("/") or "/", req.method
         if (refused := self._gateway_refusal(req, method, path)) is not None:
-            sock.sendall(wire.json_response(*refused, req.keep_alive))
+            sock.sendall(framing.json_response(*refused, req.keep_alive))
             return True
         if path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
             return self._generate(req, sock, chat=path.endswith("chat/completions"))
@@ -131,20 +131,20 @@ class SimServer:
             routes[("GET", "/get_server_info")] = routes[("GET", "/server_info")] = self._server_info
         if (method, path) == ("GET", "/metrics"):
             body = generate_latest(self.registry)
-            sock.sendall(wire.head(200, CONTENT_TYPE_LATEST.encode(), len(body), req.keep_alive) + body)
+            sock.sendall(framing.head(200, CONTENT_TYPE_LATEST.encode(), len(body), req.keep_alive) + body)
             return True
         handler = routes.get((method, path))
         if handler is None:
             known = {p for _, p in routes} | {"/metrics", "/v1/completions", "/v1/chat/completions"}
             status = 405 if path in known else 404
-            sock.sendall(wire.json_response(status, wire.error_obj(status, f"{method} {path} not found"),
+            sock.sendall(framing.json_response(status, framing.error_obj(status, f"{method} {path} not found"),
                                             req.keep_alive))
             return True
         status, obj = handler()
         if obj is None:
-            sock.sendall(wire.head(status, b"text/plain", 0, req.keep_alive))
+            sock.sendall(framing.head(status, b"text/plain", 0, req.keep_alive))
         else:
-            sock.sendall(wire.json_response(status, obj, req.keep_alive))
+            sock.sendall(framing.json_response(status, obj, req.keep_alive))
         return True
 
     def _gateway_refusal(self, req: HTTPRequest, method: str, path: str) -> tuple[int, dict] | None:
@@ -159,7 +159,7 @@ class SimServer:
             return None
         status = 401 if got is None else 403
         problem = "missing" if got is None else "not accepted"
-        return status, wire.error_obj(status, f"gateway: header {name} {problem}")
+        return status, framing.error_obj(status, f"gateway: header {name} {problem}")
 
     def _models(self) -> tuple[int, dict]:
         c = self.config
@@ -197,7 +197,7 @@ class SimServer:
             else:
                 raise ValueError("body must be {\"prompt\": text or token IDs} or {\"messages\": [...]}")
         except (ValueError, orjson.JSONDecodeError) as exc:
-            return 400, wire.error_obj(400, str(exc))
+            return 400, framing.error_obj(400, str(exc))
         return 200, {"count": len(tokens), "max_model_len": self.config.max_model_len, "tokens": tokens}
 
     # -- generation --------------------------------------------------------------------------------
@@ -208,21 +208,21 @@ class SimServer:
         if refused is not None:
             self.metrics.rejected["strict"] += 1
             if refused.in_stream:
-                sock.sendall(wire.sse_error_response(refused.body, keep))
+                sock.sendall(framing.sse_error_response(refused.body, keep))
             else:
-                sock.sendall(wire.json_response(refused.status, refused.body, keep))
+                sock.sendall(framing.json_response(refused.status, refused.body, keep))
             return True
         try:
             p = genreq.parse(http.body, chat, cfg.max_model_len, cfg.default_max_tokens,
                              want_ids=cfg.timing == "engine" and cfg.prefix_cache_tokens > 0)
         except genreq.BadRequest as exc:
             self.metrics.rejected["bad_request"] += 1
-            sock.sendall(wire.json_response(400, wire.error_obj(400, str(exc)), keep))
+            sock.sendall(framing.json_response(400, framing.error_obj(400, str(exc)), keep))
             return True
         if cfg.served_models and p.model not in cfg.served_names():  # as vLLM answers an unknown model
             self.metrics.rejected["unknown_model"] += 1
-            body = wire.error_obj(404, f"The model `{p.model}` does not exist.")
-            sock.sendall(wire.json_response(404, body, keep))
+            body = framing.error_obj(404, f"The model `{p.model}` does not exist.")
+            sock.sendall(framing.json_response(404, body, keep))
             return True
         output, finish = self._output_length(p)
         fault = self.faults.draw(output)
@@ -230,7 +230,7 @@ class SimServer:
             self.metrics.faults[fault.kind] += 1
             status = FAULT_STATUS[fault.kind]
             msg = f"simulated {status} (fault {fault.kind})"
-            sock.sendall(wire.json_response(status, wire.error_obj(status, msg), keep))
+            sock.sendall(framing.json_response(status, framing.error_obj(status, msg), keep))
             return True
         # as vLLM names a request: its X-Request-Id header when the client sent one (kept only if it
         # is plain: the stream's bytes carry it unescaped), else an id of its own
@@ -239,7 +239,7 @@ class SimServer:
         fmt = None
         if p.stream:
             thinking = min(cfg.reasoning_tokens, output) if chat and p.thinking else 0
-            fmt = wire.StreamFormat(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
+            fmt = framing.StreamFormat(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
                                     prompt_tokens=p.prompt_tokens, flavor=cfg.flavor,
                                     include_usage=p.include_usage, continuous_usage=p.continuous_usage,
                                     reasoning_key=cfg.reasoning_key(), reasoning_tokens=thinking,
@@ -253,7 +253,7 @@ class SimServer:
             self.runner.submit(sim)
         except QueueFull as exc:
             self.metrics.rejected["queue_full"] += 1
-            sock.sendall(wire.json_response(503, wire.error_obj(503, f"server overloaded: {exc}"), keep))
+            sock.sendall(framing.json_response(503, framing.error_obj(503, f"server overloaded: {exc}"), keep))
             return True
         try:
             return self._respond(stream, sock, keep, rid, chat, p, fmt)
@@ -275,8 +275,8 @@ class SimServer:
     def _respond(self, stream: Stream, sock, keep: bool, rid: str, chat: bool, p, fmt) -> bool:
         if fmt is not None:
             stream.blocked = True  # the runner queues chunks until the head is out
-            head = wire.head(200, b"text/event-stream; charset=utf-8", None, keep)
-            sock.sendall(head + (wire.http_chunk(fmt.role_event()) if chat else b""))
+            head = framing.head(200, b"text/event-stream; charset=utf-8", None, keep)
+            sock.sendall(head + (framing.http_chunk(fmt.role_event()) if chat else b""))
             stream.flush()
             return stream.wait_done(self.config.stall_max_s) == KEEP
         end = stream.wait_done(self.config.stall_max_s)
@@ -285,10 +285,10 @@ class SimServer:
         if stream.delay_s:  # --network-delay-ms: the body reaches the client that much later
             gevent.sleep(stream.delay_s)
         text = generated_text(stream.text_offset, 0, stream.sent).decode()
-        body = wire.completion_obj(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
+        body = framing.completion_obj(chat=chat, rid=rid, created=int(time.time()), model=self._answer_model(p),
                                    text=text, finish=stream.finish_reason.decode(),
                                    prompt=p.prompt_tokens, completion=stream.sent)
-        sock.sendall(wire.json_response(200, body, keep))
+        sock.sendall(framing.json_response(200, body, keep))
         return True
 
     def _output_length(self, p: genreq.GenParams) -> tuple[int, bytes]:

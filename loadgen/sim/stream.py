@@ -19,8 +19,8 @@ import gevent
 from gevent import get_hub
 from gevent.event import Event
 
-from loadgen.sim import wire
-from loadgen.sim.engine import SimRequest
+from loadgen.engine_model.engine import SimRequest
+from loadgen.sim import framing
 from loadgen.sim.faults import MID_STREAM, FaultDraw
 from loadgen.sim.tls import write_now
 from loadgen.sim.tokens import generated_text
@@ -31,7 +31,7 @@ KEEP, CLOSE, RESET, STALL, BROKEN = "keep", "close", "reset", "stall", "broken"
 class Stream:
     """The sink of one request. ``fmt`` is None for a non-streaming request (JSON at the end)."""
 
-    def __init__(self, server, sock, req: SimRequest, fmt: wire.StreamFormat | None,
+    def __init__(self, server, sock, req: SimRequest, fmt: framing.StreamFormat | None,
                  fault: FaultDraw | None, finish_reason: bytes, text_offset: int, t_arrival: float):
         self.server = server
         self.sock = sock
@@ -95,7 +95,7 @@ class Stream:
             self.fault = None
             self._inject(fault.kind, text, done, reasoning)
         elif not done:
-            self._write(wire.http_chunk(fmt.content_event(text, self.sent, None, reasoning)))
+            self._write(framing.http_chunk(fmt.content_event(text, self.sent, None, reasoning)))
         else:
             self._emit_tail(fmt.content_event(text, self.sent, self.finish_reason, reasoning))
 
@@ -112,33 +112,33 @@ class Stream:
         self.faulted = True
         content = fmt.content_event(text, self.sent, None, reasoning)
         if kind == "malformed":  # the stream goes on after one broken event
-            self._write(wire.http_chunk(content + wire.MALFORMED_EVENT))
+            self._write(framing.http_chunk(content + framing.MALFORMED_EVENT))
             if done:
                 self._emit_tail()
             return
         self.server.runner.abort(self.req)
         if kind == "stream_error":
             err = fmt.error_event("simulated engine failure (fault stream_error)", "InternalServerError", 500)
-            self._finish(KEEP, wire.http_chunk(content + err + wire.DONE_EVENT) + wire.LAST_CHUNK)
+            self._finish(KEEP, framing.http_chunk(content + err + framing.DONE_EVENT) + framing.LAST_CHUNK)
         elif kind == "abort":
             body = fmt.content_event(text, self.sent, b"abort", reasoning) + fmt.usage_event(self.sent)
-            self._finish(KEEP, wire.http_chunk(body + wire.DONE_EVENT) + wire.LAST_CHUNK)
+            self._finish(KEEP, framing.http_chunk(body + framing.DONE_EVENT) + framing.LAST_CHUNK)
         elif kind == "truncate":
-            self._finish(CLOSE, wire.http_chunk(content) + wire.LAST_CHUNK)
+            self._finish(CLOSE, framing.http_chunk(content) + framing.LAST_CHUNK)
         elif kind == "no_done":
             body = fmt.content_event(text, self.sent, self.finish_reason, reasoning) + fmt.usage_event(self.sent)
-            self._finish(CLOSE, wire.http_chunk(body) + wire.LAST_CHUNK)
+            self._finish(CLOSE, framing.http_chunk(body) + framing.LAST_CHUNK)
         elif kind == "reset":
-            self._finish(RESET, wire.http_chunk(content))
+            self._finish(RESET, framing.http_chunk(content))
         else:  # stall
-            self._finish(STALL, wire.http_chunk(content))
+            self._finish(STALL, framing.http_chunk(content))
 
     def _emit_tail(self, last_content: bytes = b"") -> None:
         """Normal end: the last content (or an empty chunk with the finish reason), usage, [DONE]."""
         fmt = self.fmt
         last = last_content or fmt.content_event(b"", self.sent, self.finish_reason)
-        tail = last + fmt.usage_event(self.sent) + wire.DONE_EVENT
-        self._finish(KEEP, wire.http_chunk(tail) + wire.LAST_CHUNK)
+        tail = last + fmt.usage_event(self.sent) + framing.DONE_EVENT
+        self._finish(KEEP, framing.http_chunk(tail) + framing.LAST_CHUNK)
 
     def _finish(self, end: str, data: bytes) -> None:
         if data:

@@ -102,11 +102,11 @@ class FailureSamples:
     def is_empty(self) -> bool:
         return not self.samples
 
-    def to_wire(self) -> dict:
+    def to_message(self) -> dict:
         return {"s": {k: [list(e) for e in v] for k, v in self.samples.items()}, "o": dict(self.other)}
 
     @classmethod
-    def from_wire(cls, d: dict) -> FailureSamples:
+    def from_message(cls, d: dict) -> FailureSamples:
         out = cls()
         for kind, entries in d.get("s", {}).items():
             for status, text, n in entries:

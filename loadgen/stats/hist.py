@@ -178,7 +178,7 @@ class LogHistogram:
         e = np.asarray(list(edges), dtype=np.float64)
         return cum[np.searchsorted(_UPPER, e * (1 + 1e-12), side="right")].tolist()
 
-    def to_wire(self) -> dict:
+    def to_message(self) -> dict:
         """Sparse, JSON- and msgpack-safe form (plain ints, floats, lists)."""
         nz = np.flatnonzero(self.counts)
         return {
@@ -191,7 +191,7 @@ class LogHistogram:
         }
 
     @classmethod
-    def from_wire(cls, d: dict) -> LogHistogram:
+    def from_message(cls, d: dict) -> LogHistogram:
         h = cls()
         idx, cnt = d["idx"], d["cnt"]
         if len(idx) != len(cnt):

@@ -13,9 +13,9 @@ Three tables, each a tuple of small frozen dataclasses:
 
 A metric's value (``StageMetric.value``): with a histogram source, its quantile ``q`` (nearest
 fine bucket, within ~1.2%; None when the histogram is empty); with a counter source, its rate
-count / window_s (None without a window). SLO figures read the stage's ``loadgen.stats.slo.SloCounts``
+count / window_s (None without a window). SLO figures read the stage's ``loadgen.slo.objectives.SloCounts``
 (``StageStats.slo``): an ``SloCount`` source is a goodput, output tok/s x count / measured output
-tokens (``loadgen.stats.slo.goodput_per_s``), a ``Share`` source the ratio count / judged requests
+tokens (``loadgen.slo.objectives.goodput_per_s``), a ``Share`` source the ratio count / judged requests
 (attainment, 0-1); both None when no request was judged (no objective set). Formulas of the per-request samples: loadgen.stats.records.
 Failure kinds are declared in loadgen.errors (``KINDS``), not here.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadgen.stats.slo import goodput_per_s
+from loadgen.slo.objectives import goodput_per_s
 
 # Default server bucket edges (seconds), read from vLLM v1 `PrometheusStatLogger` and SGLang
 # `TokenizerMetricsCollector`. Including them makes `le` boundaries line up with the server panels.
@@ -187,7 +187,7 @@ COUNTERS += (
 
 @dataclass(frozen=True)
 class SloCount:
-    """A count of a stage's ``loadgen.stats.slo.SloCounts`` (``attr`` names the field), shown as a goodput
+    """A count of a stage's ``loadgen.slo.objectives.SloCounts`` (``attr`` names the field), shown as a goodput
     per second; ``exporter``: the Prometheus counter name of the run's total ("" = not exported)."""
 
     attr: str
@@ -341,7 +341,7 @@ STAGE_METRICS = (
     StageMetric("input_len_p99_tokens", INPUT_LEN, 0.99, "tokens", TOKENS, "Input tokens p99"),
     StageMetric("output_len_p50_tokens", OUTPUT_LEN, 0.5, "tokens", TOKENS, "Output tokens p50"),
     StageMetric("output_len_p99_tokens", OUTPUT_LEN, 0.99, "tokens", TOKENS, "Output tokens p99"),
-    # SLO figures (loadgen.stats.slo): None when the scenario sets no objective; their console columns
+    # SLO figures (loadgen.slo.objectives): None when the scenario sets no objective; their console columns
     # appear only then (``Console.slo``)
     SLO_ATTAINMENT,
     StageMetric("goodput_requests_per_s", SLO_MET, None, "req/s", REQ_S, "Goodput (req/s)"),

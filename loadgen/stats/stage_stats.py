@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 
+from loadgen.slo.objectives import Objectives, SloCounts, request_verdict
 from loadgen.stats import metrics
 from loadgen.stats.answer import STREAM, USAGE
 from loadgen.stats.failures import FailureSamples
 from loadgen.stats.hist import BUCKETS_PER_DECADE, EDGES, Binned, LogHistogram, bin_values
-from loadgen.stats.slo import Objectives, SloCounts, request_verdict
 
 HISTOGRAMS = tuple(h.attr for h in metrics.HISTOGRAMS)  # attribute names, declared in loadgen.stats.metrics
 COUNTERS = tuple(c.attr for c in metrics.COUNTERS)
@@ -34,7 +34,7 @@ class StageStats:
     counts is stated there), plus ``errors`` {failure kind: requests} and ``failures`` (the server's
     reasons: the first distinct HTTP status + message excerpts per kind, loadgen.stats.failures). Histograms hold ok requests
     only: ``ttft_s``, ``e2e_s``, ``tpot_s``, ``decode_tps`` one sample per request, ``itl_token_s``
-    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.stats.slo``) of
+    one per token, ``itl_chunk_s`` one per chunk gap. ``slo``: the SLO counts (``loadgen.slo.objectives``) of
     every request given a verdict, ok or failed (empty when the scenario sets no objective).
     """
 
@@ -56,7 +56,7 @@ class StageStats:
         in a multi-turn conversation (None: single requests), for ``ttft_by_turn``.
 
         ``itl``: ``bin_itl(result)`` when the caller adds the same result to several StageStats;
-        ``verdict``: its ``loadgen.stats.slo.request_verdict`` (None: no objective set).
+        ``verdict``: its ``loadgen.slo.objectives.request_verdict`` (None: no objective set).
         """
         if verdict is not None:
             self.slo.count(result, verdict)
@@ -147,24 +147,24 @@ class StageStats:
         # scheduled_requests += 1 (lateness), so counters and errors tell it all
         return not self.errors and not any(getattr(self, n) for n in COUNTERS)
 
-    def to_wire(self) -> dict:
+    def to_message(self) -> dict:
         """Sparse JSON/msgpack-safe form: non-zero counters, errors, non-empty histograms, the
         server's failure reasons, SLO counts."""
         wire = {
             "c": {n: getattr(self, n) for n in COUNTERS if getattr(self, n)},
             "e": dict(self.errors),
-            "h": {n: getattr(self, n).to_wire() for n in HISTOGRAMS if getattr(self, n).count},
+            "h": {n: getattr(self, n).to_message() for n in HISTOGRAMS if getattr(self, n).count},
         }
         if not self.failures.is_empty():
-            wire["f"] = self.failures.to_wire()
+            wire["f"] = self.failures.to_message()
         if self.ttft_by_turn:
-            wire["t"] = {str(k): h.to_wire() for k, h in self.ttft_by_turn.items()}
+            wire["t"] = {str(k): h.to_message() for k, h in self.ttft_by_turn.items()}
         if not self.slo.is_empty():
-            wire["s"] = self.slo.to_wire()
+            wire["s"] = self.slo.to_message()
         return wire
 
     @classmethod
-    def from_wire(cls, d: dict) -> StageStats:
+    def from_message(cls, d: dict) -> StageStats:
         s = cls()
         for name, v in d.get("c", {}).items():
             if name not in COUNTERS:
@@ -172,14 +172,14 @@ class StageStats:
             setattr(s, name, int(v))
         s.errors = {str(k): int(v) for k, v in d.get("e", {}).items()}
         if "f" in d:
-            s.failures = FailureSamples.from_wire(d["f"])
-        s.ttft_by_turn = {int(k): LogHistogram.from_wire(h) for k, h in d.get("t", {}).items()}
+            s.failures = FailureSamples.from_message(d["f"])
+        s.ttft_by_turn = {int(k): LogHistogram.from_message(h) for k, h in d.get("t", {}).items()}
         for name, h in d.get("h", {}).items():
             if name not in HISTOGRAMS:
                 raise ValueError(f"unknown StageStats histogram {name!r} in wire data")
-            setattr(s, name, LogHistogram.from_wire(h))
+            setattr(s, name, LogHistogram.from_message(h))
         if "s" in d:
-            s.slo = SloCounts.from_wire(d["s"])
+            s.slo = SloCounts.from_message(d["s"])
         return s
 
     def row(self, window_s: float | None) -> dict:
@@ -442,13 +442,13 @@ class Collector:
         several replicas ``replicas`` likewise.
         """
         delta = {
-            "totals": self.totals.to_wire(),
-            "stages": [[k, s.to_wire()] for k, s in self.stages.items() if not s.is_empty()],
+            "totals": self.totals.to_message(),
+            "stages": [[k, s.to_message()] for k, s in self.stages.items() if not s.is_empty()],
         }
         if self.slices:  # [stage, slice index, wire]; absent without slices (older masters ignore it)
-            delta["slices"] = [[k, j, s.to_wire()] for (k, j), s in self.slices.items() if not s.is_empty()]
+            delta["slices"] = [[k, j, s.to_message()] for (k, j), s in self.slices.items() if not s.is_empty()]
         for key in PART_TABLES:
-            parts = [[k, {name: s.to_wire() for name, s in by_name.items() if not s.is_empty()}]
+            parts = [[k, {name: s.to_message() for name, s in by_name.items() if not s.is_empty()}]
                      for k, by_name in getattr(self, key).items()]
             if any(by_name for _, by_name in parts):
                 delta[key] = [[k, by_name] for k, by_name in parts if by_name]
@@ -460,12 +460,12 @@ class Collector:
 
     def merge_delta(self, delta: dict) -> None:
         """Master: add one worker's ``take_delta()``."""
-        self.totals.merge(StageStats.from_wire(delta["totals"]))
+        self.totals.merge(StageStats.from_message(delta["totals"]))
         for k, wire in delta["stages"]:
-            self._stage(int(k)).merge(StageStats.from_wire(wire))
+            self._stage(int(k)).merge(StageStats.from_message(wire))
         for k, j, wire in delta.get("slices", ()):
-            self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_wire(wire))
+            self.slices.setdefault((int(k), int(j)), StageStats()).merge(StageStats.from_message(wire))
         for key in PART_TABLES:
             for k, by_name in delta.get(key, ()):
                 for name, wire in by_name.items():
-                    self._part(getattr(self, key), int(k), str(name)).merge(StageStats.from_wire(wire))
+                    self._part(getattr(self, key), int(k), str(name)).merge(StageStats.from_message(wire))

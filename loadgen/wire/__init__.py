@@ -7,5 +7,5 @@ speak the URL's scheme?), ``compat`` (what the server accepts and the one reques
 ``endpoints`` (the paths we call), ``exchange`` (one request streamed from an ``Ask``: the routine
 every sender calls).
 
-May import: ``errors``, ``phases``, ``stats``, ``workload``, ``config``.
+May import: ``errors``, ``phases``, ``slo``, ``stats``, ``workload``, ``config``.
 """

@@ -6,5 +6,5 @@ planned; ``PromptMaker``, ``Workload``), ``conversation`` (multi-turn), ``trace`
 replay), ``arrivals`` (open-loop arrival processes), ``mix`` (the KV guard's per-request figure), ``model_mix``
 (a mix of models, each request's drawn by weight).
 
-May import: ``loadgen.errors``, ``loadgen.phases``, ``loadgen.stats``.
+May import: ``loadgen.errors``, ``loadgen.phases``, ``loadgen.slo``, ``loadgen.stats``.
 """

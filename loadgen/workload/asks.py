@@ -146,7 +146,7 @@ class DatasetCursor:
 
 def sender_lengths(inputs: LengthDist, outputs: LengthDist, seed_key: tuple) -> LengthSampler:
     """One sender's (input, output) lengths, seeded by its key (prompt.seed, process, user number):
-    the run's users and the what-if's virtual users (loadgen.predict.vworkload) draw the same ones."""
+    the run's users and the what-if's virtual users (loadgen.whatif.virtual_workload) draw the same ones."""
     return LengthSampler(inputs, outputs, (*seed_key, 0x1E9))
 
 

@@ -54,7 +54,7 @@ CASES = [
     ("no-host", ["--host", ""], None, "--host", "got nothing", "--host http://"),
     ("host-not-a-url", ["--host", "localhost:8000"], None, "--host", "'localhost:8000'", "--host http://"),
     ("file-missing", ["--scenario", "/nonexistent/x.yaml"], None, "scenario (from --scenario)",
-     "'/nonexistent/x.yaml'", "or a preset's name (chat, default, demo, smoke, soak)"),
+     "'/nonexistent/x.yaml'", "or a bundled scenario's name (chat, default, demo, smoke, soak)"),
     ("file-is-a-directory", ["--scenario", "{dir}"], None, "scenario (from --scenario)", "{dir}",
      "pass a file"),
     ("file-unreadable", ["--scenario", "{file}/x.yaml"], "input_tokens: 5\n", "scenario (from --scenario)",

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.errors import EXIT_SERVER_UNUSABLE
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
+from tests.support.raw_client import request
 from tests.support.runlocust import run_locust
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,7 @@ import pytest
 
 from loadgen.sim.launch import running_sim
 from tests.integration.test_guard import serve
+from tests.support.dcgm import dcgm_scrapes
 from tests.support.ports import free_port
 from tests.support.procs import stop_process
 from tests.support.promtools import (
@@ -31,7 +32,6 @@ from tests.support.promtools import (
     variable_queries,
 )
 from tests.support.runlocust import ROOT, locust_cmd
-from tests.unit.server.test_gpu_window import dcgm_scrapes
 
 pytestmark = [
     pytest.mark.integration,

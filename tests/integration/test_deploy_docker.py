@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from loadgen.stats.stage_stats import StageStats
 from tests.integration.test_dashboard_prometheus import DASHBOARD, FAULTS, VARIABLES
 from tests.support import dockerhost
@@ -96,7 +96,7 @@ def ledgers(container: str) -> list[StageStats]:
     if tar.returncode != 0:
         return []
     with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
-        return [StageStats.from_wire(json.loads(t.extractfile(m).read())["totals"])
+        return [StageStats.from_message(json.loads(t.extractfile(m).read())["totals"])
                 for m in t.getmembers() if m.isfile() and m.name.endswith(".json")]
 
 

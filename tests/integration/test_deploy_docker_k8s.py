@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from tests.support import dockerhost
 from tests.support.dockerhost import IMAGE, LABEL, LOADGEN_UID, ROOT, docker
 

@@ -38,7 +38,7 @@ def test_a_sweep_whose_ttft_grows_from_queueing_says_so(tmp_path):
     """Four requests decode at once (--max-running 4), each 40 steps of 10 ms. At C=4 nobody waits;
     at C=16 a closed loop keeps 12 waiting, so by Little's law (16 in the system, 4 served at a time)
     each request waits 3 service times: queue mean = 3 x (prefill + decode) mean. The TTFT growth is
-    that queue time: the verdict names it. Once the first requests have turned over (the warmup
+    that queue time: the diagnosis names it. Once the first requests have turned over (the warmup
     lasts until C = 16 finished: 1.6 s at 10 a second) every request waits those 3 services, so a
     2 s window's 20 requests give the same mean as a longer one."""
     engine = ("--timing", "engine", "--flavor", "vllm", "--max-running", "4", "--step-base-ms", "10",
@@ -55,9 +55,9 @@ def test_a_sweep_whose_ttft_grows_from_queueing_says_so(tmp_path):
     service = high["breakdown"]["e2e"]["prefill_mean_s"] + high["breakdown"]["e2e"]["decode_mean_s"]
     assert high["breakdown"]["ttft"]["queue_mean_s"] == pytest.approx(3 * service, rel=0.2), high["breakdown"]
     assert low["breakdown"]["ttft"]["queue_mean_s"] < 0.02
-    verdict = high["breakdown"]["verdict"]
-    assert verdict.startswith("C=16: TTFT mean +") and "of it server queue time" in verdict, verdict
-    assert f"llm-loadgen: stage 1 {verdict}" in run.stderr
+    diagnosis = high["breakdown"]["diagnosis"]
+    assert diagnosis.startswith("C=16: TTFT mean +") and "of it server queue time" in diagnosis, diagnosis
+    assert f"llm-loadgen: stage 1 {diagnosis}" in run.stderr
     assert "clocks_disagree" not in low["flags"] + high["flags"]
     csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0]
     assert "breakdown.ttft.queue_mean_s" in csv_head and "server.ttft.p99_s" in csv_head

@@ -28,9 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen import errors
 from loadgen.sim.launch import SimProcess, running_sim
-from loadgen.sim.raw_client import request
 from loadgen.stats.failures import locust_name
 from tests.support.ports import free_port
+from tests.support.raw_client import request
 from tests.support.rawserver import SSE_HEADERS, chunk, completion_chunk, event, raw_server, read_request
 from tests.support.runlocust import ROOT, LocustRun, locust_cmd, run_dir
 

@@ -23,7 +23,7 @@ import pytest
 
 from loadgen import errors
 from loadgen.report.__main__ import main as report_main
-from loadgen.report.runs import FAILED, LATEST, run_folders
+from loadgen.run_folder.folders import FAILED, LATEST, run_folders
 from loadgen.sim.launch import running_sim
 from loadgen.stats.flags import meaning
 from tests.support.ports import free_port

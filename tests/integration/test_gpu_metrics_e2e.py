@@ -12,9 +12,10 @@ import threading
 
 import pytest
 
+from loadgen.server.gpu_window import ENERGY_MJ
 from tests.integration.test_guard import serve
+from tests.support.dcgm import dcgm_scrapes, dcgm_values
 from tests.support.runlocust import fixed_sim, run_locust
-from tests.unit.server.test_gpu_window import ENERGY_MJ, _values, dcgm_scrapes
 
 pytestmark = pytest.mark.integration  # known answers from the fixture, no timing bound
 sim = fixed_sim
@@ -49,7 +50,7 @@ def test_stage_energy_is_the_fixtures_delta_and_j_per_token_over_the_windows_tok
     assert f"warning: GPU metrics: GET {dead}: cannot connect" in run.stderr, run.stderr[-3000:]
     (stage,) = run.summary["stages"]
     gpu = stage["gpu"]
-    delta_j = (sum(_values(closed, ENERGY_MJ)) - sum(_values(opened, ENERGY_MJ))) / 1000
+    delta_j = (sum(dcgm_values(closed, ENERGY_MJ)) - sum(dcgm_values(opened, ENERGY_MJ))) / 1000
     assert gpu["gpus"] == 8 and gpu["exporters"] == 1 and gpu["energy_source"] == "counter"
     assert gpu["energy_j"] == pytest.approx(delta_j)
     assert len(reads) > 3  # polls in the window, not only its edges
@@ -58,9 +59,9 @@ def test_stage_energy_is_the_fixtures_delta_and_j_per_token_over_the_windows_tok
     assert stage["joules_per_output_token"] == pytest.approx(delta_j / window_tokens)
     assert stage["kwh_per_million_output_tokens"] == pytest.approx(delta_j / window_tokens / 3.6)
     # each GPU's mean power lies between its two scrapes' values (the polls read the close scrape)
-    power = list(zip(_values(opened, "DCGM_FI_DEV_POWER_USAGE"), _values(closed, "DCGM_FI_DEV_POWER_USAGE"), strict=True))
+    power = list(zip(dcgm_values(opened, "DCGM_FI_DEV_POWER_USAGE"), dcgm_values(closed, "DCGM_FI_DEV_POWER_USAGE"), strict=True))
     assert sum(map(min, power)) <= gpu["power_w_total"] <= sum(map(max, power))
-    assert gpu["fb_used_mib_max"] == max(_values(opened + closed, "DCGM_FI_DEV_FB_USED"))
+    assert gpu["fb_used_mib_max"] == max(dcgm_values(opened + closed, "DCGM_FI_DEV_FB_USED"))
     with open(run.run_dir / "stages.csv", newline="") as f:
         (row,) = csv.DictReader(f)
     assert float(row["gpu.energy_j"]) == pytest.approx(delta_j)

@@ -24,7 +24,8 @@ from loadgen.run.kv_guard import (
     max_fitting_concurrency,
     projected_kv_tokens,
 )
-from loadgen.server.answers import (
+from loadgen.server.overload import OverCapacityRule, StageWatch
+from loadgen.server.replies import (
     capacity_from_server_info,
     capacity_from_sglang_metrics,
     capacity_from_vllm_metrics,
@@ -33,7 +34,6 @@ from loadgen.server.answers import (
     slots_from_props,
     watch_sample,
 )
-from loadgen.server.overload import OverCapacityRule, StageWatch
 from loadgen.server.start_check import models_and_capacity
 from loadgen.server.watch import ServerWatch
 from tests.support.ports import free_port

@@ -105,7 +105,7 @@ def test_two_processes_merge_per_model_rows_exactly(sim, tmp_path):
         k = stage["index"]
         for name, row in stage["models"].items():
             # the master's row for (stage, model) is that of the workers' shipped StageStats merged
-            parts = [StageStats.from_wire(by_name[name]) for ledger in ledgers
+            parts = [StageStats.from_message(by_name[name]) for ledger in ledgers
                      for stage_k, by_name in ledger.get("models", []) if stage_k == k and name in by_name]
             merged = StageStats()
             for part in parts:

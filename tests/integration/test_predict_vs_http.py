@@ -11,10 +11,10 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from loadgen.sim.engine import EngineParams, SimRequest
+from loadgen.engine_model.engine import EngineParams, SimRequest
+from loadgen.engine_model.virtual import VirtualServer
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import Connection
-from loadgen.sim.virtual import VirtualServer
+from tests.support.raw_client import Connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.solo]  # timed against the runner: alone
 
@@ -92,11 +92,11 @@ MIXED_REQUESTS = 8
 
 def test_mixed_lengths_time_the_same_in_both_drivers():
     """One user sends requests of the lengths a lognormal-input, uniform-output scenario draws for
-    it (``loadgen.predict.vworkload``): over HTTP and in virtual time each request's TTFT (its own
+    it (``loadgen.whatif.virtual_workload``): over HTTP and in virtual time each request's TTFT (its own
     prefill step, the engine idle) and E2E (its own output's decode steps) come out alike, so the
     engine takes each request's lengths from the request in both drivers."""
-    from loadgen.predict.vsweep import run_sweep, stage_rules
-    from loadgen.predict.vworkload import VirtualWorkload
+    from loadgen.whatif.virtual_sweep import run_sweep, stage_rules
+    from loadgen.whatif.virtual_workload import VirtualWorkload
     from loadgen.workload.lengths import LengthDist
 
     wl = VirtualWorkload(LengthDist("lognormal", mean=800, std=400, min=50, max=3000),

@@ -55,7 +55,7 @@ def test_repeat_folders_and_the_gate_on_a_ten_percent_slower_simulator(tmp_path)
     (stage,) = repeat["stages"]
     tput = stage["metrics"]["output_tokens_per_s"]
     assert stage["load"] == 8 and len(tput["values"]) == N and tput["low"] <= tput["mid"] <= tput["high"]
-    assert repeat["answers"]["kv_max"]["values"][0] is not None
+    assert repeat["findings"]["kv_max"]["values"][0] is not None
     page = (base / "report.html").read_text()  # the repeat folder's own report, its intervals plotted
     assert 'alt="intervals"' in page and (base / "intervals.png").read_bytes().startswith(b"\x89PNG")
     assert all(r["folder"] in page for r in reps)

@@ -219,7 +219,7 @@ def test_checks_catch_a_broken_page(tmp_path):
 
 def with_breakdown(summary: dict) -> dict:
     """The fixture's stages with a breakdown whose queue time grows with the load (fake figures)."""
-    from loadgen.report.breakdown import breakdown, clock_lines
+    from loadgen.analysis.breakdown import breakdown, clock_lines
 
     rows = []
     for k, st in enumerate(summary["stages"]):
@@ -250,7 +250,7 @@ def colour_pixels(png: bytes, hex_colour: str, tolerance: int = 2) -> int:
 def test_the_breakdown_bars_render_in_their_colours_and_only_with_a_breakdown(tmp_path):
     """The stacked bars, found in the screenshot by colour: each part's pixels = its width x 18 px
     per bar (+ a 12 x 12 legend swatch); the same report without a breakdown has none of them."""
-    from loadgen.report.breakdown import stack
+    from loadgen.analysis.breakdown import stack
     from loadgen.report.breakdown_html import COLORS, bar_px
 
     summary = with_breakdown(json.loads((FIXTURES / "summary_seeds_sweep.json").read_text()))

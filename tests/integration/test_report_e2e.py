@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from loadgen.report.files import load_summary
 from loadgen.report.plots import build_run_figures
+from loadgen.run_folder.summary_file import load_summary
 from loadgen.sim.launch import running_sim
 from tests.integration.test_report_chromium import CHROMIUM, render
 from tests.support.runlocust import ROOT, run_dir, run_locust

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
+from tests.support.raw_client import request
 from tests.support.runlocust import run_locust
 
 pytestmark = pytest.mark.integration  # counts, not timings (seeded accept draws): runs beside other files

@@ -11,7 +11,7 @@ import pytest
 from loadgen.sim.__main__ import build_parser, config_from_args
 from loadgen.sim.config import SimConfigError, load
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
+from tests.support.raw_client import request
 
 
 def cli_config(*argv: str):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
+from tests.support.raw_client import request
 
 pytestmark = pytest.mark.integration
 

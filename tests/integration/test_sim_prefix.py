@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.sim.engine import Engine, EngineParams, SimRequest
-from loadgen.sim.prefix import PrefixCache, block_hashes
+from loadgen.engine_model.engine import Engine, EngineParams, SimRequest
+from loadgen.engine_model.prefix import PrefixCache, block_hashes
 from loadgen.sim.request import parse
 
 
@@ -84,7 +84,7 @@ def test_http_chat_turns_hit_the_cache_and_the_server_says_so():
     from prometheus_client.parser import text_string_to_metric_families
 
     from loadgen.sim.launch import running_sim
-    from loadgen.sim.raw_client import request
+    from tests.support.raw_client import request
 
     def counters(url):
         text = request(url, "GET", "/metrics").body.decode()

@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from loadgen.report.slices_csv import SLICES_CSV, read_slice_rows
+from loadgen.run_folder.slices_csv import SLICES_CSV, read_slice_rows
 from loadgen.sim.launch import running_sim
 from tests.integration.test_distributed import Cluster
 from tests.support.merge_check import worker_ledgers

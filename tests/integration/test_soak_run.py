@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.report.__main__ import main as report_main
-from loadgen.report.runs import resolve_run_dir
-from loadgen.report.slices_csv import SLICES_CSV, read_slice_rows
+from loadgen.run_folder.folders import resolve_run_dir
+from loadgen.run_folder.slices_csv import SLICES_CSV, read_slice_rows
 from loadgen.stats.slices import slice_tolerance
 from tests.support.runlocust import ROOT, SMOKE, fixed_sim, locust_cmd
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.server.text_calibration import FIT_WORDS
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
 from tests.integration.test_reasoning_e2e import CHAT_RUN
+from tests.support.raw_client import request
 from tests.support.runlocust import run_locust
 
 pytestmark = pytest.mark.integration

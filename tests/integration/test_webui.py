@@ -41,7 +41,7 @@ from loadgen.run.kv_guard import decide, decide_rate
 from loadgen.run.plan import GuardDecided, PhaseStarted, StageFinal, WindowClosed, WindowOpened
 from loadgen.run.runtime import Runtime
 from loadgen.run.session import Session
-from loadgen.server.answers import Capacity
+from loadgen.server.replies import Capacity
 from loadgen.stats.records import RequestRecord
 from tests.support.ports import free_port
 from tests.support.runlocust import run_dir

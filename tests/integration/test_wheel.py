@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.report.runs import resolve_run_dir
+from loadgen.run_folder.folders import resolve_run_dir
 from tests.support.merge_check import assert_exact_merge, merged, worker_ledgers
 from tests.unit.faces.test_cli import registered_flags
 from tests.unit.faces.test_cli_docs import code_pointers
@@ -89,6 +89,9 @@ def test_the_wheel_carries_the_locustfile_presets_dashboard_and_docs(installed):
     shown = {f"loadgen/docs/{m}" for page in (ROOT / "docs").glob("*.md")
              for m in re.findall(r"\]\((figures/[^)\s]+)\)", page.read_text())}
     assert shown and not shown - names, sorted(shown - names)
+    # the tools only tests and benchmarks use stay in the clone (tests/support/raw_client.py)
+    assert not [n for n in names if n.startswith("tests/") or n.endswith("raw_client.py")]
+    assert "loadgen/engine_model/engine.py" in names and "loadgen/slo/search.py" in names
     entry = zipfile.ZipFile(info["wheel"]).read(next(n for n in names if n.endswith("entry_points.txt")))
     assert "llm-loadgen = loadgen.cli:main" in entry.decode()
 

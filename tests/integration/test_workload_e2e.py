@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from loadgen.sim.launch import running_sim
-from loadgen.sim.raw_client import request
+from tests.support.raw_client import request
 from tests.support.runlocust import run_locust
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from loadgen.server.answers import parse_metrics
+import pytest
+
+from loadgen.server.replies import parse_metrics
 from tests.support.ports import free_port
 from tests.support.procs import stop_process
 
@@ -35,6 +37,15 @@ def installed(env_var: str, ensure_script: Path, what: str) -> tuple[str | None,
     if found.returncode == 0 and found.stdout.strip():
         return found.stdout.strip().splitlines()[-1], ""
     return None, (found.stderr.strip() or f"{what} is not installed") + f" (or set {env_var} to {what})"
+
+
+def required(env_var: str, ensure_script: Path, what: str, short: str) -> str:
+    """``installed(...)``'s path, or skip the calling test saying why there is none and how to get
+    one (``short`` names the engine in the skip reason)."""
+    path, why = installed(env_var, ensure_script, what)
+    if path is None:
+        pytest.skip(f"no {short}: {why}")
+    return path
 
 
 def http(url: str, body: dict | None = None, timeout_s: float = 30) -> tuple[int, str]:

@@ -3,8 +3,8 @@ parsed as the watch parses it, at a given time (tests/test_server_window*.py).""
 
 from __future__ import annotations
 
-from loadgen.server.answers import parse_metrics
 from loadgen.server.edges import Edge
+from loadgen.server.replies import parse_metrics
 
 
 def edge(t: float, *texts: str) -> Edge:

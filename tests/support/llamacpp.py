@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from tests.support.engine import EngineProcess, http, installed
+from tests.support.engine import EngineProcess, http, installed, required
 from tests.support.runlocust import ROOT
 
 ENV_BINARY = "LLM_LOADGEN_LLAMA_SERVER"
@@ -32,10 +30,7 @@ def llama_server_binary() -> tuple[str | None, str]:
 
 
 def require_llama_server() -> str:
-    path, why = llama_server_binary()
-    if path is None:
-        pytest.skip(f"no llama-server: {why}")
-    return path
+    return required(ENV_BINARY, ENSURE_SCRIPT, "a llama-server binary", "llama-server")
 
 
 class LlamaServer(EngineProcess):

@@ -17,7 +17,7 @@ MERGED = ("requests", "input_tokens", "output_tokens", "received_output_tokens")
 
 def worker_ledgers(results: Path) -> list[StageStats]:
     """Each worker's own record of what it shipped (the results folder's workers/*.json), by file name."""
-    return [StageStats.from_wire(json.loads(p.read_text())["totals"])
+    return [StageStats.from_message(json.loads(p.read_text())["totals"])
             for p in sorted((results / "workers").glob("*.json"))]
 
 

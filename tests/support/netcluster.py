@@ -128,7 +128,7 @@ class Net:
         out = {}
         for p in sorted((self.results / "workers").glob("*.json")):
             d = json.loads(p.read_text())
-            out[d["client_id"]] = StageStats.from_wire(d["totals"])
+            out[d["client_id"]] = StageStats.from_message(d["totals"])
         return out
 
     def server_counters(self) -> dict[str, float]:

@@ -62,5 +62,5 @@ def merged_from_ledgers(ledgers: list[dict], stage: int, name: str) -> StageStat
     for ledger in ledgers:
         for k, by_name in ledger.get("replicas", []):
             if k == stage and name in by_name:
-                merged.merge(StageStats.from_wire(by_name[name]))
+                merged.merge(StageStats.from_message(by_name[name]))
     return merged

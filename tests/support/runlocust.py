@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.report.runs import run_folders
+from loadgen.run_folder.folders import run_folders
 from loadgen.sim.launch import running_sim
 
 ROOT = Path(__file__).resolve().parents[2]

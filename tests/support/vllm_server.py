@@ -18,9 +18,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.support.engine import EngineProcess, installed
+from tests.support.engine import EngineProcess, installed, required
 from tests.support.runlocust import ROOT
 
 ENV_PYTHON = "LLM_LOADGEN_VLLM_PYTHON"
@@ -43,10 +41,7 @@ def vllm_python() -> tuple[str | None, str]:
 
 
 def require_vllm() -> str:
-    path, why = vllm_python()
-    if path is None:
-        pytest.skip(f"no vLLM: {why}")
-    return path
+    return required(ENV_PYTHON, ENSURE_SCRIPT, "a python with vLLM", "vLLM")
 
 
 def write_model(python: str, out: Path) -> dict:

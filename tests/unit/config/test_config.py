@@ -374,7 +374,7 @@ def test_missing_file_and_directory(tmp_path):
     assert load_scenario("smoke") == load_scenario(CONFIG / "smoke.yaml")  # a preset by name
     assert load_scenario("smoke.yaml") == load_scenario(CONFIG / "smoke.yaml")
     err = _file_error(tmp_path / "smoke.yaml")  # a preset's file name in another folder
-    assert err.fix == "did you mean --scenario smoke (the preset)?"
+    assert err.fix == "did you mean --scenario smoke (the bundled scenario)?"
 
 
 def test_unreadable_file(tmp_path, monkeypatch):

@@ -88,7 +88,7 @@ def test_draw_is_seeded_per_sender():
 
 
 def test_start_check_names_a_model_the_server_does_not_list():
-    from loadgen.server.answers import parse_models, unserved_models
+    from loadgen.server.replies import parse_models, unserved_models
 
     info = parse_models({"data": [{"id": "base"}, {"id": "lora-1", "parent": "base"}, {"nope": 1}]})
     assert info.model == "base" and info.ids == ("base", "lora-1")

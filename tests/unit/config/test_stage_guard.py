@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from loadgen.config import load_scenario
 from loadgen.run.stage_guard import StageGuard
-from loadgen.server.answers import Capacity
+from loadgen.server.replies import Capacity
 
 ROOT = Path(__file__).resolve().parents[3]
 

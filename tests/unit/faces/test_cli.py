@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loadgen import cli, cli_help
-from loadgen.config import ConfigError, build_scenario, presets, register_options, scenario_from_options
+from loadgen.config import ConfigError, build_scenario, bundled, register_options, scenario_from_options
 from loadgen.config.options import _OPTIONS
 from loadgen.config.run_tags import RunTags, tags_from_options, tags_text
 
@@ -156,18 +156,18 @@ def test_bad_tags_name_the_option_and_value(argv, shown):
 
 
 def test_the_presets_are_the_clones_config_files():
-    assert presets.SCENARIOS_DIR.resolve() == (ROOT / "config").resolve()
-    assert presets.scenario_names() == sorted(p.stem for p in (ROOT / "config").glob("*.yaml"))
-    assert presets.resolve_scenario("smoke") == presets.SCENARIOS_DIR / "smoke.yaml"
-    assert presets.resolve_scenario("nosuch") == Path("nosuch")
-    assert presets.scenario_summary("default").endswith("concurrency 1, 2, 4, ... 1024.")
-    assert presets.scenario_summary("smoke").startswith("A tiny, fast scenario")
+    assert bundled.SCENARIOS_DIR.resolve() == (ROOT / "config").resolve()
+    assert bundled.scenario_names() == sorted(p.stem for p in (ROOT / "config").glob("*.yaml"))
+    assert bundled.resolve_scenario("smoke") == bundled.SCENARIOS_DIR / "smoke.yaml"
+    assert bundled.resolve_scenario("nosuch") == Path("nosuch")
+    assert bundled.scenario_summary("default").endswith("concurrency 1, 2, 4, ... 1024.")
+    assert bundled.scenario_summary("smoke").startswith("A tiny, fast scenario")
 
 
 def test_a_path_wins_over_a_preset_of_the_same_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("smoke").write_text("name: mine\n")
-    assert presets.resolve_scenario("smoke") == Path("smoke")
+    assert bundled.resolve_scenario("smoke") == Path("smoke")
 
 
 # --- subcommands -------------------------------------------------------------------------------------
@@ -176,14 +176,14 @@ def test_a_path_wins_over_a_preset_of_the_same_name(tmp_path, monkeypatch):
 def test_scenarios_lists_each_preset_with_its_description(capsys):
     assert cli.main(["scenarios"]) == 0
     out = capsys.readouterr().out
-    for name in presets.scenario_names():
-        assert re.search(rf"^{name} +{re.escape(presets.scenario_summary(name))}$", out, re.M)
+    for name in bundled.scenario_names():
+        assert re.search(rf"^{name} +{re.escape(bundled.scenario_summary(name))}$", out, re.M)
 
 
 def test_grafana_writes_the_kit_and_keeps_existing_files(tmp_path, capsys):
     out = tmp_path / "g"
     assert cli.main(["grafana", str(out)]) == 0
-    for name in presets.GRAFANA_FILES:
+    for name in bundled.GRAFANA_FILES:
         assert (out / name).read_bytes() == (ROOT / "grafana" / name).read_bytes(), name
     assert cli.main(["grafana", str(out)]) == 2
     assert "--force" in capsys.readouterr().err
@@ -196,7 +196,7 @@ def test_grafana_writes_the_kit_and_keeps_existing_files(tmp_path, capsys):
 def test_compose_kit_refers_only_to_files_it_writes():
     compose = (ROOT / "grafana" / "docker-compose.yml").read_text()
     for source in re.findall(r"- \./([\w./-]+):", compose):
-        assert any(name == source or name.startswith(source + "/") for name in presets.GRAFANA_FILES), source
+        assert any(name == source or name.startswith(source + "/") for name in bundled.GRAFANA_FILES), source
 
 
 def test_unknown_command_and_own_locustfile_are_refused(capsys):

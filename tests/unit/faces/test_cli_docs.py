@@ -7,7 +7,7 @@ import pytest
 
 from loadgen.cli import main
 from loadgen.cli_docs import headings, section
-from loadgen.config.presets import DOCS_DIR
+from loadgen.config.bundled import DOCS_DIR
 from tests.unit.faces.test_cli import _PAGE_SECTION, ROOT
 
 

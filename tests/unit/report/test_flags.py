@@ -7,11 +7,11 @@ import json
 import re
 from pathlib import Path
 
+from loadgen.analysis.knee import knee_of
 from loadgen.report.html import render_report_html
-from loadgen.report.knee import knee_of
 from loadgen.report.table import format_stage_table, stage_flags
 from loadgen.run.kv_guard import decide
-from loadgen.run.results import GuardRecord, StageInfo, stage_row
+from loadgen.run.results import GuardLog, StageInfo, stage_row
 from loadgen.stats.flags import FLAG_KEYS, FLAGS, cut_flag, flags_in, legend_lines, meaning
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,7 +27,7 @@ def test_each_flag_is_declared_once_with_a_one_line_meaning():
 
 
 def test_every_flag_a_row_can_get_is_declared():
-    guard = GuardRecord()
+    guard = GuardLog()
     guard.record(decide(8, 10_000, 1000, 1000, 0.0, "clamp"))  # clamped to 5
     guard.record(decide(6, 10_000, 1000, 1000, 0.0, "warn"))
     info = StageInfo(0, 5, window_s=1.0, users=4, server={"over_capacity": True, "server_restarted": True})
@@ -35,8 +35,8 @@ def test_every_flag_a_row_can_get_is_declared():
     seen = set(stage_row(info, None, guard, CLIENT, client_bound=True, unfinished=1)["flags"])
     seen |= set(stage_row(StageInfo(1, 6, window_s=1.0, users=6), None, guard, CLIENT, False, 1,
                           cut_flag("interrupted"))["flags"])
-    from loadgen.stats.slo import Objectives
-    from loadgen.stats.slo_early import EarlyVerdict
+    from loadgen.slo.early import EarlyVerdict
+    from loadgen.slo.objectives import Objectives
 
     # no request met the objective, and the window closed early on that
     searched = StageInfo(2, 7, window_s=1.0, users=7, search=True, early=EarlyVerdict("fail", 0.95, (), 7))
@@ -48,10 +48,10 @@ def test_every_flag_a_row_can_get_is_declared():
     late.ttft_s.add(0.5)  # the client saw its first token 400 ms after the server's clock says it left
     server = {"ttft": {"count": 1, "mean_s": 0.1, "p50_s": 0.1, "p90_s": 0.1, "p99_s": 0.1}}
     seen |= set(stage_row(StageInfo(3, 1, window_s=1.0, users=1, server=server), late, guard, CLIENT, False)["flags"])
-    from loadgen.predict.rows import stage_row as predicted_row
-    from loadgen.predict.vsweep import StageRecord
+    from loadgen.whatif.rows import stage_row as predicted_row
+    from loadgen.whatif.virtual_sweep import VirtualStage
 
-    seen |= set(predicted_row(StageRecord(3, 8, None, window_s=1.0), 1000)["flags"])  # what-if rows
+    seen |= set(predicted_row(VirtualStage(3, 8, None, window_s=1.0), 1000)["flags"])  # what-if rows
     from loadgen.stats.drift import attach
 
     seen |= set(attach({"flags": []}, {"drift": True})["flags"])  # a soak stage whose figures moved

@@ -13,8 +13,9 @@ import pytest
 
 import loadgen.report.plots as plots
 from loadgen.errors import ConfigError
-from loadgen.report.atomic import atomic_write_text
-from loadgen.report.files import load_summary, write_results
+from loadgen.report.files import write_results
+from loadgen.run_folder.atomic import atomic_write_text
+from loadgen.run_folder.summary_file import load_summary
 from tests.support.summaries import recorded_summary
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

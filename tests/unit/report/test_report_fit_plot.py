@@ -7,16 +7,16 @@ import math
 
 import pytest
 
-from loadgen.predict.calibrate import fit, residuals
-from loadgen.predict.rows import stage_row
-from loadgen.predict.vsweep import run_sweep, stage_rules
-from loadgen.predict.whatif import WhatIf, predict
+from loadgen.engine_model.engine import EngineParams
 from loadgen.report.files import write_derived
 from loadgen.report.fit_plot import fit_figure, model_ms
 from loadgen.report.html import render_report_html
 from loadgen.report.predicted_html import FIT_FIGURE, render_fit_html
 from loadgen.sim.config import load
-from loadgen.sim.engine import EngineParams
+from loadgen.whatif.calibrate import fit, residuals
+from loadgen.whatif.rows import stage_row
+from loadgen.whatif.summary import WhatIf, predict
+from loadgen.whatif.virtual_sweep import run_sweep, stage_rules
 
 HIDDEN = EngineParams(kv_tokens=2_000_000, block_size=1, max_running=1024, prefill_chunk_tokens=8192,
                       step_base_s=0.012, step_per_seq_s=0.0004, step_per_prefill_token_s=0.00003,
@@ -61,7 +61,7 @@ def test_decode_panel_plots_each_equation_s_measured_and_model_step(fit_doc):
         eqs = sorted((r for r in fit_doc["step_residuals"] if r["what"] == "decode step" and r["input_tokens"] == n_in),
                      key=lambda r: r["batch"])
         measured, model = got[f"measured I={n_in}"], got[f"model I={n_in}"]
-        # x: the step's batch as the fit counts it, at most C (loadgen.predict.calibrate.decode_step)
+        # x: the step's batch as the fit counts it, at most C (loadgen.whatif.calibrate.decode_step)
         assert list(measured.get_xdata()) == [r["batch"] for r in eqs]
         assert [r["concurrency"] for r in eqs] == LOADS and eqs[0]["batch"] == 1
         assert all(c - 1 < r["batch"] <= c for c, r in zip(LOADS[1:], eqs[1:], strict=True))

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.analysis.knee import find_rate_knee, knee_of, rate_knee_text
 from loadgen.errors import EXIT_CONFIG, ConfigError
 from loadgen.report.__main__ import main
 from loadgen.report.compare import compare_figures, compare_rows, format_compare_table, load_runs
 from loadgen.report.html import key_findings, render_report_html
-from loadgen.report.knee import find_rate_knee, knee_of, rate_knee_text
 from loadgen.report.plots import latency_figure, throughput_figure, tradeoff_figure
 from loadgen.report.table import format_notes, format_stage_header, format_stage_row, format_stage_table
 from loadgen.stats.stage_load import load_label, load_number, planned_load, stage_label

@@ -40,7 +40,7 @@ def test_lag_and_cpu_are_attributed_to_the_stage_current_at_each_sample():
     for _ in range(20):
         step(m, clock, 0.010, 0.95)
     delta = m.take_delta()
-    idle, measured = StageHealth.from_wire(delta[None]), StageHealth.from_wire(delta[3])
+    idle, measured = StageHealth.from_message(delta[None]), StageHealth.from_message(delta[3])
     assert idle.wall_s == pytest.approx(0.5) and idle.cpu_percent == pytest.approx(20.0)
     assert measured.wall_s == pytest.approx(20 * 0.06)
     assert measured.cpu_percent == pytest.approx(95.0)
@@ -55,7 +55,7 @@ def test_a_sample_without_a_cpu_baseline_counts_its_lag_only():
     m = monitor(key, clock)  # start() not called: no (wall, cpu) from before the first sleep
     step(m, clock, 0.004, 0.5)
     step(m, clock, 0.0, 0.5)
-    h = StageHealth.from_wire(m.take_delta()[0])
+    h = StageHealth.from_message(m.take_delta()[0])
     assert h.lag.count == 2 and h.lag.max == pytest.approx(0.004)
     assert h.wall_s == pytest.approx(0.05) and h.cpu_percent == pytest.approx(50.0)
 
@@ -68,8 +68,8 @@ def test_merging_deltas_of_one_process_equals_one_delta():
     for i in range(30):
         step(m, clock, 0.001 * i, 0.5)
         if i % 7 == 0:  # shipped at irregular points, like worker reports
-            whole.merge(StageHealth.from_wire(m.take_delta()[1]))
-    whole.merge(StageHealth.from_wire(m.take_delta()[1]))
+            whole.merge(StageHealth.from_message(m.take_delta()[1]))
+    whole.merge(StageHealth.from_message(m.take_delta()[1]))
     assert whole.lag.count == 30
     assert whole.lag.max == pytest.approx(0.029)
     assert whole.wall_s == pytest.approx(30 * 0.05 + 0.001 * sum(range(30)))
@@ -133,7 +133,7 @@ def test_sampling_loop_with_a_fake_sleep():
     m._last = (clock.wall, clock.cpu)
     with pytest.raises(gevent.GreenletExit):
         m._run()
-    h = StageHealth.from_wire(m.take_delta()[2])
+    h = StageHealth.from_message(m.take_delta()[2])
     assert h.lag.count == 3 and h.lag.max == pytest.approx(0.080)
     assert h.cpu_percent == pytest.approx(25.0)
     assert m.loop_lag_now_s == pytest.approx(0.080)
@@ -155,7 +155,7 @@ def test_a_greenlet_hogging_the_loop_shows_up_as_lag():
         gevent.sleep(0.12)
     finally:
         m.stop()
-    h = StageHealth.from_wire(m.take_delta()[0])
+    h = StageHealth.from_message(m.take_delta()[0])
     assert h.lag.max >= 0.06
     assert h.cpu_s >= 0.12  # the hog's CPU is the process's CPU
 

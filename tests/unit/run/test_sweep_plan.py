@@ -14,7 +14,7 @@ from loadgen.run.plan import (
     WindowClosed,
     WindowOpened,
 )
-from loadgen.stats.slo import Objectives
+from loadgen.slo.objectives import Objectives
 
 SEEDS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from loadgen.phases import Phase
 from loadgen.run.plan import Observation, PhaseStarted, WindowClosed, WindowOpened
-from loadgen.stats.slo import Objectives
-from loadgen.stats.slo_early import LOOKS, LiveCounts, pass_count
+from loadgen.slo.early import LOOKS, LiveCounts, pass_count
+from loadgen.slo.objectives import Objectives
 from tests.unit.run.test_sweep_plan import FakeRun, kinds, plan
 
 EARLY = Objectives(tpot_s=1, attainment=0.9, early_stop=True, confidence=0.95)

@@ -11,7 +11,7 @@ import pytest
 from loadgen.server.gpu_watch import GpuWatch
 from tests.integration.test_gpu_metrics_e2e import closed_port_url
 from tests.integration.test_guard import serve
-from tests.unit.server.test_gpu_window import dcgm_scrapes
+from tests.support.dcgm import dcgm_scrapes
 
 
 def watch(urls, said):

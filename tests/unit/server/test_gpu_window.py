@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from loadgen.server.answers import parse_metrics
 from loadgen.server.gpu_window import ENERGY_MJ, GpuReading, GpuSample, gpu_samples, window_gpu
-
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm" / "metrics.txt"
-SPLIT = "# ---- scrape at the window's close"
-
-
-def dcgm_scrapes() -> tuple[str, str]:
-    """The fixture's two scrapes: (at the window's open, at its close)."""
-    opened, _, closed = FIXTURE.read_text().partition(SPLIT)
-    return opened, closed.partition("\n")[2]
-
-
-def _values(text: str, name: str) -> list[float]:
-    """The values of ``name``'s lines, read from the text directly (not through the parser)."""
-    return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
+from loadgen.server.replies import parse_metrics
+from tests.support.dcgm import dcgm_scrapes, dcgm_values
 
 
 def readings(t_open: float = 100.0, t_close: float = 130.0) -> list[GpuReading]:
@@ -32,7 +17,7 @@ def readings(t_open: float = 100.0, t_close: float = 130.0) -> list[GpuReading]:
 
 def test_fixture_is_eight_gpus_whose_energy_counter_advances():
     opened, closed = dcgm_scrapes()
-    a, b = _values(opened, ENERGY_MJ), _values(closed, ENERGY_MJ)
+    a, b = dcgm_values(opened, ENERGY_MJ), dcgm_values(closed, ENERGY_MJ)
     assert len(a) == len(b) == 8
     assert all(y > x for x, y in zip(a, b, strict=True))
 
@@ -48,18 +33,18 @@ def test_the_energy_counter_is_read_under_the_parsers_total_name():
 def test_window_figures_known_answer():
     opened, closed = dcgm_scrapes()
     out = window_gpu(readings())
-    energy_mj = sum(_values(closed, ENERGY_MJ)) - sum(_values(opened, ENERGY_MJ))
+    energy_mj = sum(dcgm_values(closed, ENERGY_MJ)) - sum(dcgm_values(opened, ENERGY_MJ))
     assert out["energy_source"] == "counter"
     assert out["energy_j"] == pytest.approx(energy_mj / 1000)
     assert out["energy_j"] == pytest.approx(151_280.211)
-    power = [(x + y) / 2 for x, y in zip(_values(opened, "DCGM_FI_DEV_POWER_USAGE"),
-                                         _values(closed, "DCGM_FI_DEV_POWER_USAGE"), strict=True)]
+    power = [(x + y) / 2 for x, y in zip(dcgm_values(opened, "DCGM_FI_DEV_POWER_USAGE"),
+                                         dcgm_values(closed, "DCGM_FI_DEV_POWER_USAGE"), strict=True)]
     assert out["gpus"] == 8
     assert out["power_w_total"] == pytest.approx(sum(power))
     assert out["power_w_mean_per_gpu"] == pytest.approx(sum(power) / 8)
-    util = _values(opened, "DCGM_FI_DEV_GPU_UTIL") + _values(closed, "DCGM_FI_DEV_GPU_UTIL")
+    util = dcgm_values(opened, "DCGM_FI_DEV_GPU_UTIL") + dcgm_values(closed, "DCGM_FI_DEV_GPU_UTIL")
     assert out["util_pct_mean"] == pytest.approx(sum(util) / 16)
-    used = _values(opened, "DCGM_FI_DEV_FB_USED") + _values(closed, "DCGM_FI_DEV_FB_USED")
+    used = dcgm_values(opened, "DCGM_FI_DEV_FB_USED") + dcgm_values(closed, "DCGM_FI_DEV_FB_USED")
     assert out["fb_used_mib_max"] == max(used)
     assert out["window_s"] == 30.0
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from loadgen.errors import STREAM_ERROR, is_client_refusal
-from loadgen.server.answers import capacity_from_vllm_metrics, flavor_of, parse_metrics, parse_models
 from loadgen.server.edges import Edge
+from loadgen.server.replies import capacity_from_vllm_metrics, flavor_of, parse_metrics, parse_models
 from loadgen.server.window_spec import spec_decode
 from loadgen.stats.records import RequestRecord
 from loadgen.wire.compat import refused_token_id

@@ -6,12 +6,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from loadgen.engine_model.engine import Engine, EngineParams, SimRequest
+from loadgen.engine_model.prefix import block_hashes
 from loadgen.sim.config import SimConfigError, load
-from loadgen.sim.engine import Engine, EngineParams, SimRequest
+from loadgen.sim.framing import StreamFormat
 from loadgen.sim.metrics import mean_accept_length
-from loadgen.sim.prefix import block_hashes
 from loadgen.sim.request import BadRequest, parse
-from loadgen.sim.wire import StreamFormat
 
 
 def fmt(**kw) -> StreamFormat:

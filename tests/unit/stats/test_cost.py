@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from loadgen.config import ConfigError, build_scenario, register_options, scenario_from_options
-from loadgen.run.results import GuardRecord, StageInfo, stage_row
+from loadgen.run.results import GuardLog, StageInfo, stage_row
 from loadgen.stats.cost import CostConfig, pareto_front, per_gpu, stage_cost, usd_per_million
 from loadgen.stats.stage_stats import StageStats
 
@@ -62,8 +62,8 @@ def test_the_stage_row_carries_the_cost_figures():
     stats.window_output_tokens, stats.input_tokens = 20_000, 10_000
     info = StageInfo(0, 8, window_s=10.0, users=8)
     client = {"cpu_percent": 1.0, "loop_lag_p99_s": 0.0}
-    row = stage_row(info, stats, GuardRecord(), client, False, cost=CostConfig(gpus=2, gpu_hour_usd=1.8))
+    row = stage_row(info, stats, GuardLog(), client, False, cost=CostConfig(gpus=2, gpu_hour_usd=1.8))
     assert row["output_tokens_per_gpu_per_s"] == 1000.0 and row["total_tokens_per_gpu_per_s"] == 1500.0
     assert row["usd_per_million_output_tokens"] == pytest.approx(3.6 / 7.2)  # $3.60/h, 7.2 M tok/h
-    plain = stage_row(info, stats, GuardRecord(), client, False)
+    plain = stage_row(info, stats, GuardLog(), client, False)
     assert plain["output_tokens_per_gpu_per_s"] is None and plain["usd_per_million_total_tokens"] is None

@@ -264,7 +264,7 @@ def test_config_port_zero_means_off():
 
 
 def test_slo_counters_and_gauges_only_with_objectives():
-    from loadgen.stats.slo import Objectives
+    from loadgen.slo.objectives import Objectives
 
     obj = Objectives(ttft_s=1.0)
     c = Collector()
@@ -282,7 +282,7 @@ def test_slo_counters_and_gauges_only_with_objectives():
 def stage_rows() -> tuple[dict, ...]:
     """Three finished stages as summary.json has them: C=4 with the clocks' breakdown, the server's
     window figures and a price; C=8 with fewer figures; a rate stage (4 req/s) with none."""
-    from loadgen.report.breakdown import breakdown
+    from loadgen.analysis.breakdown import breakdown
     from loadgen.stats.cost import CostConfig, stage_cost
 
     client = {"ttft": {"mean_s": 0.35, "p50_s": 0.3, "p90_s": None, "p99_s": 0.6}, "e2e": None, "itl": None}

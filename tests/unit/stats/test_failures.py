@@ -41,7 +41,7 @@ def test_merge_over_the_wire_keeps_every_count():
         whole.add(k, st, m)
     merged = FailureSamples()
     for part, codec in ((a, json), (b, msgpack)):
-        merged.merge(FailureSamples.from_wire(codec.loads(codec.dumps(part.to_wire()))))
+        merged.merge(FailureSamples.from_message(codec.loads(codec.dumps(part.to_message()))))
 
     def total(s, kind):
         return sum(e[2] for e in s.samples.get(kind, [])) + s.other.get(kind, 0)

@@ -113,14 +113,14 @@ def test_wire_round_trip_json_and_msgpack():
     rng = np.random.default_rng(4)
     h = LogHistogram()
     h.add_many(rng.lognormal(-4, 1, 500), rng.integers(1, 4, 500))
-    wire = h.to_wire()
+    wire = h.to_message()
     assert len(wire["idx"]) < 200  # sparse
     assert all(type(i) is int for i in wire["idx"] + wire["cnt"])
     for back in (json.loads(json.dumps(wire)), msgpack.loads(msgpack.dumps(wire), strict_map_key=False)):
-        g = LogHistogram.from_wire(back)
+        g = LogHistogram.from_message(back)
         assert np.array_equal(g.counts, h.counts) and g.count == h.count
         assert g.min == h.min and g.max == h.max and g.sum == h.sum
-    empty = LogHistogram.from_wire(json.loads(json.dumps(LogHistogram().to_wire())))
+    empty = LogHistogram.from_message(json.loads(json.dumps(LogHistogram().to_message())))
     assert empty.count == 0 and empty.min is None and empty == LogHistogram()
 
 

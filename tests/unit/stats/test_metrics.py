@@ -124,7 +124,7 @@ def test_p95_reaches_summary_csv_compare_and_web_ui_but_not_the_console():
 
 
 def test_slo_figures_reach_csv_web_ui_and_compare_and_the_console_only_with_objectives():
-    from loadgen.stats.slo import Objectives
+    from loadgen.slo.objectives import Objectives
 
     s = StageStats()
     obj = Objectives(ttft_s=0.5)

@@ -10,7 +10,7 @@ import pytest
 from loadgen import errors
 from loadgen.config import load_scenario
 from loadgen.errors import RequestError
-from loadgen.server.answers import parse_models
+from loadgen.server.replies import parse_models
 from loadgen.server.start_check import StartRefused, preflight
 from loadgen.wire.client import StreamClient
 from tests.integration.test_guard import SGLANG_INFO, SGLANG_MODELS, serve

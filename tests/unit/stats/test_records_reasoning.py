@@ -265,7 +265,7 @@ def test_cached_share_merges_exactly_when_one_worker_never_saw_the_detail(order)
     master = Collector()
     workers = (a, b)
     for i in order:
-        master.merge_delta({"totals": StageStats().to_wire(), "stages": [[0, workers[i].to_wire()]]})
+        master.merge_delta({"totals": StageStats().to_message(), "stages": [[0, workers[i].to_message()]]})
     merged = master.stages[0].row(10.0)
     assert merged["cached_share"] == pytest.approx(3 * 80 / (3 * 100 + 3 * 200))
     one = StageStats()

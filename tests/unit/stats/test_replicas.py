@@ -9,12 +9,12 @@ import pytest
 
 from loadgen.errors import STREAM_ERROR
 from loadgen.run.kv_guard import decide, decide_spread, spread_ceiling
-from loadgen.server.answers import Capacity
 from loadgen.server.replicas import ReplicaCapacity, summed_capacity
+from loadgen.server.replies import Capacity
 from loadgen.stats.replicas import judge, replica_rows
 from loadgen.stats.stage_stats import Collector
 from loadgen.workload.mix import KvMix
-from tests.unit.stats.test_stats import failed_result, ok_result
+from tests.support.request_results import failed_result, ok_result
 
 NAMES = ("a:1", "b:1", "c:1")
 

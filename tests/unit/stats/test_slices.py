@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from loadgen.errors import OVERLOAD_429
-from loadgen.report.slices_csv import append_slice_rows, read_slice_rows
 from loadgen.run.soak import SliceBook
+from loadgen.run_folder.slices_csv import append_slice_rows, read_slice_rows
 from loadgen.stats.slices import FEW_SAMPLES, SLICE_COLUMNS, slice_count, slice_row, slice_span
 from loadgen.stats.stage_stats import Collector, StageStats
-from tests.unit.stats.test_stats import failed_result, ok_result
+from tests.support.request_results import failed_result, ok_result
 
 
 class FakeClock:
@@ -159,7 +159,7 @@ def test_a_window_a_tick_past_its_duration_makes_no_sliver_of_a_slice():
 
 
 def test_report_build_takes_the_slices_summary_json_missed_from_slices_csv(tmp_path):
-    from loadgen.report.slices_csv import with_csv_slices
+    from loadgen.run_folder.slices_csv import with_csv_slices
 
     rows = [slice_row(0, j, 10.0 * j, 10.0, StageStats(), 10.0) for j in range(5)]
     append_slice_rows(tmp_path / "slices.csv", rows)

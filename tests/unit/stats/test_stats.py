@@ -10,31 +10,12 @@ import orjson
 import pytest
 
 from loadgen.errors import OVERLOAD_429, READ_TIMEOUT, STREAM_ERROR
-from loadgen.stats.records import RequestRecord, RequestResult
-from loadgen.stats.slo import Objectives, stage_slo
+from loadgen.slo.objectives import Objectives, stage_slo
+from loadgen.stats.records import RequestRecord
 from loadgen.stats.stage_stats import COUNTERS, HISTOGRAMS, Collector, StageStats
+from tests.support.request_results import failed_result, ok_result
 
 OBJ = Objectives(ttft_s=0.4, tpot_s=0.02)  # ok_result: TTFT ~ lognormal(-1, 0.5), so some miss
-
-
-def ok_result(rng, *, prompt=100, completion=None, estimated=False, chunks=None):
-    chunks = chunks or int(rng.integers(2, 40))
-    gaps = rng.lognormal(-4, 0.5, chunks - 1)
-    w = rng.integers(1, 4, chunks - 1)
-    n = completion if completion is not None else int(w.sum()) + 1
-    ttft = float(rng.lognormal(-1, 0.5))
-    e2e = ttft + float(gaps.sum())
-    return RequestResult(
-        True, None, "", None if estimated else prompt, n, estimated, ttft, e2e, (e2e - ttft) / (n - 1),
-        (n - 1) / (e2e - ttft), gaps / w, w, gaps, "length", chunks,
-    )  # fmt: skip
-
-
-def failed_result(kind, tokens=3):
-    e = np.empty(0)
-    return RequestResult(
-        False, kind, "x", None, tokens, True, 0.1, 0.5, None, None, e, e.astype(int), e, None, 3
-    )
 
 
 def test_add_result_counting_rules():
@@ -220,10 +201,10 @@ def test_stage_stats_wire_round_trip_json():
         s.add_result(ok_result(rng), 100, 64)
     s.add_result(failed_result(STREAM_ERROR), 100, 64)
     s.window_output_tokens = 123
-    back = StageStats.from_wire(json.loads(json.dumps(s.to_wire())))
+    back = StageStats.from_message(json.loads(json.dumps(s.to_message())))
     assert back == s and back.row(2.0) == s.row(2.0)
     with pytest.raises(ValueError):
-        StageStats.from_wire({"c": {"bogus": 1}})
+        StageStats.from_message({"c": {"bogus": 1}})
 
 
 def test_merge_is_addition():
@@ -281,11 +262,11 @@ def test_slo_verdict_counted_once_in_totals_and_stage_and_the_metric_table_agree
     assert row["goodput_requests_per_s"] == answer["goodput_requests_per_s"] == pytest.approx(200 * met / measured)
     assert row["goodput_output_tokens_per_s"] == answer["goodput_output_tokens_per_s"] \
         == pytest.approx(200 * 40 * met / measured)
-    back = StageStats.from_wire(json.loads(json.dumps(st.to_wire())))
+    back = StageStats.from_message(json.loads(json.dumps(st.to_message())))
     assert back == st and back.slo == st.slo
     plain = Collector()  # objectives without a threshold: no accounting at all
     plain.record_result(results[0], 0, 100, 40, Objectives())
-    assert plain.stages[0].slo.judged == 0 and "s" not in plain.stages[0].to_wire()
+    assert plain.stages[0].slo.judged == 0 and "s" not in plain.stages[0].to_message()
 
 
 def test_open_loop_counters_merge_and_peak_merges_by_max():

@@ -65,7 +65,7 @@ def test_ttft_by_turn_rows_merge_and_wire():
     a.add_result(_ok(0.1), 10, 4, turn=0)
     a.add_result(_ok(0.3), 10, 4, turn=2)
     b.add_result(_ok(0.1), 10, 4, turn=0)
-    a.merge(StageStats.from_wire(b.to_wire()))
+    a.merge(StageStats.from_message(b.to_message()))
     row = a.row(1.0)
     assert row["requests_by_turn"] == [2, 0, 1]
     assert row["ttft_p50_s_by_turn"][1] is None and abs(row["ttft_p50_s_by_turn"][2] - 0.3) < 0.01

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from loadgen.errors import EXIT_GUARD_ABORT
-from tests.support.engine import http, installed
+from tests.support.engine import http, required
 from tests.support.ports import free_port
 from tests.support.replicas import CAPACITY, LOAD, name_of, three_replicas
 from tests.support.runlocust import ROOT, run_locust
@@ -21,10 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def _router() -> str:
-    path, why = installed("LLM_LOADGEN_VLLM_ROUTER", ROOT / "scripts" / "ensure-vllm-router.sh", "vllm-router")
-    if path is None:
-        pytest.skip(f"no vllm-router: {why}")
-    return path
+    return required("LLM_LOADGEN_VLLM_ROUTER", ROOT / "scripts" / "ensure-vllm-router.sh", "the vllm-router command",
+                    "vllm-router")
 
 
 def test_vllm_router_found_engines_fleet_capacity_and_engine_rows(tmp_path):

@@ -18,12 +18,12 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 # Binaries the integration tests drive (Debian packages installed when missing and we are root;
-# llama-server built from source; vLLM and vllm-router each in a venv of its own).
+# llama-server built from source; vLLM and the LLM routers each in a venv of its own).
 system-tools: llama-server vllm
 	@bash scripts/ensure-prometheus.sh
 	@bash scripts/ensure-chromium.sh
 	@bash scripts/ensure-nginx.sh
-	@PYTHON=$(PYTHON) bash scripts/ensure-vllm-router.sh >/dev/null
+	@for r in vllm sglang; do PYTHON=$(PYTHON) bash scripts/ensure-llm-router.sh $$r >/dev/null; done
 
 # llama.cpp's llama-server for the conformance tests (tests/integration/test_llamacpp.py), built from the
 # llama-cpp-python sdist: ~10 min on 2 cores the first time, then cached outside the clone.
@@ -82,7 +82,6 @@ sim: install
 
 bench: install
 	@bash scripts/ensure-nginx.sh
-	@PYTHON=$(PYTHON) bash scripts/ensure-vllm-router.sh >/dev/null
 	$(PY) bench/run_all.py
 
 lint: install

@@ -45,7 +45,7 @@ begin_venv_install() {
         exit 0
     fi
     if [ "${4:-}" = "--find" ]; then
-        say "$name is not installed (looked in ${CACHE_ROOTS[*]}); run scripts/$TAG.sh (or make system-tools)"
+        say "$name is not installed (looked in ${CACHE_ROOTS[*]}); run ${ENSURE_COMMAND:-scripts/$TAG.sh} (or make system-tools)"
         exit 1
     fi
     if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then

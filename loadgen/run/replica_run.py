@@ -15,7 +15,7 @@ from loadgen.errors import ConfigError
 from loadgen.run.kv_guard import spread_ceiling
 from loadgen.server.overload import OverCapacityRule
 from loadgen.server.replica_watch import ReplicaWatch, over_capacity_evidence
-from loadgen.server.replicas import ROUTER_WORKERS_PATH, check_replicas, router_workers, summed_capacity
+from loadgen.server.replicas import check_replicas, router_workers, summed_capacity
 from loadgen.server.watch import ServerWatch
 from loadgen.stats.metrics import num
 from loadgen.stats.replicas import judge, replica_rows
@@ -42,7 +42,8 @@ class ReplicaRun:
         rt = self.rt
         if rt.targets.watched or not host:
             return
-        urls = tuple(dict.fromkeys(router_workers(host, rt.api_key, rt.scenario.request.headers)))
+        path, urls = router_workers(host, rt.api_key, rt.scenario.request.headers)
+        urls = tuple(dict.fromkeys(urls))
         if not urls:
             return
         try:
@@ -50,7 +51,7 @@ class ReplicaRun:
         except ConfigError as exc:  # two URLs of one engine: read none rather than one twice
             self.say(f"llm-loadgen: warning: {exc}; name the engines with --replica-metrics")
             return
-        self.say(f"llm-loadgen: {host} is a router: GET {ROUTER_WORKERS_PATH} lists {len(urls)} engines "
+        self.say(f"llm-loadgen: {host} is a router: GET {path} lists {len(urls)} engines "
                  f"({', '.join(rt.targets.names)}); each is read for its KV capacity and /metrics")
 
     def fleet_capacity(self, model: str | None, capacity):

@@ -7,8 +7,8 @@ Hosts spread by the client (``--host`` repeated): the first gets the whole start
 (``start_check.models_and_capacity``). Engines behind a router (``--replica-metrics``): the router
 gets the whole start check, each engine the same capacity search (its ``/v1/models`` only informs).
 
-A router that lists its backends (``GET /list_workers``, as vLLM's and SGLang's routers answer
-``{"urls": [...]}``) needs no ``--replica-metrics``: ``router_workers`` finds them.
+A router that lists its backends (vLLM's and SGLang's routers: ``ROUTER_WORKERS_PATHS``) needs no
+``--replica-metrics``: ``router_workers`` finds them.
 
 The fleet's capacity is the sum of the replicas' (``summed_capacity``), known only when every
 replica's is: a guard on part of the fleet would let the unknown replicas overflow unseen.
@@ -26,8 +26,9 @@ from loadgen.server.start_check import PROBE_TIMEOUT_S, StartRefused, models_and
 from loadgen.wire.client import StreamClient
 from loadgen.wire.endpoints import server_root
 
-# vLLM's router (vllm-router) and SGLang's (sglang-router) list their backends here: {"urls": [...]}
-ROUTER_WORKERS_PATH = "/list_workers"
+# Where LLM routers list their backends, asked in this order: GET /workers, {"workers": [{"url": ...}]}
+# (sglang-router 0.3, vllm-router 0.1); GET /list_workers, {"urls": [...]} (vllm-router, older sglang-router)
+ROUTER_WORKERS_PATHS = ("/workers", "/list_workers")
 
 
 @dataclass(frozen=True)
@@ -87,21 +88,30 @@ def check_replicas(replicas, scenario, api_key: str | None, model: str | None, s
 
 
 def workers_listed(answer: object) -> tuple[str, ...]:
-    """The backends' URLs of a ``GET /list_workers`` answer (``{"urls": [...]}``), else ()."""
-    urls = answer.get("urls") if isinstance(answer, dict) else None
-    if not isinstance(urls, list):
+    """The backends' URLs of a router's answer: ``{"workers": [{"url": ...}, ...]}`` or
+    ``{"urls": [...]}``; () for anything else."""
+    if not isinstance(answer, dict):
         return ()
-    return tuple(u for u in urls if isinstance(u, str) and u.startswith(("http://", "https://")))
+    listed = answer.get("urls")
+    if not isinstance(listed, list):
+        workers = answer.get("workers")
+        listed = [w.get("url") for w in workers if isinstance(w, dict)] if isinstance(workers, list) else []
+    return tuple(u for u in listed if isinstance(u, str) and u.startswith(("http://", "https://")))
 
 
-def router_workers(host: str, api_key: str | None, headers) -> tuple[str, ...]:
-    """The engines a router at ``host`` lists (``ROUTER_WORKERS_PATH``); () when it lists none or
-    does not answer (an nginx or a server that is not a router). Never raises."""
+def router_workers(host: str, api_key: str | None, headers) -> tuple[str, tuple[str, ...]]:
+    """(the path that answered, the engines a router at ``host`` lists), trying
+    ``ROUTER_WORKERS_PATHS`` in order; ("", ()) when none lists any (an nginx, a server that is not
+    a router). Never raises."""
     client = StreamClient(server_root(host), api_key=api_key, headers=headers, connect_timeout_s=PROBE_TIMEOUT_S,
                           read_timeout_s=PROBE_TIMEOUT_S)
     try:
-        return workers_listed(client.get_json(ROUTER_WORKERS_PATH))
-    except RequestError:
-        return ()
+        for path in ROUTER_WORKERS_PATHS:
+            try:
+                if urls := workers_listed(client.get_json(path)):
+                    return path, urls
+            except RequestError:
+                continue
+        return "", ()
     finally:
         client.close()

@@ -33,8 +33,9 @@ FORCING_FIELDS = ("ignore_eos", "min_tokens")  # without them the output length 
 _TOKEN_REFUSAL = re.compile(r"invalid token|token id|out of (the )?vocab|vocab(ulary)? size|token.*out of range",
                             re.I)
 _REFUSED_ID = re.compile(r"token id\D{0,12}?(\d+)", re.I)  # vLLM: "Token id 29386 is out of vocabulary"
+# sglang-router 0.3 (Rust, serde): "prompt: data did not match any variant of untagged enum StringOrArray"
 _STRING_ONLY = re.compile(r"valid string|must be a string|str type expected|expected (a )?string|"
-                          r"should be (a )?(valid )?str", re.I)
+                          r"should be (a )?(valid )?str|enum StringOrArray", re.I)
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ class Targets:
     def use_engines(self, urls) -> None:
         """Behind a router that listed its backends (``loadgen.server.replicas.router_workers``):
         they are the engines, as if given by --replica-metrics."""
-        self.engines = replicas_from(urls, "the router's GET /list_workers", engine_root)
+        self.engines = replicas_from(urls, "the router's list of workers", engine_root)
         self.names = tuple(r.name for r in self.engines)
 
     @property

@@ -25,24 +25,24 @@ from tests.support.ports import free_port
 from tests.support.procs import stop_process
 
 
-def installed(env_var: str, ensure_script: Path, what: str) -> tuple[str | None, str]:
+def installed(env_var: str, ensure_script: Path, what: str, args: tuple[str, ...] = ()) -> tuple[str | None, str]:
     """(path, "") of the engine's executable: the one ``env_var`` names, else what ``ensure_script
-    --find`` prints (its cached install); or (None, why there is none and how to get one)."""
+    [args] --find`` prints (its cached install); or (None, why there is none and how to get one)."""
     named = os.environ.get(env_var)
     if named:
         if os.access(named, os.X_OK):
             return named, ""
         return None, f"{env_var}={named} is not an executable file"
-    found = subprocess.run(["bash", str(ensure_script), "--find"], capture_output=True, text=True, timeout=30)
+    found = subprocess.run(["bash", str(ensure_script), *args, "--find"], capture_output=True, text=True, timeout=30)
     if found.returncode == 0 and found.stdout.strip():
         return found.stdout.strip().splitlines()[-1], ""
     return None, (found.stderr.strip() or f"{what} is not installed") + f" (or set {env_var} to {what})"
 
 
-def required(env_var: str, ensure_script: Path, what: str, short: str) -> str:
+def required(env_var: str, ensure_script: Path, what: str, short: str, args: tuple[str, ...] = ()) -> str:
     """``installed(...)``'s path, or skip the calling test saying why there is none and how to get
     one (``short`` names the engine in the skip reason)."""
-    path, why = installed(env_var, ensure_script, what)
+    path, why = installed(env_var, ensure_script, what, args)
     if path is None:
         pytest.skip(f"no {short}: {why}")
     return path

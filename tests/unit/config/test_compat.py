@@ -80,8 +80,10 @@ def test_a_refusal_naming_fields_drops_exactly_those():
 
 def test_token_id_refusals_switch_to_text_unless_already_fitted():
     b = body(Compat())
-    for msg in ("Prompt contains invalid tokens", "prompt: Input should be a valid string"):
-        c = adapt(Compat(), 400, msg, b)
+    for status, msg in ((400, "Prompt contains invalid tokens"), (400, "prompt: Input should be a valid string"),
+                        (422, "Failed to deserialize the JSON body into the target type: prompt: data did not match "
+                              "any variant of untagged enum StringOrArray at line 1 column 618")):  # sglang-router
+        c = adapt(Compat(), status, msg, b)
         assert c.prompt_kind == "text" and "text prompts" in c.adaptations[-1]
     fitted = Compat("llamacpp", "owned_by", token_id_range=(1000, 8192))  # still refused: text keeps the intent
     assert adapt(fitted, 400, "Prompt contains invalid tokens", b).prompt_kind == "text"

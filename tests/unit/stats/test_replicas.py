@@ -121,4 +121,6 @@ def test_a_routers_list_of_workers():
 
     assert workers_listed({"urls": ["http://127.0.0.1:8001", "http://e:8000", 5, "e:1"]}) == (
         "http://127.0.0.1:8001", "http://e:8000")
+    assert workers_listed({"workers": [{"url": "http://e:8000", "is_healthy": True}, {"id": "x"}], "total": 2}) == (
+        "http://e:8000",)  # sglang-router 0.3's GET /workers
     assert workers_listed({"workers": []}) == () and workers_listed("nginx") == () and workers_listed(None) == ()

@@ -57,7 +57,7 @@ from procstat import cpu_seconds  # noqa: E402
 
 from loadgen.sim.launch import running_sim  # noqa: E402
 from loadgen.stats.stage_stats import StageStats  # noqa: E402
-from tests.support.netcluster import from_workers, ledger_totals  # noqa: E402
+from tests.support.merge_check import from_workers, ledger_totals  # noqa: E402
 
 TTFT_MS, ITL_MS, OUTPUT_TOKENS = 500.0, 1000.0, 8
 SIM = ("--preset", "fixed", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--kv-tokens", "100000000")

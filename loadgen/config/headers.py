@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from loadgen.errors import ConfigError
 
@@ -38,6 +39,16 @@ def is_credential(name: str) -> bool:
 def shown(headers: Mapping[str, str]) -> dict[str, str]:
     """``headers`` as summary.json shows them: credential values replaced by ``<hidden>``."""
     return {name: HIDDEN if is_credential(name) else value for name, value in headers.items()}
+
+
+def url_shown(url: str) -> str:
+    """``url`` as outputs show it: the password of its user information (``http://u:PASS@host``)
+    replaced by ``<hidden>``; a URL without one as it is."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{HIDDEN}@{parts.netloc.rpartition('@')[2]}"))
 
 
 def secrets(headers: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -381,12 +381,14 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain JSON-safe data, with the same keys as the YAML file, so
         ``build_scenario(s.to_dict()) == s``. Holds no secret: only the env var's NAME, and
-        ``request.headers`` with a credential's value replaced by ``<hidden>``
-        (``loadgen.config.headers.shown``; the one place the round trip does not hold)."""
-        from loadgen.config.headers import shown
+        ``request.headers`` with a credential's value replaced by ``<hidden>``, and the GPU exporters'
+        URLs without a password (``loadgen.config.headers.shown``, ``url_shown``; the places the round
+        trip does not hold)."""
+        from loadgen.config.headers import shown, url_shown
 
         out = _plain(self)
         out["request"]["headers"] = shown(self.request.headers)
+        out["gpu_metrics"] = [url_shown(u) for u in self.gpu_metrics]
         mix = out.pop("model_mix")
         if mix is not None:
             out["model"] = self.model_mix.to_mapping()

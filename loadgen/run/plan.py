@@ -13,7 +13,8 @@ stage at the largest concurrency that fits, warn runs it flagged.
   over about once. Users start together and fixed-length requests keep them in step: the server
   alternates between a prefill burst and a decode-only batch, one cycle per request lifetime (a
   1000-token request at C=512 lives ~100 s). A window shorter than that cycle reports a phase of
-  it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``.
+  it, not the steady state. Capped at ``max_warmup_s`` / ``max_window_s``; a window opened by the
+  cap before the turnover is marked (``WindowOpened.capped``, the stage flag ``warmup_capped``).
 - measure: the window. Closes when ``duration_s`` has passed, at least ``min_requests`` measured
   requests finished (and the turnover rule holds), or at ``max_window_s`` whatever the count.
 - early stop (``slo.early_stop``, loadgen.slo.early): in an SLO run (isolated stages), the
@@ -107,6 +108,9 @@ class GuardDecided:
 class WindowOpened:
     stage: int
     t: float
+    # the warmup reached max_warmup_s before the turnover it waits for: the window opens before the
+    # steady state (the stage is marked ``warmup_capped``)
+    capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -253,10 +257,11 @@ class SweepPlan:
             if arrived or elapsed >= self.ramp_s * 4 + 10:
                 self._enter(Phase.WARMUP, now, events)
         elif self.kind is Phase.WARMUP:
-            if (elapsed >= self.warmup_s and self._turned_over(obs)) or elapsed >= max(self.max_warmup_s, self.warmup_s):
+            turned = self._turned_over(obs)
+            if (elapsed >= self.warmup_s and turned) or elapsed >= max(self.max_warmup_s, self.warmup_s):
                 self._enter(Phase.MEASURE, now, events)
                 self.finished_mark = self.finished_total
-                events.append(WindowOpened(self.index, now))
+                events.append(WindowOpened(self.index, now, capped=not turned))
         elif self.kind is Phase.MEASURE:
             enough = obs.finished(self.index) >= self.min_requests and self._turned_over(obs)
             early = self._early(obs) if enough and elapsed < self.duration_s else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from loadgen.analysis.breakdown import breakdown, client_figures, disagreement
+from loadgen.config.headers import url_shown
 from loadgen.run.cache_report import missing_cache_detail
 from loadgen.run.kv_guard import GuardDecision, max_fitting_concurrency_of
 from loadgen.run_folder.summary_file import SCHEMA
@@ -358,7 +359,7 @@ def build_summary(run: RunFacts, scenario, capacity, guard: GuardLog, rows: list
             "name": run.name,
             "started_at": iso(run.started_wall),
             "ended_at": iso(run.ended_wall),
-            "host": run.host,
+            "host": url_shown(run.host),
             "model": run.model,
             "endpoint": run.endpoint,
             "exit_code": run.exit_code,

@@ -209,9 +209,11 @@ class Session:
                 if d.breach:
                     self.console.notice(f"llm-loadgen: guard: {d.message}", self._rows_pending())
                 self.guard_record.record(d)
-            case WindowOpened(stage=k, t=t):
+            case WindowOpened(stage=k, t=t, capped=capped):
                 info = self.stage_info[k]
                 info.open_t, info.open_wall = t, time.time()
+                if capped:
+                    info.flags.append("warmup_capped")
                 # the GPUs' open edge read beside the server's (a slow exporter does not move the server's)
                 gpu = gevent.spawn(self.gpu_watch.begin_stage, k) if self.gpu_watch else None
                 if self.watch:

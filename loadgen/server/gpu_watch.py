@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import gevent
 
+from loadgen.config.headers import url_shown
 from loadgen.errors import ConfigError, RequestError
 from loadgen.server.gpu_window import DCGM_NAMES, GpuReading, gpu_samples, window_gpu
 from loadgen.server.replies import failure_text, parse_metrics
@@ -78,7 +79,7 @@ class GpuWatch:
             if error is None:
                 kept.append(exporter)
             else:
-                self.warn(f"GPU metrics: GET {exporter.url}: {error}; the run goes on without its GPUs' figures")
+                self.warn(f"GPU metrics: GET {url_shown(exporter.url)}: {error}; the run goes on without its GPUs' figures")
                 exporter.close()
         self.exporters = kept
         if not kept:

@@ -40,6 +40,8 @@ FLAGS: tuple[Flag, ...] = (
          "missing (lost_requests)"),
     Flag("drain_timeout", "requests still ran when stages.drain_s ended; they are not counted "
          "(unfinished_requests)"),
+    Flag("warmup_capped", "the warmup hit stages.max_warmup_s before every stream turned over once: the window "
+         "began before the steady state (open loop: achieved rate biased low)"),
     Flag("users_short", "fewer users ran than the stage's concurrency when its window closed"),
     Flag("slo_fail", "fewer of the stage's requests than slo.attainment met every objective "
          "(failed requests count against it), or a percentile limit failed (slo.failed)"),

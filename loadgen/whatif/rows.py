@@ -97,6 +97,7 @@ class VirtualStage:
     window_finished: int = 0  # requests (measured or not) that finished ok in the window
     requests: list[Timing] = field(default_factory=list)
     preemptions: int = 0
+    warmup_capped: bool = False  # the plan opened the window at max_warmup_s, before the turnover
     peak_running: int = 0
     peak_waiting: int = 0
     peak_kv_tokens: int = 0
@@ -122,7 +123,8 @@ def stage_row(rec: VirtualStage, kv_tokens: int, objectives: Objectives | None =
                      server={"preemptions": rec.preemptions, "waiting_max": rec.peak_waiting,
                              "running_max": rec.peak_running,
                              "kv_usage_max": rec.peak_kv_tokens / kv_tokens if kv_tokens else None},
-                     search=rec.search, rate_per_s=rec.rate_per_s, early=rec.early)
+                     search=rec.search, rate_per_s=rec.rate_per_s, early=rec.early,
+                     flags=["warmup_capped"] if rec.warmup_capped else [])
     unfinished = sum(1 for t in rec.requests if not t.done)  # still running when the prediction stopped
     row = run_stage_row(info, rec.window_counts(), GuardLog(), {}, False, unfinished or None,
                         objectives=objectives)

@@ -291,7 +291,7 @@ class _Sweep:
             self.stop_arrivals()
         elif isinstance(ev, run_plan.WindowOpened):
             rec = self.records[ev.stage]
-            rec.window_start_s, self.measuring = ev.t, rec
+            rec.window_start_s, rec.warmup_capped, self.measuring = ev.t, ev.capped, rec
             self.preempted_at_open = engine.stats.preemptions_total
         elif isinstance(ev, run_plan.WindowClosed):
             rec = self.records[ev.stage]

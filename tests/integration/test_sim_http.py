@@ -7,92 +7,18 @@ import statistics
 
 import gevent
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from loadgen.sim.launch import running_sim
 from tests.support.raw_client import Connection, request
+from tests.support.sim_http import COMPLETION, content_times, metrics, value
 
 pytestmark = pytest.mark.integration
-
-COMPLETION = {"prompt": [1, 2, 3, 4, 5], "max_tokens": 100, "ignore_eos": True, "stream": True}
-
-
-def content_times(resp) -> list[float]:
-    """Arrival time of every content chunk (completions: choices[0].text non-empty)."""
-    out = []
-    for t, payload in resp.events:
-        if payload == b"[DONE]":
-            continue
-        ev = json.loads(payload)
-        if ev.get("choices") and ev["choices"][0].get("text"):
-            out.append(t)
-    return out
-
-
-def metrics(url: str) -> dict[str, list]:
-    resp = request(url, "GET", "/metrics")
-    assert resp.status == 200
-    return {f.name: f.samples for f in text_string_to_metric_families(resp.body.decode())}
-
-
-def value(fams: dict, family: str, sample: str | None = None, **labels) -> float:
-    for s in fams[family]:
-        if s.name == (sample or family) and all(s.labels.get(k) == v for k, v in labels.items()):
-            return s.value
-    raise KeyError((family, sample, labels))
-
 
 @pytest.fixture(scope="module")
 def fixed_sim():
     with running_sim("--preset", "fixed") as sim:
         url, _proc = sim.url, sim.proc
         yield url
-
-
-def test_known_answer_ttft_200ms_itl_20ms_100_tokens(fixed_sim):
-    def one(_):
-        resp = request(fixed_sim, "POST", "/v1/completions", COMPLETION)
-        times = content_times(resp)
-        assert resp.status == 200 and resp.done and len(times) == 100
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        return times[0] - resp.t_sent, statistics.mean(gaps)
-
-    results = [g.get() for g in [gevent.spawn(one, i) for i in range(8)]]
-    for ttft, itl in results:
-        assert ttft == pytest.approx(0.200, rel=0.05)
-        assert itl == pytest.approx(0.020, rel=0.05)
-
-
-def test_known_answer_four_tokens_per_chunk_gives_80ms_gaps():
-    with running_sim("--preset", "fixed", "--tokens-per-chunk", "4") as sim:
-        url, _ = sim.url, sim.proc
-        resp = request(url, "POST", "/v1/completions", {**COMPLETION, "stream_options": {
-            "include_usage": True, "continuous_usage_stats": True}})
-    events = resp.json_events()
-    chunks = [e for e in events if e["choices"]]
-    assert [len(e["choices"][0]["text"].split()) for e in chunks] == [4] * 25
-    assert [e["usage"]["completion_tokens"] for e in chunks] == list(range(4, 101, 4))
-    times = [t for t, p in resp.events if b'"text":" ' in p]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert times[0] - resp.t_sent == pytest.approx(0.200, rel=0.05)
-    assert statistics.mean(gaps) == pytest.approx(0.080, rel=0.05)
-    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 100
-
-
-def test_known_answer_holds_with_hundreds_of_concurrent_streams():
-    with running_sim("--preset", "fixed", "--itl-ms", "50") as sim:
-        url, _ = sim.url, sim.proc
-        def one(_):
-            resp = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 40})
-            times = content_times(resp)
-            assert len(times) == 40
-            return times[0] - resp.t_sent, (times[-1] - times[0]) / 39
-
-        results = [g.get() for g in [gevent.spawn(one, i) for i in range(300)]]
-        fams = metrics(url)
-    assert statistics.mean(r[0] for r in results) == pytest.approx(0.200, rel=0.05)
-    assert statistics.mean(r[1] for r in results) == pytest.approx(0.050, rel=0.05)
-    assert value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 300 * 40
 
 
 def test_chat_stream_shape_role_first_then_content_then_done(fixed_sim):

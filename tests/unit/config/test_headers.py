@@ -88,3 +88,20 @@ def test_the_client_sends_the_headers_on_every_call_and_they_win_over_the_key():
         finally:
             client.close()
     assert [auth for _, auth in hits] == ["Bearer gw", "Bearer gw"]
+
+
+def test_a_url_password_is_hidden_in_what_outputs_show():
+    from loadgen.config.headers import url_shown
+
+    assert url_shown("http://ops:s3cret@10.0.0.7:9400/metrics") == "http://ops:<hidden>@10.0.0.7:9400/metrics"
+    assert url_shown("https://ops@gpu:9400/metrics?x=1") == "https://ops@gpu:9400/metrics?x=1"  # no password
+    assert url_shown("http://127.0.0.1:30000") == "http://127.0.0.1:30000"
+
+
+def test_the_scenario_as_summary_json_shows_it_has_no_gpu_exporter_password():
+    from loadgen.config import build_scenario
+
+    sc = build_scenario({"gpu_metrics": ["http://ops:s3cret@node1:9400/metrics", "http://node2:9400/metrics"]})
+    shown = sc.to_dict()["gpu_metrics"]
+    assert shown == ["http://ops:<hidden>@node1:9400/metrics", "http://node2:9400/metrics"]
+    assert "s3cret" not in str(sc.to_dict()) and sc.gpu_metrics[0].endswith("s3cret@node1:9400/metrics")

@@ -108,6 +108,7 @@ def test_the_user_pages_are_short_and_carry_no_lab_notes():
         if page.name != "cli.md" and len(text.splitlines()) >= 300:  # cli.md is the option table, generated
             long.append(f"{page.name}: {len(text.splitlines())} lines")
         notes += [f"{page.name}: {said!r}" for said in LAB_NOTEBOOK if said in text.lower()]
+        notes += [f"{page.name}: {said!r}" for said in re.findall(r"\bissue \d+", text, flags=re.I)]  # our tracker's
     assert long == [] and notes == [], (long, notes)
 
 

@@ -51,7 +51,7 @@ def test_every_flag_a_row_can_get_is_declared():
     from loadgen.whatif.rows import stage_row as predicted_row
     from loadgen.whatif.virtual_sweep import VirtualStage
 
-    seen |= set(predicted_row(VirtualStage(3, 8, None, window_s=1.0), 1000)["flags"])  # what-if rows
+    seen |= set(predicted_row(VirtualStage(3, 8, None, window_s=1.0, warmup_capped=True), 1000)["flags"])  # what-if rows
     from loadgen.stats.drift import attach
 
     seen |= set(attach({"flags": []}, {"drift": True})["flags"])  # a soak stage whose figures moved

@@ -32,6 +32,8 @@ def test_stage_row_flags_and_fields():
     assert row["flags"] == ["worker_lost", "guard_clamped", "server_over_capacity", "client_bound",
                             "interrupted", "users_short"]
     assert row["server"] == {"over_capacity": True} and row["client"] == CLIENT
+    capped = StageInfo(4, 8, window_s=20.0, users=8, flags=["warmup_capped"])  # the session's, on WindowOpened.capped
+    assert stage_row(capped, None, guard, CLIENT, client_bound=False)["flags"] == ["warmup_capped"]
     over, bound = stage_warnings(row, 64, 32)
     assert over.startswith("llm-loadgen: stage 3 C=5: the server was over capacity (")
     assert "stage 3 was CLIENT-BOUND (CPU 12%, loop lag p99 " in bound  # rounded to what it means

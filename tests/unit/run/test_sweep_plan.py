@@ -201,14 +201,29 @@ def test_turnover_warmup_waits_until_every_stream_finished_once():
     assert t_meas == 20 and t_meas - t_warm > 5
 
 
-def test_turnover_warmup_is_capped():
+def test_turnover_warmup_is_capped_and_the_window_opened_by_the_cap_says_so():
     fake = FakeRun()
     p = plan(fake, [8], warmup_s=5, turnover=True, max_warmup_s=30)
-    t = 0.0
+    t, opened = 0.0, []
     while p.kind != "measure":
-        p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=0))
+        tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=0))
+        opened += [ev for ev in tick.events if isinstance(ev, WindowOpened)]
         t += 1
     assert 30 <= t - 1 <= 32  # ramp (1 tick) + the 30 s cap
+    assert [ev.capped for ev in opened] == [True]  # no stream finished: the stage is warmup_capped
+
+
+def test_a_window_opened_by_the_turnover_or_without_one_is_not_capped():
+    for turnover, finished_after_s in ((True, 20), (False, 10_000)):
+        fake = FakeRun()
+        p = plan(fake, [8], warmup_s=5, turnover=turnover, max_warmup_s=100)
+        t, opened = 0.0, []
+        while p.kind != "measure":
+            finished = 8 * int(t // finished_after_s)
+            tick = p.tick(Observation(t, 8, fake.finished, lambda k: True, finished_total=finished))
+            opened += [ev for ev in tick.events if isinstance(ev, WindowOpened)]
+            t += 1
+        assert [ev.capped for ev in opened] == [False], turnover
 
 
 def test_turnover_window_lasts_until_c_requests_finished_inside_it():

@@ -122,6 +122,20 @@ class QueueFull(Exception):
     """The waiting queue is at ``max_queued``: the server answers 503, like SGLang."""
 
 
+def emit_tokens(req: SimRequest, n: int, stats: EngineStats, events: list) -> bool:
+    """``n`` more tokens of ``req``: counted (the request's and ``stats.generated_tokens_total``),
+    the chunk appended to ``events`` as (request, tokens, finished); a request that reached its
+    output length is FINISHED. Returns whether it finished (the caller frees what it held). Both
+    timing models emit through here."""
+    req.generated += n
+    stats.generated_tokens_total += n
+    done = req.generated >= req.output_tokens
+    events.append((req, n, done))
+    if done:
+        req.state = FINISHED
+    return done
+
+
 @dataclass
 class Engine:
     params: EngineParams
@@ -270,12 +284,7 @@ class Engine:
         return preempted
 
     def _emit(self, req: SimRequest, k: int, events: list) -> None:
-        req.generated += k
-        self.stats.generated_tokens_total += k
-        done = req.generated >= req.output_tokens
-        events.append((req, k, done))
-        if done:
-            req.state = FINISHED
+        if emit_tokens(req, k, self.stats, events):
             self.running.remove(req)
             self._done_slots += 1
             self._done_kv += req.kv_held

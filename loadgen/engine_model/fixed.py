@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from loadgen.engine_model.engine import ABORTED, FINISHED, RUNNING, EngineStats, SimRequest
+from loadgen.engine_model.engine import ABORTED, RUNNING, EngineStats, SimRequest, emit_tokens
 
 
 class FixedSchedule:
@@ -70,13 +70,8 @@ class FixedSchedule:
             if req.generated == 0:
                 self.stats.prompt_tokens_total += req.prompt_tokens
             n = min(self.tokens_per_chunk, req.output_tokens - req.generated)
-            req.generated += n
             self.kv_used += n
-            self.stats.generated_tokens_total += n
-            done = req.generated >= req.output_tokens
-            events.append((req, n, done))
-            if done:
-                req.state = FINISHED
+            if emit_tokens(req, n, self.stats, events):
                 self._release(req)
             else:
                 # From the schedule, not from t_s: lateness must not accumulate.

@@ -39,6 +39,7 @@ class Timing:
     input_tokens: int = 0  # the prompt's tokens, as asked
     too_long: bool = False  # input + output above max_model_len: refused (a 400)
     output_tokens: int = 0  # the output's tokens, as asked
+    model: str | None = None  # with a mix of models: the one its sender drew (None: no mix)
 
     @property
     def failed(self) -> bool:
@@ -84,6 +85,20 @@ class Timing:
 
 
 @dataclass
+class ModelPart:
+    """One model's share of a virtual stage with a mix of models, counted as the stage is (the run's
+    per-model ``StageStats``: loadgen.stats.stage_stats.Collector ``models``)."""
+
+    window_tokens: int = 0
+    window_finished: int = 0
+    stats: StageStats = field(default_factory=StageStats)
+
+    def window_counts(self) -> StageStats:
+        self.stats.window_output_tokens, self.stats.window_requests = self.window_tokens, self.window_finished
+        return self.stats
+
+
+@dataclass
 class VirtualStage:
     """What the virtual run saw of one stage: its load, window, measured requests and their
     statistics (``stats``: as the run's collector counts them)."""
@@ -106,6 +121,10 @@ class VirtualStage:
     search: bool = False  # an SLO search stage (the plan's PhaseStarted.search)
     early: EarlyVerdict | None = None  # the window closed early on this SLO verdict (slo.early_stop)
     stats: StageStats = field(default_factory=StageStats)
+    models: dict[str, ModelPart] = field(default_factory=dict)  # with a mix of models: each one's part
+
+    def model(self, name: str) -> ModelPart:
+        return self.models.setdefault(name, ModelPart())
 
     def window_counts(self) -> StageStats:
         """``stats`` with the window's counters the client keeps as they happen (tokens arrived,
@@ -116,9 +135,11 @@ class VirtualStage:
         return st
 
 
-def stage_row(rec: VirtualStage, kv_tokens: int, objectives: Objectives | None = None) -> dict:
+def stage_row(rec: VirtualStage, kv_tokens: int, objectives: Objectives | None = None,
+              mix_names: tuple[str, ...] = ()) -> dict:
     """The predicted summary.json row of one virtual stage: the run's ``stage_row`` of its
-    statistics (SLO, search and early-stop fields and flags included), marked predicted."""
+    statistics (SLO, search and early-stop fields and flags included; with a mix of models,
+    ``mix_names``, each model's row), marked predicted."""
     info = StageInfo(rec.index, rec.concurrency, window_s=rec.window_s, users=rec.concurrency,
                      server={"preemptions": rec.preemptions, "waiting_max": rec.peak_waiting,
                              "running_max": rec.peak_running,
@@ -126,8 +147,9 @@ def stage_row(rec: VirtualStage, kv_tokens: int, objectives: Objectives | None =
                      search=rec.search, rate_per_s=rec.rate_per_s, early=rec.early,
                      flags=["warmup_capped"] if rec.warmup_capped else [])
     unfinished = sum(1 for t in rec.requests if not t.done)  # still running when the prediction stopped
+    models = {name: part.window_counts() for name, part in rec.models.items()}
     row = run_stage_row(info, rec.window_counts(), GuardLog(), {}, False, unfinished or None,
-                        objectives=objectives)
+                        objectives=objectives, models=models, mix_names=mix_names)
     row["predicted"] = True
     row["flags"].insert(0, PREDICTED_FLAG)
     return row

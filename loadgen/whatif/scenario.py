@@ -47,7 +47,7 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     workload = VirtualWorkload(sc.length_dist("input"), sc.length_dist("output"), sc.prompt.seed,
                                tuple(dataset or ()), sc.workload.dataset, sc.workload.dataset_order == "shuffled",
                                sc.rate.arrival, sc.rate.burstiness, sc.rate.seed, sc.workload.trace_speedup,
-                               sc.rate.max_inflight)
+                               sc.rate.max_inflight, sc.model_mix)
     loads = tuple(float(x) for x in sc.loads()) if sc.open_loop else tuple(int(x) for x in sc.loads())
     w = WhatIf(sc.input_tokens, sc.output_tokens, loads, sc.open_loop, stages=sc.stages, objectives=sc.slo,
                knee_threshold=sc.knee.threshold, workload=workload, scenario=sc.to_dict(),
@@ -57,5 +57,6 @@ def whatif_of(sc: Scenario, max_model_len: int | None = None, **changes) -> tupl
     if sc.prompt.shared_prefix_tokens or any(r.hash_ids for r in dataset or ()):
         notes.append("not predicted: shared prompt prefixes (prompt.shared_prefix_tokens, hash_ids); every "
                      "virtual prompt is distinct, so no prefix-cache hit is counted")
-    notes += ["not predicted: the mix of models; every virtual request is one model's"] if sc.model_mix else []
+    notes += ["the mix of models is drawn per request as the run draws it; every model is timed by the same "
+              "engine (an adapter's own cost is not predicted)"] if sc.model_mix else []
     return w, notes

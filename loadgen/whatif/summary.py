@@ -94,6 +94,12 @@ def _merge(parts: list[VirtualStage]) -> VirtualStage:
                       search=first.search, early=first.early)
     rec.window_tokens = round(sum(p.window_tokens / p.window_s for p in live) * window)
     rec.window_finished = round(sum(p.window_finished / p.window_s for p in live) * window)
+    for name in dict.fromkeys(name for p in parts for name in p.models):  # each model's part, merged the same way
+        part = rec.model(name)
+        part.window_tokens = round(sum(p.model(name).window_tokens / p.window_s for p in live) * window)
+        part.window_finished = round(sum(p.model(name).window_finished / p.window_s for p in live) * window)
+        for p in parts:
+            part.stats.merge(p.model(name).stats)
     for p in parts:
         rec.stats.merge(p.stats)  # exact, as the master merges its workers' (loadgen.stats.stage_stats)
         rec.requests += p.requests
@@ -177,7 +183,8 @@ def _predict_once(cfg: SimConfig, w: WhatIf, jitter_s: float) -> dict:
             rec.rate_per_s = float(load)
         else:
             rec.concurrency = int(load)
-    rows = [stage_row(r, cfg.kv_tokens, w.objectives) for r in records]  # KV use per replica
+    mix = w.workload.model_mix.names if w.workload is not None and w.workload.model_mix is not None else ()
+    rows = [stage_row(r, cfg.kv_tokens, w.objectives, mix) for r in records]  # KV use per replica
     knee = find_rate_knee(rows, w.knee_threshold) if w.open_loop else find_knee(rows, w.knee_threshold)
     return _summary(cfg, w, records, rows, knee)
 

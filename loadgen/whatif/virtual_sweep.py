@@ -120,7 +120,8 @@ class _Sweep:
         n_in, n_out = sender.next() if line is None else sender.line(line)
         req = SimRequest(n_in, n_out)
         st = self.measuring
-        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in, output_tokens=n_out)
+        timing = Timing(t, st.index if st is not None else None, input_tokens=n_in, output_tokens=n_out,
+                        model=sender.model())
         if st is not None:
             st.requests.append(timing)
             self.running_of[st.index] = self.running_of.get(st.index, 0) + 1
@@ -142,6 +143,8 @@ class _Sweep:
             st = self.measuring
             if st is not None:
                 st.window_tokens += n
+                if timing.model is not None:
+                    st.model(timing.model).window_tokens += n
         elif not timing.too_long:
             timing.rejected = True
         if not done:
@@ -149,15 +152,18 @@ class _Sweep:
         timing.done = True
         del self.timing[id(req)]
         self.finished += 1
-        if self.measuring is not None:
-            self.measuring.window_finished += 0 if timing.failed else 1
+        if self.measuring is not None and not timing.failed:
+            self.measuring.window_finished += 1
+            if timing.model is not None:
+                self.measuring.model(timing.model).window_finished += 1
         if timing.stage is not None:  # a measured request: counted in its stage as the run's collector does
             self.running_of[timing.stage] -= 1
             self.finished_of[timing.stage] = self.finished_of.get(timing.stage, 0) + 1
             result = timing.result()
             verdict = request_verdict(result, self.objectives) if self.objectives is not None else None
-            self.records[timing.stage].stats.add_result(result, timing.input_tokens, timing.output_tokens,
-                                                        verdict=verdict)
+            rec = self.records[timing.stage]
+            for stats in (rec.stats, *(() if timing.model is None else (rec.model(timing.model).stats,))):
+                stats.add_result(result, timing.input_tokens, timing.output_tokens, verdict=verdict)
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             if timing.too_long:  # a refused request: the user pauses (request.client_error_pause_s)

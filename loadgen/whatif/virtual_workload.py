@@ -17,6 +17,10 @@ them with the run's code (``loadgen.workload``), seeded as the run seeds them:
   ``loadgen.workload.trace.TraceSchedule``; an arrival due while ``max_inflight`` requests are in
   flight is dropped (``dropped_by_client``), never delayed, as the run's dispatcher does.
 
+- models: with a mix of models (``model: {a: 0.7, b: 0.3}``), each request's model drawn by its
+  sender's ``loadgen.workload.model_mix.ModelDraw`` keyed as its lengths are; the engine model times
+  every model alike (one engine serving them, as base model and LoRA adapters share one).
+
 Replicas (``part`` of ``parts``): each replica's sender draws on its own streams (user numbers
 ``part + parts x u``, ``ArrivalSpec.for_part``, every parts-th dataset line), so replicas do not
 play copies of one workload.
@@ -32,6 +36,7 @@ from loadgen.workload.asks import DatasetCursor, line_output, sender_lengths
 from loadgen.workload.dataset import DatasetRequest, share
 from loadgen.workload.lengths import LengthDist, LengthSampler
 from loadgen.workload.mix import KvMix, known_input, workload_mix
+from loadgen.workload.model_mix import ModelDraw, ModelMix
 from loadgen.workload.trace import TraceSchedule, is_trace
 
 
@@ -50,6 +55,7 @@ class VirtualWorkload:
     rate_seed: int = 0  # rate.seed
     trace_speedup: float = 1.0
     max_inflight: int | None = None  # rate.max_inflight: an arrival due beyond it is dropped; None: no cap
+    model_mix: ModelMix | None = None  # a mix of models: each request draws one, as the run's senders do
 
     def __post_init__(self) -> None:
         text = [r.line for r in self.dataset if known_input(r) == 0]
@@ -89,7 +95,9 @@ class VirtualWorkload:
         return DatasetCursor(share(list(self.dataset), part, parts, self.shuffled, self.prompt_seed))
 
     def sender(self, user: int, cursor: DatasetCursor | None, part: int = 0, parts: int = 1) -> Sender:
-        return Sender(sender_lengths(self.inputs, self.outputs, (self.prompt_seed, 0, part + parts * user)), cursor)
+        key = (self.prompt_seed, 0, part + parts * user)
+        models = ModelDraw(self.model_mix, key) if self.model_mix is not None else None
+        return Sender(sender_lengths(self.inputs, self.outputs, key), cursor, models)
 
     def arrivals(self, rate_per_s: float, stage: int, part: int = 0, parts: int = 1):
         """Stage ``stage``'s schedule (``next_due_s()``, seconds from the stage's start) of replica
@@ -104,8 +112,13 @@ class Sender:
     """One virtual sender's requests: (input, output) tokens, as ``loadgen.workload.asks.Workload``
     hands out its Asks (one length draw per request; a dataset line's lengths where it has them)."""
 
-    def __init__(self, lengths: LengthSampler, cursor: DatasetCursor | None):
-        self.lengths, self.cursor = lengths, cursor
+    def __init__(self, lengths: LengthSampler, cursor: DatasetCursor | None, models: ModelDraw | None = None):
+        self.lengths, self.cursor, self.models = lengths, cursor, models
+
+    def model(self) -> str | None:
+        """The next request's model: its draw from the mix (``ModelDraw``, keyed as the run's
+        sender), None without a mix."""
+        return self.models.next() if self.models is not None else None
 
     def next(self) -> tuple[int, int]:
         n_in, n_out = self.lengths.next()

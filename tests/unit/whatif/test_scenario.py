@@ -140,3 +140,24 @@ def test_requests_that_cannot_fit_the_preset_s_context_are_refused_as_the_run_re
     assert "the longest input + output the length distributions allow" in capsys.readouterr().err
     assert cli.main(["whatif", PRESET, "--input-tokens", "200000"]) == 2
     assert "exceeds the preset's max_model_len" in capsys.readouterr().err
+
+
+def test_a_mix_of_models_is_predicted_per_model_as_the_run_draws_it(scenario, tmp_path):
+    """model: a=0.7,b=0.3 in a what-if: each stage has the run's per-model rows, whose requests,
+    errors and tokens add up to the stage's exactly, with the run's own seeded draws (70/30 within
+    sampling error over the stage's requests); the engine times both models alike (the note)."""
+    import math
+
+    for replicas in ("1", "2"):  # two replicas: each one's parts merged into the stage's, models too
+        summary = _whatif(tmp_path, "--scenario", str(scenario), "--set", "model=a=0.7,b=0.3", "--stages", "8",
+                          "--set", "stages.duration_s=20", "--replicas", replicas)
+        (row,) = summary["stages"]
+        models = row["models"]
+        assert list(models) == ["a", "b"]
+        for key in ("requests", "error_count", "input_tokens", "output_tokens"):
+            assert sum(m[key] for m in models.values()) == row[key], (replicas, key)
+        n = row["requests"]
+        assert n >= 100 and abs(models["a"]["requests"] - 0.7 * n) <= 3 * math.sqrt(n * 0.7 * 0.3)
+        assert sum(m["output_tokens_per_s"] for m in models.values()) == pytest.approx(row["output_tokens_per_s"],
+                                                                                       rel=0.01)
+        assert any("mix of models is drawn per request" in note for note in summary["notes"])

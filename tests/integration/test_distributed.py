@@ -123,13 +123,25 @@ def test_master_totals_equal_the_sum_of_every_worker(runs):
     assert_exact_merge(dist, merged(parts))
 
 
+def late_s(*rows: dict) -> float:
+    """How late the worst of the runs' load-generating processes ran its event loop in the stage
+    (loop-lag p99, the client's own health figure): a chunk it read late is late by up to that much."""
+    return max(row["client"].get("loop_lag_p99_s") or 0.0 for row in rows)
+
+
 def test_distributed_stages_match_a_local_run(runs):
+    """The same sweep on the same fixed simulator, run by one process and by a master and two workers
+    at the same time, gives the same figures: within 10 % (15 % for tok/s), plus what each client's
+    own measured lateness adds (both runs share two cores; one starved process reads its chunks late:
+    a 100 ms TTFT read as 153 ms on a loaded machine)."""
     dist, local, _ = runs
     for d, loc in zip(dist["stages"], local["stages"], strict=True):
         assert d["concurrency"] == loc["concurrency"]
-        assert d["ttft_p50_s"] == pytest.approx(loc["ttft_p50_s"], rel=0.10)
-        assert d["itl_p50_s"] == pytest.approx(loc["itl_p50_s"], rel=0.10)
-        assert d["output_tokens_per_s"] == pytest.approx(loc["output_tokens_per_s"], rel=0.15)
+        late = late_s(d, loc)
+        assert abs(d["ttft_p50_s"] - loc["ttft_p50_s"]) <= 0.10 * loc["ttft_p50_s"] + late, late
+        assert abs(d["itl_p50_s"] - loc["itl_p50_s"]) <= 0.10 * loc["itl_p50_s"] + late, late
+        e2e = min(d["e2e_p50_s"], loc["e2e_p50_s"])  # tok/s = C x tokens / E2E: lateness stretches E2E
+        assert d["output_tokens_per_s"] == pytest.approx(loc["output_tokens_per_s"], rel=0.15 + late / e2e), late
 
 
 def test_distributed_slo_attainment_and_goodput_are_merged_counts_and_match_a_local_run(runs):

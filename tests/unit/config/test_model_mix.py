@@ -98,7 +98,7 @@ def test_start_check_names_a_model_the_server_does_not_list():
     assert parse_models({"data": "bad"}).ids == ()
 
 
-def test_the_what_if_accepts_a_mix_and_says_it_is_not_predicted(tmp_path):
+def test_the_what_if_predicts_a_mix_per_model_and_says_how(tmp_path):
     import json
 
     from loadgen import cli
@@ -109,7 +109,8 @@ def test_the_what_if_accepts_a_mix_and_says_it_is_not_predicted(tmp_path):
     assert cli.main(["whatif", "llama8b-1gpu-vllm", "--scenario", str(path), "--out", str(out), "--no-plots"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scenario"]["model"] == {"a": 0.7, "b": 0.3}
-    assert any(n.startswith("not predicted: the mix of models") for n in summary["notes"])
+    assert any(n.startswith("the mix of models is drawn per request") for n in summary["notes"])
+    assert all(set(stage["models"]) == {"a", "b"} for stage in summary["stages"])
 
 
 def test_models_console_line_and_csv():

@@ -123,6 +123,11 @@ class Job:
         return self.proc.returncode in (0, NO_TESTS), self.ended - self.started, output
 
 
+def load_text() -> str:
+    """The machine's 1, 5 and 15 min load averages: other work on the cores slows a run's files."""
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def span_seconds(jobs: list[Job]) -> float:
     """From the first start to the last end of ``jobs`` (0 for none)."""
     return max(j.ended for j in jobs) - min(j.started for j in jobs) if jobs else 0.0
@@ -144,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     common = ["-q", "-ra", "-p", "no:cacheprovider", *extra]
     failed: list[str] = []
     t0 = time.monotonic()
+    load_at_start = load_text()
 
     def report(job: Job) -> None:
         ok, took, output = job.finish()
@@ -181,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     shared_s = span_seconds([j for j in done if j.name not in solo])
     solo_s = span_seconds([j for j in done if j.name in solo])
     cpu_s = sum(j.cpu_s for j in done)
-    print(f"shared phase {shared_s:.0f} s, solo phase {solo_s:.0f} s, {cpu_s:.0f} CPU seconds in all", flush=True)
+    print(f"shared phase {shared_s:.0f} s, solo phase {solo_s:.0f} s, {cpu_s:.0f} CPU seconds in all; "
+          f"load average {load_at_start} at the start, {load_text()} at the end", flush=True)
     if failed:
         print(f"FAILED after {took:.0f} s: {', '.join(failed)}", flush=True)
         return 1

@@ -2,7 +2,8 @@
 close early, with the answer the run gives without it.
 
 Preset ``slo-linear``: TPOT(C) = 10 ms + 1 ms x C in a closed loop of C users, so the objective
-tpot_s = 0.045 holds for C <= 35 (tests/integration/test_e2e_slo.py checks that answer without early stop):
+tpot_s = 0.045 holds for C <= 35 (tests/unit/whatif/test_slo_answers.py checks that answer on a
+virtual clock, the run's own plan playing it):
 here at C=8 (18 ms) and at the one search stage C=28 (38 ms), and it fails at C=48 (58 ms), each
 far from the objective, so a busy machine's late stamps cannot flip a verdict. Without early stop
 the answer is therefore the bracket [28, 48]. TPOT is the same for every request of a stage, so
@@ -14,6 +15,10 @@ then gives.
 Measured on the shared 2-core machine (2026-12-02), the same run without ``--slo-early-stop``:
 windows of 10 s and 42.3 s / 47.9 s of wall time; with it windows of 2-8 s and 22.0 s / 32.0 s
 (docs/slo.md 'Early stop').
+
+It is also the SLO search's end-to-end run (what the wall-clock search next to C = 35 in the former
+test_e2e_slo.py asserted of the files): the search stage is flagged and in the answer, goodput,
+the stages.csv columns and the console's SLO and KV lines.
 """
 
 from __future__ import annotations
@@ -47,7 +52,17 @@ def test_early_stop_closes_each_window_once_decided_and_gives_the_answer_of_a_fu
         assert (bound >= 0.5) if verdict["verdict"] == "pass" else (bound <= 0.5)
         assert verdict["look_requests"]["attainment"] <= verdict["requests"] <= st["requests"]
         # the turnover rule still held: C requests finished inside the shortened window
-        assert st["requests"] >= st["concurrency"]
+        assert st["requests"] >= st["concurrency"] and st["users"] == st["concurrency"]
+        assert ("slo_search" in st["flags"]) == st["search"] == (st["concurrency"] == 28)
+        assert ("slo_fail" in st["flags"]) == (not st["slo"]["pass"])
+        if st["slo"]["attainment"] == 1.0:  # goodput is then the whole token stream
+            assert st["goodput_output_tokens_per_s"] == pytest.approx(st["output_tokens_per_s"])
+            assert st["goodput_requests_per_s"] == pytest.approx(st["output_tokens_per_s"] / 20)
+        elif st["slo"]["attainment"] == 0.0:
+            assert st["goodput_output_tokens_per_s"] == st["goodput_requests_per_s"] == 0.0
+    assert s["slo"]["search"]["stages"] == [28] and s["slo"]["objectives"] == {"tpot_s": 0.045}
+    assert "SLO: max concurrency C=28" in run.stderr and "KV ceiling: C=" in run.stderr
     assert "(slo.early_stop)" in run.stderr and "window closed after" in run.stderr
     csv_head = (run.run_dir / "stages.csv").read_text().splitlines()[0].split(",")
-    assert {"slo.early_stop.verdict", "slo.early_stop.bounds.attainment", "slo.early_stop.agrees"} <= set(csv_head)
+    assert {"slo.early_stop.verdict", "slo.early_stop.bounds.attainment", "slo.early_stop.agrees", "search", "slo.pass",
+            "slo.attainment_by.tpot_s", "goodput_output_tokens_per_s"} <= set(csv_head)

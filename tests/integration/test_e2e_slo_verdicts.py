@@ -1,6 +1,7 @@
 """Capacity under an SLO, end to end: the two ends of the search, where no stage passes and where
-every stage passes (preset ``slo-linear``, TPOT(C) = 10 ms + 1 ms x C; tests/integration/test_e2e_slo.py has
-the search itself).
+every stage passes (preset ``slo-linear``, TPOT(C) = 10 ms + 1 ms x C; the search itself next to
+its answer is played on a virtual clock in tests/unit/whatif/test_slo_answers.py, and end to
+end, far from it, in tests/integration/test_e2e_slo_early.py).
 
 Both verdicts are far from their objective, so they need no quiet machine and run beside other
 files: a busy machine only delays the client's stamps, which adds to a measured TPOT and TTFT and
@@ -14,9 +15,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_e2e_slo import run_slo
+from loadgen.sim.launch import running_sim
+from tests.support.runlocust import run_locust
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+RUN = ("--scenario", "config/smoke.yaml", "--input-tokens", "16", "--output-tokens", "40",
+       "--warmup", "1", "--stage-duration", "2")
+
+
+def run_slo(tmp_path, name, *args):
+    with running_sim("--preset", "slo-linear") as sim:
+        run = run_locust(sim.url, tmp_path / name, *RUN, *args, timeout_s=200)
+    assert run.code == 0, run.stderr[-3000:]
+    return run
 
 
 def test_no_stage_passes_max_concurrency_is_null_and_said_plainly(tmp_path):

@@ -80,9 +80,14 @@ def test_follow_up_requests_join_the_step_after_next_in_both_drivers():
     virtual_b = _virtual_ttfts()
     follow_up = (BASE_MS + PER_SEQ_MS + BASE_MS + 2 * PER_SEQ_MS + PROMPT * PREFILL_US / 1e3) / 1e3  # 50 ms
     assert virtual_b[1:] == pytest.approx([follow_up] * (B_REQUESTS - 1))
-    # over HTTP: the same, within the runner's timer jitter and the local round trip (a few ms)
+    # over HTTP: the same, up to the runner's timer jitter and the local round trip (a few ms, more
+    # on a busy machine). The bounds are from the mechanism, not from a guess at the machine's
+    # jitter: halfway to the figure of the wrong one on each side (joining step n+1: 28 ms; joining
+    # step n+3: 22 + 22 + 28 = 72 ms). A busy machine's 4 ms late stamp failed the former ± 4 ms.
+    step_early = (BASE_MS + 2 * PER_SEQ_MS + PROMPT * PREFILL_US / 1e3) / 1e3
+    step_late = follow_up + (BASE_MS + PER_SEQ_MS) / 1e3
     for measured in http_b[1:]:
-        assert measured == pytest.approx(follow_up, abs=0.004), http_b
+        assert (follow_up + step_early) / 2 < measured < (follow_up + step_late) / 2, http_b
     # A's gaps: 22 ms alone, 24/28 ms with B decoding/prefilling beside it; never a missed step
     assert sorted(a_gaps)[len(a_gaps) // 2] == pytest.approx((BASE_MS + PER_SEQ_MS) / 1e3, abs=0.003)
 
@@ -125,7 +130,12 @@ def test_mixed_lengths_time_the_same_in_both_drivers():
     step = (BASE_MS + PER_SEQ_MS) / 1e3
     for (n_in, n_out), (ttft, e2e) in zip(lengths, measured, strict=True):
         expected = (step + n_in * PREFILL_US / 1e6, step + n_in * PREFILL_US / 1e6 + (n_out - 1) * step)
-        assert (ttft, e2e) == pytest.approx(expected, abs=0.004), (n_in, n_out)
+        # late stamps (the runner's timers, the round trip, a busy machine) only ever add: 1 ms of
+        # slack below for the clocks; above, halfway to the wrong mechanism's figure, a step more
+        # (a missed step, or one token more decoded): the lengths themselves are asserted exactly
+        # in virtual time below. A busy machine's 4-8 ms late stamps failed the former ± 4 ms.
+        for got, want in zip((ttft, e2e), expected, strict=True):
+            assert want - 0.001 <= got < want + step / 2, (n_in, n_out, ttft, e2e, expected)
         if n_in in virtual:  # the virtual user sent this one in its window
             assert virtual[n_in] == pytest.approx(expected, abs=1e-9)
     assert sum(n_in in virtual for n_in, _ in lengths) >= MIXED_REQUESTS // 2

@@ -21,6 +21,43 @@ def fixed_sim():
         yield url
 
 
+def test_known_answer_holds_with_hundreds_of_concurrent_streams():
+    """300 streams at once: the simulator's own clock keeps its 200 ms TTFT and 50 ms gaps for every
+    one of them (the bounds halfway to a wrong mechanism's figure: a first token a step late, 250 ms;
+    every gap doubled, 100 ms).
+
+    On the client's clock the streams run in step, so each token index arrives as one burst of 300
+    chunks, read one after another by this one gevent loop: a stamp is at most its burst's length
+    late (from the burst's first read to its last; a busy machine lengthens it, and this loop at
+    6,000 chunks/s is the busiest process here). So the client's mean TTFT exceeds 200 ms by at most
+    the first burst's length, and its mean gap (last - first) / 39 is the server's within the two
+    bursts' lengths / 39: bounds from what it measured, not from a guess at the machine's jitter."""
+    with running_sim("--preset", "fixed", "--itl-ms", "50") as sim:
+        url, _ = sim.url, sim.proc
+        def one(_):
+            resp = request(url, "POST", "/v1/completions", {**COMPLETION, "max_tokens": 40})
+            times = content_times(resp)
+            assert len(times) == 40
+            return times[0] - resp.t_sent, times[0], times[-1]
+
+        results = [g.get() for g in [gevent.spawn(one, i) for i in range(300)]]
+        fams = metrics(url)
+
+    def server_mean(family: str, count: int) -> float:
+        assert value(fams, f"vllm:{family}", f"vllm:{family}_count") == count
+        return value(fams, f"vllm:{family}", f"vllm:{family}_sum") / count
+
+    server_ttft, server_itl = server_mean("time_to_first_token_seconds", 300), server_mean("inter_token_latency_seconds", 300 * 39)
+    assert 0.2 - 1e-3 <= server_ttft < 0.225 and 0.05 - 1e-3 <= server_itl < 0.075
+    ttft, first, last = ([r[k] for r in results] for k in range(3))
+    first_burst, last_burst = max(first) - min(first), max(last) - min(last)
+    assert min(ttft) >= 0.2 - 1e-3 and statistics.mean(ttft) - 0.2 <= first_burst, (statistics.mean(ttft), first_burst)
+    client_itl = statistics.mean((b - a) / 39 for a, b in zip(first, last, strict=True))
+    assert server_itl - first_burst / 39 <= client_itl <= server_itl + last_burst / 39, (client_itl, server_itl,
+                                                                                          first_burst, last_burst)
+    assert value(fams, "vllm:generation_tokens", "vllm:generation_tokens_total") == 300 * 40
+
+
 def test_chat_stream_shape_role_first_then_content_then_done(fixed_sim):
     body = {"messages": [{"role": "user", "content": "one two three four"}], "max_tokens": 3,
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}

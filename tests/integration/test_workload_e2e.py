@@ -117,8 +117,12 @@ def test_trace_replays_on_its_schedule_with_shared_prefixes(tmp_path):
     period_s = (3.0 + 3.0 / 9) / 4  # (span + mean gap) / speedup
     assert stage["offered_rate_per_s"] == pytest.approx(10 / period_s, rel=1e-6)
     assert stage["scheduled_rate_per_s"] == pytest.approx(10 / period_s, rel=0.25)  # 5 s of a 0.83 s cycle
-    # within the lateness bound (loose: the test machine is shared; `make bench` measures lateness)
-    assert stage["lateness_p99_s"] < BOUND_S and "client_bound" not in stage["flags"]
+    # within the lateness bound (loose: the test machine is shared; `make bench` measures lateness),
+    # so the schedule did not slip; a client_bound flag may still come from the client's CPU or
+    # loop lag, which judge the machine (a busy one: loop lag p99 over 20 ms), not the replay
+    assert stage["lateness_p99_s"] < BOUND_S
+    client = stage["client"]
+    assert ("client_bound" in stage["flags"]) == (client["cpu_percent"] >= 90 or client["loop_lag_p99_s"] >= 0.02), client
     assert stage["dropped_by_client"] == 0 and stage["token_mismatch"]["input"] == 0
     hits = [ln for ln in metrics.splitlines() if ln.startswith("vllm:prefix_cache_hits")]
     assert hits and float(hits[0].split()[-1]) > 0, metrics[:2000]  # hash_ids became shared prefixes

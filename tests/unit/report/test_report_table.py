@@ -148,7 +148,7 @@ def test_csv_columns_are_stable_across_runs(tmp_path, seeds):
 
 
 def test_slo_run_table_has_attainment_and_goodput_columns_and_the_three_answers_together():
-    """A real slo-linear run (tests/integration/test_e2e_slo.py's scenario): knee, SLO maximum, KV ceiling."""
+    """A real slo-linear run (the scenario of tests/unit/whatif/test_slo_answers.py): knee, SLO maximum, KV ceiling."""
     summary = json.loads((FIXTURES / "summary_slo_search.json").read_text())
     text = format_stage_table(summary["stages"], None, summary["guard"], slo=summary["slo"])
     header, units = text.split("\n")[:2]

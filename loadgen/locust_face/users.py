@@ -46,8 +46,15 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
     rt, path = user.rt, user.path
     sc = rt.scenario
 
+    named: list[str | None] = []  # behind a router: the engine, read once its response's header is in
+
     def served() -> str | None:
-        return replica or rt.targets.served_by(client.upstream)
+        if replica is not None or named:
+            return replica if replica is not None else named[0]
+        who = rt.targets.served_by(client.upstream)
+        if client.upstream is not None:
+            named.append(who)  # fixed for this request: not parsed again for every chunk
+        return who
 
     rt.request_started(stage)
     start_wall, start_perf = time.time(), time.perf_counter()
@@ -59,14 +66,15 @@ def send_request(user, client: StreamClient, body: bytes, ask, stage: int | None
             client, sc, body, ask, sent_s=sent_s, on_tokens=on_tokens,
             on_cancel=lambda tokens: rt.collector.record_cancelled(stage, tokens, model, served()))
     finally:
-        rt.request_finished(stage, ok=result is not None and result.ok, model=model, replica=served())
+        who = served()
+        rt.request_finished(stage, ok=result is not None and result.ok, model=model, replica=who)
     if not result.ok:
         result.error_message = rt.redact(result.error_message)  # a server may echo the key back
     turn = ask.turn if sc.workload.turns > 1 else None
     rt.collector.record_result(result, stage, ask.input_tokens, ask.output_tokens, sc.slo, turn=turn, model=model,
-                               replica=served())
+                               replica=who)
     # sent: now, or an open-loop arrival's scheduled time (perf_counter), on the wall clock
-    rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model, replica=served(),
+    rt.export_request(result, stage, ask.input_tokens, turn=turn, model=model, replica=who,
                       sent_unix_s=start_wall - (start_perf - sent_s if sent_s is not None else 0.0))
     user.environment.events.request.fire(
         request_type="POST",

@@ -43,6 +43,7 @@ from loadgen.run import plan as run_plan
 from loadgen.run.kv_guard import GuardDecision
 from loadgen.slo.early import live_counts
 from loadgen.slo.objectives import Objectives, request_verdict
+from loadgen.stats.stage_stats import bin_itl
 from loadgen.whatif.rows import Timing, VirtualStage
 from loadgen.whatif.virtual_workload import Sender, VirtualWorkload
 from loadgen.workload.trace import TraceSchedule
@@ -162,8 +163,10 @@ class _Sweep:
             result = timing.result()
             verdict = request_verdict(result, self.objectives) if self.objectives is not None else None
             rec = self.records[timing.stage]
-            for stats in (rec.stats, *(() if timing.model is None else (rec.model(timing.model).stats,))):
-                stats.add_result(result, timing.input_tokens, timing.output_tokens, verdict=verdict)
+            counted = (rec.stats,) if timing.model is None else (rec.stats, rec.model(timing.model).stats)
+            itl = bin_itl(result) if len(counted) > 1 else None  # binned once for both, as the run's Collector
+            for stats in counted:
+                stats.add_result(result, timing.input_tokens, timing.output_tokens, itl, verdict=verdict)
         user = self.user_of.pop(id(req), None)
         if user is not None and user < self.users:
             if timing.too_long:  # a refused request: the user pauses (request.client_error_pause_s)

@@ -325,7 +325,7 @@ def latest_attainment(stages: dict[int, StageStats], k: int | None) -> float | N
 
 
 def summary_slo(rows: list[dict], objectives: Objectives, load_key: str = "concurrency") -> dict | None:
-    """summary.json's top-level ``slo`` (``loadgen.slo.objectives.slo_summary``); None without objectives. In an
+    """summary.json's top-level ``slo`` (``loadgen.slo.search.slo_summary``); None without objectives. In an
     open-loop run the bracket is in offered requests/s (``load: rate_per_s``)."""
     if not objectives.enabled:
         return None

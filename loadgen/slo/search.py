@@ -1,4 +1,4 @@
-"""The SLO search: the largest load that meets the objectives, and summary.json's ``slo`` answer.
+"""The SLO search: the largest load that meets the objectives, and summary.json's ``slo`` summary.
 
 Pure: no I/O, no clock. The search (``next_search_concurrency``) runs after the whole geometric
 sweep, never instead of its upper stages: the knee and the KV ceiling need those stages, and

@@ -163,7 +163,7 @@ SPEC: dict[str, Check] = {
     "replicas.upstream_header": text("a response header naming the engine that served, e.g. X-Upstream-Addr, "
                                      "or null", nullable=True),
     "replicas.share_ratio_max": number("a ratio of shares, e.g. 1.5", gt=1),
-    "replicas.slow_ratio": number("a ratio of p99s, e.g. 2", gt=1),
+    "replicas.slow_ratio": number("a ratio of medians (TTFT p50, TPOT p50), e.g. 2", gt=1),
     "results_dir": text("the results directory, where each run writes its own run folder, e.g. results"),
     "requests_jsonl": boolean(),
 }

@@ -294,7 +294,7 @@ class ReplicasConfig:
     metrics: tuple[str, ...]  # behind a router: each engine's root, /metrics or /get_server_info URL
     upstream_header: str | None  # behind a router: the response header naming the engine (nginx $upstream_addr)
     share_ratio_max: float  # a replica's request share / its fair share above this (or below 1/this): flagged
-    slow_ratio: float  # a replica's TTFT or ITL p99 above this x the others' median: flagged slow
+    slow_ratio: float  # a replica's TTFT or TPOT p50 above this x the other replicas' median: flagged slow
 
 
 @dataclass(frozen=True)

@@ -79,5 +79,6 @@ def test_workers_get_the_headers_with_the_other_options(gateway, tmp_path):
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     s = run.summary
     assert s["run"]["workers"] == 2
-    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"])
+    seen = [(st["concurrency"], st["requests"], st["errors"], st["flags"]) for st in s["stages"]]
+    assert all(st["requests"] > 0 and st["error_count"] == 0 for st in s["stages"]), (seen, run.stderr[-3000:])
     assert SECRET not in run.stdout + run.stderr

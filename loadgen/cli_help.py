@@ -28,7 +28,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SLO", ("slo",)),
     ("cost and efficiency", ("cost.", "gpu_metrics")),
     ("open loop (request rates)", ("rate.",)),
-    ("output", ("results_dir", "requests_jsonl", "exporter.", "run.")),
+    ("output", ("results_dir", "requests_jsonl", "plots", "exporter.", "run.")),
     ("TLS and authentication", ("request.", "api_key_env")),
 )
 

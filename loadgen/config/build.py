@@ -166,6 +166,7 @@ SPEC: dict[str, Check] = {
     "replicas.slow_ratio": number("a ratio of medians (TTFT p50, TPOT p50), e.g. 2", gt=1),
     "results_dir": text("the results directory, where each run writes its own run folder, e.g. results"),
     "requests_jsonl": boolean(),
+    "plots": boolean(),
 }
 
 _BODY = "request.extra_body"

@@ -46,6 +46,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("--results-dir", "results_dir", str, "results directory: each run writes its own run folder in it (summary.json, stages.csv, ...)"),
     ("--requests-jsonl", "requests_jsonl", bool, "write requests.jsonl in the run folder: one JSON line per "
                                                  "request (docs/results.md 'Per-request export')"),
+    ("--no-plots", "plots", "off", "no PNG plots when the run ends (report.html without images; "
+                                   "`llm-loadgen report build RUN` draws them later)"),
     ("--stages", "stages.list", "stages", "stage concurrencies, e.g. 1,4,16 (strictly increasing)"),
     ("--stage-duration", "stages.duration_s", float, "measured seconds per stage"),
     ("--slice-s", "stages.slice_s", float, "soak: cut every window into slices this many seconds long"),

@@ -130,6 +130,7 @@ DEFAULTS: dict[str, Any] = {
                  "slow_ratio": 2.0},
     "results_dir": "results",
     "requests_jsonl": False,
+    "plots": True,
 }
 
 
@@ -344,6 +345,7 @@ class Scenario:
     replicas: ReplicasConfig
     results_dir: str
     requests_jsonl: bool  # one JSON line per request in the run folder (loadgen.stats.request_line)
+    plots: bool  # the PNG plots drawn when the run ends (false: none; `report build` draws them later)
     # a mix of models (loadgen.workload.model_mix.ModelMix): each request draws its model by weight;
     # ``model`` is then the mix's first name (the start check's probe). None: every request sends ``model``.
     # Not a key of its own: the scenario's ``model`` key holds the mix (``part_of``).

@@ -29,6 +29,7 @@ from loadgen.locust_face.defaults import (
     quiet_console,
     set_loopback_defaults,
 )
+from loadgen.locust_face.shape import SweepShape, shape_loop
 from loadgen.locust_face.webui import install_webui
 from loadgen.run.runtime import install
 from loadgen.run.session import Session
@@ -135,6 +136,8 @@ def _hook(environment, rt, fleet: Fleet, session: Session | None) -> None:
     if session is None:
         return
     rt.on_fatal = session.server_unusable
+    if runner is not None and isinstance(environment.shape_class, SweepShape):
+        runner.shape_worker = functools.partial(shape_loop, runner)  # the plan ticked 5 times a second
 
     def _quitting(environment, **_):
         if fleet.finals is not None and session.finished_wall is None:

@@ -1,6 +1,8 @@
 """``SweepShape``: the Locust LoadTestShape that runs the sweep (``shapes/sweep.py`` is its face).
 
-It runs on the master (or the local runner) only. Every tick (1 s) it observes users, finished and
+It runs on the master (or the local runner) only. Every tick (``TICK_S``, 0.2 s: ``shape_loop``
+replaces Locust's once-a-second loop, so a stage's ramp or the end of a run does not wait a
+whole second for the next look) it observes users, finished and
 in-flight requests (and, for ``slo.early_stop``, the measuring stage's SLO counts merged so far),
 asks the pure ``SweepPlan`` what to do, hands the plan's events to the ``Session`` (phases, guard
 decisions, windows, final rows) and re-broadcasts the phase to workers.
@@ -11,12 +13,15 @@ When a window closes the session reads the server watch once and may answer "sto
 from __future__ import annotations
 
 import logging
+import time
 
+import gevent
 from locust import LoadTestShape
+from locust.runners import STATE_INIT, STATE_RUNNING, STATE_SPAWNING
 
 from loadgen.errors import EXIT_INTERNAL
 from loadgen.phases import Phase
-from loadgen.run.plan import Observation, SweepPlan, Tick, plan_of
+from loadgen.run.plan import TICK_S, Observation, SweepPlan, Tick, plan_of
 from loadgen.run.results import slo_outcomes
 from loadgen.slo.early import live_counts
 from loadgen.stats.stage_load import CONCURRENCY, RATE
@@ -93,3 +98,26 @@ class SweepShape(LoadTestShape):
         if user is None:  # a locustfile of its own users (bench/): Locust's choice by weight
             return tick.users, tick.spawn_rate
         return tick.users, tick.spawn_rate, [user]
+
+
+def shape_loop(runner, tick_s: float = TICK_S) -> None:
+    """Locust's shape loop (``Runner.shape_worker``, 2.47), ticking every ``tick_s`` instead of every
+    second: ask the shape, stop the run on None (quit when headless, as Locust does), start the
+    users on a change. ``loadgen.locust_face.plugin`` installs it on the runner of a sweep."""
+    shape = runner.environment.shape_class
+    while runner.state in (STATE_INIT, STATE_SPAWNING, STATE_RUNNING):
+        began = time.monotonic()
+        wanted = shape.tick()
+        if wanted is None:
+            options = runner.environment.parsed_options
+            if options is not None and options.headless:
+                runner.quit()
+            else:
+                runner.stop()
+            runner.shape_greenlet, runner.shape_last_tick = None, None
+            return
+        if wanted != runner.shape_last_tick:
+            users, spawn_rate, *classes = wanted
+            runner.start(user_count=users, spawn_rate=spawn_rate, user_classes=classes[0] if classes else None)
+            runner.shape_last_tick = wanted
+        gevent.sleep(max(tick_s - (time.monotonic() - began), 0.0))

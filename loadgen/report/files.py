@@ -26,22 +26,25 @@ STAGES_CSV = "stages.csv"
 REPORT_HTML = "report.html"
 
 
-def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool = True) -> dict[str, Path]:
+def write_results(results_dir: str | os.PathLike, summary: dict, *, plots: bool = True,
+                  final: bool = True) -> dict[str, Path]:
     """Write the whole run folder for ``summary``; returns {name: path} of files written.
 
     Order matters: summary.json and stages.csv first, so a failure in matplotlib or the HTML can
     never lose them; plot and HTML errors are logged, not raised. ``plots=False`` skips the
     matplotlib work (most of a second of CPU, which would stall a gevent loop measuring a stage)
-    and writes report.html without images; a final call with ``plots=True`` completes the report.
+    and writes report.html without images, saying the plots come at the end of the run
+    (``final=False``: a final call with ``plots=True`` completes the report) or were not drawn
+    (``final=True``: the run's ``--no-plots``; ``report build`` draws them).
     """
     out = Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = {"summary": atomic_write_text(out / SUMMARY, summary_json_text(summary))}
-    written.update(write_derived(out, summary, plots=plots))
+    written.update(write_derived(out, summary, plots=plots, final=final))
     return written
 
 
-def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> dict[str, Path]:
+def write_derived(results_dir: Path, summary: dict, *, plots: bool = True, final: bool = True) -> dict[str, Path]:
     """stages.csv, the PNG plots and report.html from ``summary`` (summary.json is not touched).
 
     Keys of the result: ``stages_csv``, one per plot (``throughput``, ``latency``, ``tradeoff``,
@@ -71,7 +74,7 @@ def write_derived(results_dir: Path, summary: dict, *, plots: bool = True) -> di
                 "report: drawing the plots in %s failed; summary.json and stages.csv are written", out
             )
     try:
-        html = render_report_html(summary, images, plots_pending=not plots)
+        html = render_report_html(summary, images, plots_wanted="yes" if plots else "no" if final else "later")
         written["html"] = atomic_write_text(out / REPORT_HTML, html)
     except Exception:
         log.exception("report: writing %s failed; summary.json and stages.csv are written", out / REPORT_HTML)

@@ -173,17 +173,24 @@ def failures_html(totals: dict) -> str:
             f"<th>requests</th></tr>{rows}</table>{more}")
 
 
-def images_html(images: dict[str, bytes], plots_pending: bool) -> str:
+PLOTS_WHY = {  # why a report has no plots, by what was asked: drawn now, later, or not at all
+    "yes": "not available (see the run log)",
+    "later": "drawn at the end of the run",
+    "no": "not drawn (--no-plots): <code>llm-loadgen report build RUN_FOLDER</code> draws them",
+}
+
+
+def images_html(images: dict[str, bytes], plots_wanted: str) -> str:
     if not images:
-        why = "drawn at the end of the run" if plots_pending else "not available (see the run log)"
-        return f'<p class="muted">Plots {why}.</p>'
+        return f'<p class="muted">Plots {PLOTS_WHY[plots_wanted]}.</p>'
     return "".join(png_img(name, png) for name, png in images.items())
 
 
 def render_report_html(
-    summary: dict, images: dict[str, bytes] | None = None, plots_pending: bool = False
+    summary: dict, images: dict[str, bytes] | None = None, plots_wanted: str = "yes"
 ) -> str:
-    """The full HTML document for one run; ``images`` maps plot name to PNG bytes."""
+    """The full HTML document for one run; ``images`` maps plot name to PNG bytes; without any,
+    ``plots_wanted`` (a key of ``PLOTS_WHY``) says why."""
     run = summary.get("run") or {}
     stages = summary.get("stages") or []
     knee = knee_of(summary)
@@ -206,7 +213,7 @@ def render_report_html(
         predicted_banner(summary) if predicted else "",
         key_findings(summary, knee),
         "<h2>Plots (predicted)</h2>" if predicted else "<h2>Plots</h2>",
-        images_html(images, plots_pending),
+        images_html(images, plots_wanted),
         *(calibration_section(summary["calibration"], fit_png) if summary.get("calibration") else []),
         "<h2>Stages (predicted: every row)</h2>" if predicted else "<h2>Stages</h2>",
         stage_table_html(stages, knee, is_rate_run(summary)),

@@ -59,7 +59,8 @@ finished requests in a closed loop, where in flight = C.
 
 ``tick(obs)`` returns the users wanted (None = stop) and the events for the adapter to act on:
 small frozen dataclasses (``PhaseStarted``, ``GuardDecided``, ``WindowOpened``, ``WindowClosed``,
-``StageFinal``, ``SweepDone``), matched by type.
+``StageFinal``, ``SweepDone``), matched by type. The adapters tick it every ``TICK_S``: a phase
+lasts up to one tick longer than its rule asks (a ramp at least one tick).
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ from loadgen.run.kv_guard import GuardDecision
 from loadgen.slo.early import EarlyStop, EarlyVerdict, LiveCounts
 from loadgen.slo.objectives import Objectives
 from loadgen.slo.search import next_search_concurrency
+
+# How often the plan is ticked, in seconds, by the run (loadgen.locust_face.shape: Locust's own shape
+# loop ticks once a second; ours, 5 times) and by the what-if (loadgen.whatif.virtual_sweep).
+TICK_S = 0.2
+# A phase's elapsed time counts this much more, so a rule due at a tick holds at it although the
+# tick's time is a sum of floats (the what-if's 301 x 0.2 s - 0.2 s is not exactly 60 s).
+CLOCK_SLACK_S = 1e-9
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,7 @@ class SweepPlan:
         """Start the next sweep stage, else the next search stage, else the drain; or, while the
         search waits for stages to become final, nothing (the plan stays where it is)."""
         now, nxt = obs.now, self.index + 1
-        if self.isolate and self.pending and now - self.since < self.drain_s:
+        if self.isolate and self.pending and now - self.since + CLOCK_SLACK_S < self.drain_s:
             return  # pass/fail is known once a stage is final; its users keep running meanwhile
         if not self.sweep_over and not self.last_stage and nxt < len(self.concurrencies):
             if self._start(nxt, self.concurrencies[nxt], now, events, search=False):
@@ -250,7 +258,7 @@ class SweepPlan:
         self.finished_total = obs.finished_total
         if self.kind is None:
             self._next_stage(obs, events)
-        elapsed = now - self.since
+        elapsed = now - self.since + CLOCK_SLACK_S
         if self.kind is Phase.RAMP:
             users = self._users()
             arrived = obs.users <= users if self.target < self.ramp_from else obs.users >= users
@@ -277,7 +285,7 @@ class SweepPlan:
             else:
                 self._next_stage(obs, events)
         if self.kind is Phase.DRAIN:
-            timed_out = now - self.since >= self.drain_s
+            timed_out = now - self.since + CLOCK_SLACK_S >= self.drain_s
             self._finalize_ready(obs, events, force=timed_out)
             if not self.pending and (timed_out or obs.idle()):
                 self.kind = Phase.DONE

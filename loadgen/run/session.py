@@ -526,7 +526,8 @@ class Session:
             self.rt.request_sink.flush()  # the requests so far on disk whenever the results are
         try:
             # Plots cost ~0.6 CPU-s: only once the run is over, never while requests are timed.
-            write_results(self.run_dir, self.summary(final), plots=final)
+            write_results(self.run_dir, self.summary(final), plots=final and self.rt.scenario.plots,
+                          final=final)
             settle_run(self.run_dir, measured=bool(self.rows), reason=self.stop_reason)
         except Exception as exc:  # never lose the run to a report problem
             log.exception("writing results failed: %s", exc)

@@ -40,8 +40,9 @@ CLIENT_FIELDS = ("cpu_percent", "loop_lag_s")
 
 
 def slice_tolerance(slice_s: float) -> float:
-    """A window closes on the run's 1 s tick, so up to a second past its duration: that much (at most
-    a tenth of a slice) joins the last slice rather than making a slice of its own."""
+    """A window closes on the run's tick (loadgen.run.plan.TICK_S), so up to a tick past its
+    duration: up to a second of it (at most a tenth of a slice) joins the last slice rather than
+    making a slice of its own."""
     return min(1.0, slice_s / 10)
 
 

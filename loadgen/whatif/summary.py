@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from loadgen.analysis.knee import find_knee, find_rate_knee
 from loadgen.config import Scenario, StagesConfig, build_scenario
 from loadgen.config.schema import LengthConfig
+from loadgen.run.plan import TICK_S
 from loadgen.run.results import GuardLog, RunFacts, build_summary
 from loadgen.server.replies import Capacity
 from loadgen.sim.config import SimConfig
 from loadgen.slo.objectives import Objectives
 from loadgen.stats.stage_stats import StageStats
 from loadgen.whatif.rows import stage_row
-from loadgen.whatif.virtual_sweep import ERROR_PAUSE_S, TICK_S, VirtualStage, run_sweep, stage_rules
+from loadgen.whatif.virtual_sweep import ERROR_PAUSE_S, VirtualStage, run_sweep, stage_rules
 from loadgen.whatif.virtual_workload import VirtualWorkload
 
 NOTE = ("PREDICTED, not measured: every figure here comes from the simulator's engine calibrated to a "
@@ -51,7 +52,7 @@ class WhatIf:
     # fixed, constant gaps (loadgen.whatif.virtual_workload)
     workload: VirtualWorkload | None = None
     scenario: dict | None = None  # the scenario file predicted (Scenario.to_dict()), for the summary
-    tick_s: float = TICK_S  # how often the plan is ticked (the sweep shape's 1 s; 0: after every engine step)
+    tick_s: float = TICK_S  # how often the plan is ticked (the run's loadgen.run.plan.TICK_S; 0: after every engine step)
     client_error_pause_s: float = ERROR_PAUSE_S  # request.client_error_pause_s
 
     @property

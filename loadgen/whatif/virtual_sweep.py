@@ -3,8 +3,8 @@
 Pure: no I/O, no wall clock (the simulated clock of ``loadgen.engine_model.virtual``). The stages follow the
 run's ``loadgen.run.plan.SweepPlan``, built by ``plan_of`` from the scenario's ``stages`` section and
 ``slo`` objectives exactly as the run builds it: this module holds no rule of its own. It is the
-plan's adapter, as ``loadgen.locust_face.shape.SweepShape`` is in a run: once a tick (``tick_s``, 1 s as the
-shape; at the first engine step that ends at or after it) it observes the virtual run (users
+plan's adapter, as ``loadgen.locust_face.shape.SweepShape`` is in a run: once a tick (``tick_s``, the run's
+``TICK_S``; at the first engine step that ends at or after it) it observes the virtual run (users
 started, measured requests finished and still running per stage, requests in flight, the SLO
 outcomes of final stages for the search) and acts on the plan's events; after a ``WindowClosed`` it
 ticks again at once, as the shape does. ``tick_s`` 0: the plan is ticked after every engine step,
@@ -41,6 +41,7 @@ from loadgen.engine_model.virtual import VirtualServer
 from loadgen.phases import Phase
 from loadgen.run import plan as run_plan
 from loadgen.run.kv_guard import GuardDecision
+from loadgen.run.plan import TICK_S
 from loadgen.slo.early import live_counts
 from loadgen.slo.objectives import Objectives, request_verdict
 from loadgen.stats.stage_stats import bin_itl
@@ -48,7 +49,6 @@ from loadgen.whatif.rows import Timing, VirtualStage
 from loadgen.whatif.virtual_workload import Sender, VirtualWorkload
 from loadgen.workload.trace import TraceSchedule
 
-TICK_S = 1.0  # the sweep shape's tick (loadgen.locust_face.shape.SweepShape: Locust ticks a shape once a second)
 IDLE_S = 0.01  # tick_s 0: an idle engine with nothing due sleeps this long between the plan's ticks
 ERROR_PAUSE_S = DEFAULTS["request"]["client_error_pause_s"]
 

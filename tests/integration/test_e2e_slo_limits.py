@@ -26,7 +26,7 @@ RUN = ("--scenario", "config/smoke.yaml", "--input-tokens", "16", "--output-toke
 def test_a_percentile_limit_judges_each_stage_and_the_stages_are_priced(tmp_path):
     with running_sim("--preset", "slo-linear") as sim:
         run = run_locust(sim.url, tmp_path / "p90", *RUN, "--stages", "8,48", "--slo", "tpot_p90_s=0.045",
-                         "--gpus", "2", "--gpu-hour-usd", "3", timeout_s=100)
+                         "--gpus", "2", "--gpu-hour-usd", "3", timeout_s=100, plots=True)
     assert run.code == 0, run.stderr[-3000:]
     s = run.summary
     answer = s["slo"]

@@ -42,7 +42,7 @@ def console_run(fixed, tmp_path_factory):
     Returns the run and its folder (fixed now: a later run in the same results directory moves
     ``latest``)."""
     run = run_locust(fixed.url, tmp_path_factory.mktemp("console") / "results", *SMOKE, "--stages", "2,120",
-                     "--ramp", "1", "--stage-duration", "1", "--loglevel", "INFO")
+                     "--ramp", "1", "--stage-duration", "1", "--loglevel", "INFO", plots=True)
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
     return run, run.run_dir
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # 100 tokens at 5 ms: ~0.52 s a request (1.04 s at half speed), 8 users, a 2 s window
 SIM = ("--preset", "fixed", "--ttft-ms", "20", "--itl-ms", "5")
 RUN = ("--scenario", "config/smoke.yaml", "--output-tokens", "100", "--warmup", "1", "--stage-duration", "2",
-       "--stages", "8", "--loglevel", "WARNING")
+       "--stages", "8", "--loglevel", "WARNING", "--no-plots")
 N = 3
 
 

@@ -25,7 +25,7 @@ def two_runs(tmp_path_factory):
     dirs = []
     for name, itl in (("fast", "20"), ("slow", "40")):
         with running_sim("--preset", "fixed", "--ttft-ms", "100", "--itl-ms", itl) as sim:
-            run = run_locust(sim.url, tmp / name, *RUN)
+            run = run_locust(sim.url, tmp / name, *RUN, plots=True)
         assert run.code == 0, run.stderr[-2000:]
         dirs.append(tmp / name)  # the results directory: report and compare take it for its newest run
     return dirs

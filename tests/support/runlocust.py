@@ -54,14 +54,16 @@ class LocustRun:
         return json.loads((self.run_dir / "summary.json").read_text())
 
 
-def locust_cmd(host: str, *args: str) -> list[str]:
+def locust_cmd(host: str, *args: str, plots: bool = False) -> list[str]:
+    """The locust command line; without the PNG plots (``--no-plots``: matplotlib costs a second of
+    CPU and wall at every run's end) unless ``plots``, for a test that reads them."""
     return [sys.executable, "-m", "locust", "--headless", "-f", str(ROOT / "locustfile.py"),
-            "--host", host, "--loglevel", "WARNING", *args]
+            "--host", host, "--loglevel", "WARNING", *(() if plots else ("--no-plots",)), *args]
 
 
 def run_locust(host: str, results_dir: Path, *args: str, timeout_s: float = 180,
-               env: dict | None = None) -> LocustRun:
-    cmd = locust_cmd(host, "--results-dir", str(results_dir), *args)
+               env: dict | None = None, plots: bool = False) -> LocustRun:
+    cmd = locust_cmd(host, "--results-dir", str(results_dir), *args, plots=plots)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
                           env={**os.environ, **(env or {})})
     return LocustRun(proc.returncode, proc.stdout, proc.stderr, Path(results_dir))

@@ -510,6 +510,14 @@ def test_cli_overrides_win_over_the_file(tmp_path):
     assert scenario_from_options(_parse(["--scenario", str(f)])).guard.require is False  # flag absent
 
 
+def test_no_plots_turns_the_plots_off_and_they_are_on_by_default(tmp_path):
+    assert scenario_from_options(_parse([])).plots is True
+    assert scenario_from_options(_parse(["--no-plots"])).plots is False
+    f = tmp_path / "s.yaml"
+    f.write_text("plots: false\n")
+    assert scenario_from_options(_parse(["--scenario", str(f)])).plots is False
+
+
 def test_slo_block_from_file_set_and_the_short_cli_form(tmp_path):
     f = tmp_path / "s.yaml"
     f.write_text("slo:\n  ttft_s: 2\n  attainment: 0.9\n")

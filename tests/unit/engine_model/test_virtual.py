@@ -6,6 +6,7 @@ import pytest
 
 from loadgen.engine_model.engine import EngineParams, SimRequest
 from loadgen.engine_model.virtual import VirtualServer
+from loadgen.run.plan import TICK_S
 from loadgen.sim.config import load
 from loadgen.whatif.virtual_sweep import run_sweep, stage_rules
 
@@ -101,15 +102,21 @@ def test_slo_linear_preset_has_tpot_in_closed_form(users):
     assert rec.preemptions == 0 and rec.peak_waiting <= users
 
 
-def test_stage_rules_are_checked_on_the_shapes_one_second_tick():
-    """As SweepShape: the ramp ends at the next tick (1 s), and a rule that holds between ticks is
-    seen at the next one. One user, 300 tokens on an 11 ms step: each request lives 3.3 s. Warmup
-    1 s from tick 1, turnover (1 finished, at 3.3 s): the window opens at tick 4. The plan's window
-    turnover counts requests of any stage finished since it opened (``SweepPlan._turned_over``): the
-    one sent at 3.3 s (not measured) finishes at 6.6 s and the window closes at tick 7, holding the
-    one measured request sent at 6.6 s."""
-    (rec,) = run_sweep(LINEAR, [1], 1, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=1, turnover=True))
-    assert rec.window_start_s == 4.0 and rec.window_s == 3.0
+@pytest.mark.parametrize("tick_s,opens,closes", [(1.0, 4.0, 7.0), (TICK_S, 3.4, 6.6)])
+def test_stage_rules_are_checked_on_the_shapes_tick(tick_s, opens, closes):
+    """As SweepShape: the ramp ends at the next tick, and a rule that holds between ticks is seen at
+    the next one (the run's ``TICK_S``, 0.2 s, and Locust's own 1 s). One user, 300 tokens on an
+    11 ms step: each request lives 3.3 s. Warmup 1 s from the first tick, turnover (1 finished, at
+    3.3 s): the window opens at the first tick after 3.3 s. The plan's window turnover counts
+    requests of any stage finished since it opened (``SweepPlan._turned_over``): the one sent at
+    3.3 s (not measured) finishes at 6.6 s and the window closes at the first tick at or after it,
+    holding the one measured request sent at 6.6 s."""
+    (rec,) = run_sweep(LINEAR, [1], 1, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=1, turnover=True),
+                       tick_s=tick_s)
+    assert rec.window_start_s == pytest.approx(opens) and rec.window_start_s + rec.window_s == pytest.approx(closes)
     assert [t.sent_s for t in rec.requests] == [pytest.approx(6.6)]
+
+
+def test_stage_rules_hold_at_their_instants_when_the_plan_ticks_after_every_step():
     (cont,) = run_sweep(LINEAR, [1], 1, 300, stage_rules(ramp_s=0, warmup_s=1, duration_s=1, turnover=True), tick_s=0)
     assert cont.window_start_s == pytest.approx(3.3) and cont.window_s == pytest.approx(3.3)  # at the rule's instants

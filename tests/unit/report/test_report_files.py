@@ -56,13 +56,23 @@ def test_non_finite_numbers_become_null_so_the_json_stays_valid(tmp_path, seeds)
 def test_repeated_calls_last_one_wins(tmp_path, seeds):
     partial = copy.deepcopy(seeds)
     partial["stages"] = partial["stages"][:3]
-    write_results(tmp_path, partial, plots=False)
+    write_results(tmp_path, partial, plots=False, final=False)
     assert "Plots drawn at the end of the run" in (tmp_path / "report.html").read_text()
     assert not list(tmp_path.glob("*.png"))
     write_results(tmp_path, seeds)
     assert len(load_summary(tmp_path)["stages"]) == len(seeds["stages"])
     assert "data:image/png;base64," in (tmp_path / "report.html").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_a_run_without_plots_says_how_to_draw_them(tmp_path, seeds):
+    """--no-plots (scenario ``plots: false``): the final report has no images and names the command
+    that draws them, instead of promising them at the end of a run that has ended."""
+    write_results(tmp_path, seeds, plots=False, final=True)
+    html = (tmp_path / "report.html").read_text()
+    assert not list(tmp_path.glob("*.png")) and "data:image/png" not in html
+    assert "not drawn (--no-plots)" in html and "llm-loadgen report build" in html
+    assert "drawn at the end of the run" not in html
 
 
 def test_plot_failure_keeps_summary_csv_and_html(tmp_path, seeds, monkeypatch, caplog):

@@ -14,6 +14,7 @@ import pytest
 
 from loadgen.engine_model.engine import EngineParams
 from loadgen.run.kv_guard import decide, max_fitting_concurrency, max_fitting_concurrency_of
+from loadgen.run.plan import TICK_S
 from loadgen.sim.config import load
 from loadgen.whatif.rows import stage_row
 from loadgen.whatif.summary import WhatIf, predict
@@ -133,9 +134,12 @@ def test_a_ramp_starts_the_users_spread_and_opens_the_window_a_tick_after_the_la
     wl = VirtualWorkload(LengthDist("fixed", 100), LengthDist("fixed", 2000))  # requests outlast the stage
     together = run_sweep(PARAMS, [16], stages=stage_rules(ramp_s=0, warmup_s=0, duration_s=5, turnover=False), workload=wl)
     spread = run_sweep(PARAMS, [16], stages=plan, workload=wl)
-    # 0 -> 16 over 5 s: 3 users every 0.9375 s, the last at 5 x 0.9375 = 4.69 s: the ramp ends at tick
-    # 5, and the plan's warmup, a phase of its own even at 0 s, ends at the next tick: the window opens at 6 s
-    assert spread[0].window_start_s == 6.0 and together[0].window_start_s == 2.0
+    # 0 -> 16 over 5 s: 3 users every 0.9375 s, the last at 5 x 0.9375 = 4.69 s: the ramp ends at the
+    # first tick after it (TICK_S 0.2 s: 4.8 s), and the plan's warmup, a phase of its own even at 0 s,
+    # ends at the next tick: the window opens at 5.0 s; all together, at the second tick
+    last_user = 5 * 0.9375
+    assert spread[0].window_start_s == pytest.approx((math.ceil(last_user / TICK_S) + 1) * TICK_S)
+    assert together[0].window_start_s == pytest.approx(2 * TICK_S)
 
 
 def test_rows_count_each_request_s_own_tokens():

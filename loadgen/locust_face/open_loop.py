@@ -27,7 +27,9 @@ Design (why it looks like this):
   the schedule says, and a seeded stage sends the same arrivals at the same offsets in every run.
 - The dispatcher never sleeps past a due time and never skips one: when behind (the loop starting
   late, e.g. the first stage's model discovery), it sends every overdue arrival at once (each is
-  counted late). It re-reads the phase at least every 50 ms.
+  counted late). It re-reads the phase at least every 50 ms. An arrival is measured by its due
+  time (``Runtime.measured_stage``): one due before the window opened is warmup even if a stall
+  sent it after, so the window counts the arrivals the schedule put in it (none from before).
 - ``RateUser`` derives from ``StreamUser``, which has no task: a Locust user runs one of its
   tasks *and its base classes'* at random, so a closed-loop task inherited here once made the
   dispatcher send 1, 2, ... closed-loop requests (p = 1/2, 1/4, ...) before its schedule began.
@@ -111,7 +113,7 @@ class RateUser(StreamUser):
             if due > now:
                 gevent.sleep(min(due - now, POLL_S))
                 continue
-            stage = rt.measuring
+            stage = rt.measured_stage(due)  # by its due time: late at the window's opening is warmup
             if self.pool.full():
                 rt.collector.request_scheduled(stage, None)  # dropped_by_client, never delayed
             else:

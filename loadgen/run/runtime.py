@@ -57,6 +57,7 @@ class Runtime:
         self.kind: Phase = Phase.IDLE
         self.phase_seq = 0
         self.measuring: int | None = None  # == stage while kind is MEASURE, else None
+        self.measure_since_s = 0.0  # perf_counter when this process adopted the current window
         self.health = HealthMonitor(lambda: self.measuring)
         self.inflight = InflightMeter(self.collector)
         # open loop (loadgen.locust_face.open_loop): this stage's total rate and this process's share of it
@@ -174,8 +175,17 @@ class Runtime:
         if self.kind is Phase.WARMUP:
             settle_heap()
         self.measuring = stage if self.kind is Phase.MEASURE else None
+        if self.measuring is not None:
+            self.measure_since_s = time.perf_counter()
         self.inflight.measure(self.measuring, time.perf_counter())
         self._slices(self.measuring)
+
+    def measured_stage(self, due_s: float) -> int | None:
+        """Open loop: the stage an arrival due at ``due_s`` (perf_counter) is measured in: the window
+        open now, if it was open by then. An arrival that came due before the window opened and was
+        sent after (the dispatcher late: a stall of the process) belongs to the warmup, as its
+        schedule says, not to the window; one due inside but sent after the close is not measured."""
+        return self.measuring if self.measuring is not None and due_s >= self.measure_since_s else None
 
     def _slices(self, stage: int | None) -> None:
         """Time slices (``stages.slice_s``): from now, slice j of ``stage`` is open during

@@ -213,3 +213,26 @@ def test_a_stages_arrivals_are_due_from_when_this_process_adopted_it():
         assert rt.stage_started_s == ramp
     rt.set_phase(1, Phase.RAMP)
     assert rt.stage_started_s > ramp
+
+
+def test_an_arrival_is_measured_by_its_due_time_not_by_when_a_stall_let_it_go():
+    """``Runtime.measured_stage``: an arrival due before the window opened belongs to the warmup
+    even if the dispatcher sends it after (the process stalled across the opening: the shape's
+    tick flipped the phase before the dispatcher caught up); one due in the open window is
+    measured; nothing is measured once the window closed."""
+    from pathlib import Path
+
+    from locust.env import Environment
+
+    from loadgen.config import load_scenario
+    from loadgen.run.runtime import Runtime
+
+    rt = Runtime(Environment(), load_scenario(Path(__file__).resolve().parents[3] / "config" / "smoke.yaml", {}))
+    rt.set_phase(0, Phase.WARMUP)
+    due_in_warmup = rt.stage_started_s
+    assert rt.measured_stage(due_in_warmup) is None
+    rt.set_phase(0, Phase.MEASURE)
+    assert rt.measured_stage(due_in_warmup) is None  # sent late, after the opening: still warmup
+    assert rt.measured_stage(rt.measure_since_s) == 0 and rt.measured_stage(rt.measure_since_s + 5) == 0
+    rt.set_phase(0, Phase.CLOSING)
+    assert rt.measured_stage(rt.measure_since_s + 5) is None

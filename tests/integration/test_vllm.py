@@ -26,7 +26,9 @@ from loadgen import errors
 from tests.support.runlocust import run_locust
 from tests.support.vllm_server import VllmServer, require_vllm, write_model
 
-pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.timeout(600)]
+# Shared, not solo: every assertion is a count or a ratio of counts (tokens, reasoning tokens, cache
+# hits, accepted drafts), none a wall-clock bound; a busy machine only makes the two servers slower.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 SHORT = ("--warmup", "1", "--stage-duration", "3", "--set", "guard.watch_interval_s=0.2")
 NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'

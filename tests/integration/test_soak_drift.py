@@ -24,7 +24,9 @@ import pytest
 from loadgen.sim.launch import running_sim
 from tests.support.runlocust import SMOKE, run_locust
 
-pytestmark = [pytest.mark.integration, pytest.mark.solo]
+# alone: a solo neighbour that starts or ends during the 20 s window is a step in the client's
+# timing that the trend test reads as drift (seen with two solo files at a time: a steady soak flagged)
+pytestmark = [pytest.mark.integration, pytest.mark.solo, pytest.mark.alone]
 
 TIME_SCALE, ITL_MS, DRIFT_PCT_PER_H = 60, 600, 300  # wall ITL 10 ms growing to ~25 ms over the run
 RUN = (*SMOKE, "--stages", "8", "--output-tokens", "50", "--output-dist", "uniform", "--output-min", "25", "--output-max",

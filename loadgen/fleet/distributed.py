@@ -6,8 +6,8 @@ many requests are in flight, how healthy was the worst client during a stage, wh
 lost. On a worker, the ``Fleet`` instead ships reports and writes the worker's ledger.
 
 Wire (Locust custom messages and report hooks; msgpack-safe dicts):
-- master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts", "sent_t"}``, re-sent
-  every tick so late joiners catch up; a worker drops a seq it already passed. ``sent_t`` is the
+- master -> workers ``llm_phase`` ``{"stage", "kind", "seq", "rate", "parts", "sent_t"}``, sent at
+  once when the phase changes and re-sent every ``PHASE_RESEND_S`` so late joiners catch up; a worker drops a seq it already passed. ``sent_t`` is the
   master's clock at sending, echoed back in reports to measure the round trip. Open loop: ``rate`` is the
   stage's offered requests/s and ``parts`` the client ids sharing it (fixed at the stage's ramp); a
   worker sends part ``parts.index(its id)`` of ``len(parts)``, one not listed sends nothing. Closed
@@ -59,6 +59,8 @@ LOCAL = "local"  # the health table's key for a local run's own process
 
 __all__ = ["Fleet", "LostWorker"]
 
+PHASE_RESEND_S = 1.0  # the master re-sends an unchanged phase this often (a worker that joined late)
+
 
 class Fleet:
     """Per-worker tables (master), or this process's own figures (local runner); see the module
@@ -78,6 +80,7 @@ class Fleet:
         # master: what it last heard from each worker and its own phases, to book a loss
         self.evidence: dict[str, WorkerEvidence] = {}
         self.timeline = PhaseTimeline()
+        self._sent_seq, self._sent_t = -1, 0.0  # master: the phase seq last broadcast, and when
         self.finals = FinalReports(rt.environment.runner, self.live_workers, clock) if self.master else None
         self.echo: tuple[float, float] | None = None  # worker: (sent_t, our clock on arrival)
 
@@ -163,12 +166,17 @@ class Fleet:
                 per_worker[client_id] = h
 
     def broadcast_phase(self) -> None:
-        """Master: send the current phase to every worker (idempotent; workers drop old seqs)."""
+        """Master, every shape tick: send the current phase to every worker at once when it is new,
+        else again once ``PHASE_RESEND_S`` passed since the last send (idempotent; workers drop old
+        seqs)."""
         rt, runner = self.rt, self.rt.environment.runner
         if not self.master:
             return
         now = self.clock()
         self.timeline.note(now, rt.phase_seq, rt.stage, rt.kind)
+        if rt.phase_seq == self._sent_seq and now - self._sent_t < PHASE_RESEND_S:
+            return
+        self._sent_seq, self._sent_t = rt.phase_seq, now
         if runner.clients:
             runner.send_message(PHASE_MESSAGE, {"stage": rt.stage, "kind": str(rt.kind), "seq": rt.phase_seq,
                                                  "compat": rt.compat.to_dict() if rt.compat else None,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from loadgen.fleet.distributed import Fleet
+from loadgen.fleet.distributed import PHASE_MESSAGE, PHASE_RESEND_S, Fleet
 from loadgen.fleet.final_reports import FINAL_MESSAGE, FINAL_REPORT_MESSAGE, FINAL_REPORT_WAIT_S
 from loadgen.phases import Phase
 from loadgen.stats.stage_stats import Collector
@@ -196,3 +196,20 @@ def test_a_worker_lost_in_a_rate_stage_is_recorded_with_the_stages_offered_rate_
     assert loss["worker"] == "w1" and loss["stage"] == 0
     assert loss["concurrency"] is None and loss["offered_rate_per_s"] == 8.0, loss  # the window is still open
     assert session.stage_info[0].parts_lost_t == [clock.t] and "worker_lost" in session.stage_info[0].flags
+
+
+def test_a_new_phase_is_sent_at_once_and_an_unchanged_one_again_once_a_second():
+    """The shape ticks 5 times a second; the workers hear a new phase at that tick, and the same
+    phase again only every PHASE_RESEND_S (for a worker that joined since), not at every tick."""
+    fleet, rt, runner, clock = master_fleet("w0")
+    sent = lambda: [d["seq"] for name, d, _ in runner.sent if name == PHASE_MESSAGE]  # noqa: E731
+    phase(fleet, rt, 0, "ramp")
+    for _ in range(4):  # four more ticks within the second: nothing new to say
+        clock.t += 0.2
+        fleet.broadcast_phase()
+    assert sent() == [1]
+    phase(fleet, rt, 0, "warmup")  # a new phase: at once, whenever the last send was
+    assert sent() == [1, 2]
+    clock.t += PHASE_RESEND_S
+    fleet.broadcast_phase()
+    assert sent() == [1, 2, 2]

@@ -4,11 +4,8 @@ the Locust 2.47 internals it stands in for (pinned, so an upgrade that changes t
 from __future__ import annotations
 
 import inspect
-import itertools
-import time
 from types import SimpleNamespace
 
-import gevent
 import pytest
 from locust.runners import STATE_RUNNING, STATE_STOPPED, Runner
 
@@ -22,13 +19,8 @@ class FakeRunner:
     def __init__(self, ticks: list, headless: bool = True):
         self.state, self.shape_last_tick, self.shape_greenlet = STATE_RUNNING, None, "running"
         self.calls: list = []
-        self.tick_times: list[float] = []
 
-        def tick():
-            self.tick_times.append(time.monotonic())
-            return ticks.pop(0)
-
-        self.environment = SimpleNamespace(shape_class=SimpleNamespace(tick=tick),
+        self.environment = SimpleNamespace(shape_class=SimpleNamespace(tick=lambda: ticks.pop(0)),
                                            parsed_options=SimpleNamespace(headless=headless))
 
     def start(self, user_count, spawn_rate, user_classes=None):
@@ -57,13 +49,30 @@ def test_the_web_ui_stops_the_run_instead_of_quitting():
     assert runner.calls[-1] == ("stop",)
 
 
-def test_it_ticks_every_tick_s_not_every_second():
-    runner = FakeRunner([(1, 1.0)] * 5 + [None])
-    greenlet = gevent.spawn(shape_loop, runner)
-    greenlet.join(timeout=10)
-    gaps = [b - a for a, b in itertools.pairwise(runner.tick_times)]
-    assert len(gaps) == 5 and min(gaps) >= TICK_S * 0.9  # never sooner than a tick (gevent's timer)
-    assert TICK_S < 0.5  # five times a second: a stage's ramp and the run's end wait a fifth of a second
+def test_it_ticks_every_tick_s_not_every_second(monkeypatch):
+    """Each pass sleeps what is left of ``TICK_S`` after the shape's tick took its time (a fake
+    clock: the tick takes 0.05 s), so the shape is asked 5 times a second, not once (Locust's loop
+    sleeps 1 s minus the tick)."""
+    import loadgen.locust_face.shape as shape_module
+
+    clock, slept = [0.0], []
+
+    def tick():
+        clock[0] += 0.05
+        return ticks.pop(0)
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+
+    ticks = [(1, 1.0)] * 5 + [None]
+    runner = FakeRunner([])
+    runner.environment.shape_class = SimpleNamespace(tick=tick)
+    monkeypatch.setattr(shape_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(shape_module.gevent, "sleep", sleep)
+    shape_loop(runner)
+    assert TICK_S == 0.2 and slept == [pytest.approx(TICK_S - 0.05)] * 5
+    assert clock[0] == pytest.approx(5 * TICK_S + 0.05)  # the sixth tick, at 1 s, ends the run
 
 
 @pytest.mark.parametrize("name", ["start_shape", "stop"])

@@ -25,7 +25,9 @@ from loadgen.wire.endpoints import PATHS
 from loadgen.workload.prompts import ChatPrompts, TokenIdPrompts
 from tests.support.llamacpp import LlamaServer, http, require_llama_server
 from tests.support.make_gguf import write_tiny_llama
+from tests.support.ports import free_port
 from tests.support.runlocust import ROOT, locust_cmd, run_dir, run_locust
+from tests.support.sim_http import metrics, value
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -59,6 +61,17 @@ def wait_until_idle(server: LlamaServer, timeout_s: float = 10) -> None:
     while server.metric("llamacpp:requests_processing") > 0:
         assert time.monotonic() < deadline, f"llama-server still busy after {timeout_s} s"
         time.sleep(0.05)
+
+
+def client_tokens_ahead(exporter_port: int) -> float:
+    """The run's received tokens (counted as chunks arrive) less its finished requests' output tokens,
+    from its exporter: tokens of streams still running; 0 before the exporter answers."""
+    try:
+        fams = metrics(f"http://127.0.0.1:{exporter_port}")
+    except OSError:
+        return 0.0
+    return (value(fams, "llm_loadgen_received_output_tokens", "llm_loadgen_received_output_tokens_total")
+            - value(fams, "llm_loadgen_output_tokens", "llm_loadgen_output_tokens_total"))
 
 
 def fitted_ids(vocab_size: int) -> str:
@@ -277,26 +290,28 @@ def test_more_users_than_slots_queue_and_ttft_shows_it(default_sweep):
 
 
 def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
-    results = tmp_path / "res"
+    results, port = tmp_path / "res", free_port()
     before = server.metric(PREDICTED)
     proc = subprocess.Popen(
         locust_cmd(server.url, "--results-dir", str(results), *SHORT, "--stages", "1,2",
-                   "--output-tokens", "400", "--set", fitted_ids(8192)),
+                   "--output-tokens", "400", "--set", fitted_ids(8192), "--exporter-port", str(port)),
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stderr:
             if "stage 1 C=2: ramp" in line:
                 break
-        # both streams under way, tokens already sent (llama-server's /slots: n_decoded per slot); a
-        # fixed 50 ms sleep once they began was too short on a loaded machine: cut before their first
-        # token, they added nothing to received_output_tokens (seen twice: 12002 < 12000, 6802 < 6800)
-        deadline, decoded = time.monotonic() + 20, []
-        while time.monotonic() < deadline:  # one read decides: a stream may end between two reads
-            decoded = [s["next_token"][0]["n_decoded"] for s in server.get_json("/slots") if s.get("is_processing")]
-            if len(decoded) == 2 and min(decoded) >= 40:  # 10 % of each 400-token stream
+        # both streams under way and the client has read tokens of them: its exporter's received
+        # tokens run ahead of the finished requests' by 80 (10 % of each 400-token stream). The
+        # server's /slots alone (n_decoded) was not enough on a loaded machine: a starved client had
+        # not read what the server sent, and the cut streams added nothing (5202 < 5200 at 4 files at once)
+        deadline, decoding, ahead = time.monotonic() + 20, [], 0.0
+        while time.monotonic() < deadline:
+            decoding = [s for s in server.get_json("/slots") if s.get("is_processing")]
+            ahead = client_tokens_ahead(port)
+            if len(decoding) == 2 and ahead >= 80:
                 break
-            time.sleep(0.01)
-        assert len(decoded) == 2 and min(decoded) >= 40, f"stage 1's two streams never ran at once: {decoded}"
+            time.sleep(0.02)
+        assert len(decoding) == 2 and ahead >= 80, f"stage 1's two streams never ran at once: {decoding}, {ahead}"
         proc.send_signal(signal.SIGINT)
         err = proc.stderr.read()
         code = proc.wait(timeout=60)

@@ -235,7 +235,8 @@ def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
     s, parts = n.summary(), n.ledgers()
     assert s["run"]["stop_reason"] == "completed" and s["run"]["ended_at"] is not None
     (loss,) = s["run"]["worker_losses"]
-    assert loss["worker"] not in parts and len(parts) == 2, "the survivors wrote ledgers, the killed one none"
+    assert loss["worker"] not in parts and len(parts) == 2, (
+        f"the survivors wrote ledgers, the killed one none: {loss}, {list(parts)}\n{n.worker_logs()}")
     assert all(p.requests_ok > 0 for p in parts.values()), "the joining worker did no work"
     assert s["run"]["workers"] == 3
     assert loss["stage"] == 0 and loss["concurrency"] == 4
@@ -282,7 +283,7 @@ def run_stopped_over_slow_link(tmp: Path) -> dict:
         n.master_proc.wait(60)
         exited_s = time.monotonic() - stopped_at
         return {"code": n.wait_master(), "stderr": n.stderr(), "summary": n.summary(), "ledgers": n.ledgers(),
-                "exited_s": exited_s}
+                "exited_s": exited_s, "workers_log": n.worker_logs()}
 
 
 @integration
@@ -293,7 +294,8 @@ def test_a_stopped_run_merges_every_final_report_over_a_slow_link(ran):
     assert len(parts) == 1 and merged(parts.values()).requests_ok > 0, "the worker's ledger"
     assert_exact_merge(s, merged(parts.values()))
     # the Ctrl-C cut the 4 requests in flight: counted by the worker, shipped in its final report
-    assert s["totals"]["cancelled_requests"] == 4 and s["run"]["worker_losses"] == [], s["run"]
+    assert s["totals"]["cancelled_requests"] == 4 and s["run"]["worker_losses"] == [], (
+        s["run"], ran["stderr"][-2000:], ran["workers_log"])
     assert "no final report" not in ran["stderr"]
     print(f"merged {from_workers(s)['requests']} requests and {s['totals']['cancelled_requests']} cancelled from "
           f"the final report over a 600 ms RTT link; the master exited {ran['exited_s']:.2f} s after the Ctrl-C")

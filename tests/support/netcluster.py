@@ -67,10 +67,16 @@ class Net:
     def start_worker(self, host: Host, via_relay: bool = False, locustfile: str = "locustfile.py") -> subprocess.Popen:
         """A worker in ``host``; ``via_relay``: it dials the relay on its own 127.0.0.1."""
         target = "127.0.0.1" if via_relay else self.master.ip
-        proc = self.locust(host, "--worker", "--master-host", target, "--master-port", str(MASTER_PORT),
-                           locustfile=locustfile, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with (self.results.parent / f"worker-{host.name}.log").open("a") as log:  # the child keeps its own handle
+            proc = self.locust(host, "--worker", "--master-host", target, "--master-port", str(MASTER_PORT),
+                               "--loglevel", "INFO", locustfile=locustfile, stdout=log, stderr=subprocess.STDOUT)
         self.worker_procs[host.name] = proc
         return proc
+
+    def worker_logs(self, tail_chars: int = 1500) -> str:
+        """Each worker's output (stdout and stderr), its last ``tail_chars``: for a failure's message."""
+        return "\n".join(f"--- {p.name} (exit {self.worker_procs[p.stem[7:]].poll()}):\n{p.read_text()[-tail_chars:]}"
+                         for p in sorted(self.results.parent.glob("worker-*.log")))
 
     def relay(self, host: Host, delay_ms: float, jitter_ms: float, seed: int) -> Path:
         """The master's port, delayed, on ``host``'s 127.0.0.1; returns its phase log."""

@@ -289,36 +289,42 @@ def test_more_users_than_slots_queue_and_ttft_shows_it(default_sweep):
     assert four["ttft_p50_s"] > 0.3 * four["e2e_p50_s"], four
 
 
-def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
+def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(binary, model_8192, tmp_path):
+    """Ctrl-C while stage 1's two streams run: exit 130, stage 0 kept, the cut streams counted as
+    cancelled with the tokens they got. The streams are long (2,000 tokens, 1-3 s each on their own
+    server of 2,048 tokens a slot) so that they still run when a loaded machine gets round to the
+    signal: the module's 400-token streams (~0.3 s) both finished before a busy run's Ctrl-C cut
+    anything (6802 < 6800: no token beyond the finished requests', and the start probe's 2)."""
     results, port = tmp_path / "res", free_port()
-    before = server.metric(PREDICTED)
-    proc = subprocess.Popen(
-        locust_cmd(server.url, "--results-dir", str(results), *SHORT, "--stages", "1,2",
-                   "--output-tokens", "400", "--set", fitted_ids(8192), "--exporter-port", str(port)),
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        for line in proc.stderr:
-            if "stage 1 C=2: ramp" in line:
-                break
-        # both streams under way and the client has read tokens of them: its exporter's received
-        # tokens run ahead of the finished requests' by 80 (10 % of each 400-token stream). The
-        # server's /slots alone (n_decoded) was not enough on a loaded machine: a starved client had
-        # not read what the server sent, and the cut streams added nothing (5202 < 5200 at 4 files at once)
-        deadline, decoding, ahead = time.monotonic() + 20, [], 0.0
-        while time.monotonic() < deadline:
-            decoding = [s for s in server.get_json("/slots") if s.get("is_processing")]
-            ahead = client_tokens_ahead(port)
-            if len(decoding) == 2 and ahead >= 80:
-                break
-            time.sleep(0.02)
-        assert len(decoding) == 2 and ahead >= 80, f"stage 1's two streams never ran at once: {decoding}, {ahead}"
-        proc.send_signal(signal.SIGINT)
-        err = proc.stderr.read()
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with LlamaServer(binary, model_8192.path, ctx_tokens=4096, slots=2) as server:
+        before = server.metric(PREDICTED)
+        proc = subprocess.Popen(
+            locust_cmd(server.url, "--results-dir", str(results), *SHORT, "--stages", "1,2",
+                       "--output-tokens", "2000", "--set", fitted_ids(8192), "--exporter-port", str(port)),
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in proc.stderr:
+                if "stage 1 C=2: ramp" in line:
+                    break
+            # both streams under way (llama-server's /slots) and the client has read tokens of them:
+            # its exporter's received tokens run 100 ahead of the finished requests'
+            deadline, decoding, ahead = time.monotonic() + 30, [], 0.0
+            while time.monotonic() < deadline:
+                decoding = [s for s in server.get_json("/slots") if s.get("is_processing")]
+                ahead = client_tokens_ahead(port)
+                if len(decoding) == 2 and ahead >= 100:
+                    break
+                time.sleep(0.02)
+            assert len(decoding) == 2 and ahead >= 100, f"stage 1's two streams never ran at once: {decoding}, {ahead}"
+            proc.send_signal(signal.SIGINT)
+            err = proc.stderr.read()
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        wait_until_idle(server)  # the counter grows when a slot is released
+        generated = server.metric(PREDICTED) - before
     assert code == errors.EXIT_INTERRUPTED, err[-3000:]
     s = json.loads((run_dir(results) / "summary.json").read_text())
     assert s["run"]["stop_reason"] == "interrupted" and s["run"]["exit_code"] == errors.EXIT_INTERRUPTED
@@ -328,8 +334,7 @@ def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(server, tmp_path):
     # more than the server generated
     totals = s["totals"]
     assert totals["errors"] == {}
-    wait_until_idle(server)  # the counter grows when a slot is released
-    generated = server.metric(PREDICTED) - before
+    assert totals["cancelled_requests"] == 2 and totals["cancelled_output_tokens"] >= 100, totals
     assert totals["output_tokens"] < totals["received_output_tokens"] <= generated
 
 

@@ -41,8 +41,8 @@ docker-tools:
 	@PYTHON=$(PYTHON) sh scripts/ensure-docker.sh
 
 # The whole suite except the container deploy test, which has its own target (CI runs both): the
-# unit tests and the integration files, two processes at a time, then the solo files one at a time
-# (scripts/run_tests.py; TEST_JOBS=1: serial; TEST_JOBS=4 TEST_SOLO_JOBS=2: ~9 min, not yet safe).
+# unit tests and the integration files, four processes at a time, then the solo files two at a time
+# (scripts/run_tests.py; ~9 min on 2 cores; TEST_JOBS=1 TEST_SOLO_JOBS=1: one file at a time).
 test: install system-tools
 	$(PY) scripts/run_tests.py $(ARGS)
 

@@ -1,28 +1,25 @@
 """`make test`: the unit tests in one pytest process and the integration test files, side by side.
 
 Most integration tests wait on real processes (a simulator's stages, a locust run's windows), not
-on the CPU, so two files run at once take about half the wall time. More at once is faster on
-this 2-core machine (``--jobs 4``: 541 s for the suite, against 596 s at three and ~900 s at two)
-but not yet safe: at four, test_llamacpp's Ctrl-C run and test_multihost's worker-loss runs failed
-in two fresh clones of three (docs/development/benchmarks-log.md, 'The test suite'). pytest-xdist cannot be used:
+on the CPU, so files run side by side take a fraction of the wall time: on this 2-core machine four
+at a time (``--jobs 4``, the default) took the suite to ~540 s, against ~600 s at three and ~870 s
+at two (docs/development/benchmarks-log.md, 'The test suite'). pytest-xdist cannot be used:
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
 forever. Instead, each integration file (``tests/integration/``) runs in its own pytest process, ``--jobs`` processes at
 once: the unit tests first (they fail fastest), beside them the integration files slowest first
 (per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
 first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time
-against a known answer), ``--solo-jobs`` at a time (default one) with nothing else beside them. A
+against a known answer), ``--solo-jobs`` at a time (default two) with nothing else beside them. A
 solo file needs the CPU at the instants its client and simulator wake, not much of it (a tenth to a
 half of one core, the CPU seconds printed for each file say), so two of them leave a core free at
-most instants: ``--solo-jobs 2`` took the solo phase from 467 s to 305 s
-(docs/development/benchmarks-log.md, section 'The test suite'), not the default until more runs
-show it as safe as one at a time.
+most instants (they passed so beside a process burning a core, too).
 A solo file also marked ``alone`` (``pytest.mark.alone``: it burns a core on purpose) runs last,
 with no other file beside it.
 
 Each file's output is printed whole when it fails, and as one line (wall and CPU seconds) when it
 passes. The exit code is 0 only when every pytest process passed (or had no test to run).
 
-    .venv/bin/python scripts/run_tests.py [--jobs 2] [--solo-jobs 2] [test files] [pytest args, e.g. -k ttft]
+    .venv/bin/python scripts/run_tests.py [--jobs 4] [--solo-jobs 2] [test files] [pytest args, e.g. -k ttft]
 
 Test files named on the command line (``tests/integration/test_tls_e2e.py``) limit the run to them, each still in
 its own process; other arguments go to every pytest process.
@@ -138,10 +135,10 @@ def span_seconds(jobs: list[Job]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")),
-                    help="shared processes at once (default 2, or $TEST_JOBS)")
-    ap.add_argument("--solo-jobs", type=int, default=int(os.environ.get("TEST_SOLO_JOBS", "1")),
-                    help="solo files at once, after the others (default 1, or $TEST_SOLO_JOBS)")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "4")),
+                    help="shared processes at once (default 4, or $TEST_JOBS)")
+    ap.add_argument("--solo-jobs", type=int, default=int(os.environ.get("TEST_SOLO_JOBS", "2")),
+                    help="solo files at once, after the others (default 2, or $TEST_SOLO_JOBS)")
     opts, extra = ap.parse_known_args(argv)
     if opts.jobs < 1 or opts.solo_jobs < 1:
         ap.error(f"--jobs and --solo-jobs must be at least 1, got {opts.jobs} and {opts.solo_jobs}")

@@ -51,7 +51,7 @@ class SweepShape(LoadTestShape):
             users=self.runner.user_count,
             finished=rt.finished,
             finished_total=rt.finished_total(),
-            stage_done=lambda k: fleet.stage_done(k, session.close_seq.get(k, 0)),
+            stage_done=session.stage_done,
             idle=fleet.all_idle,
             inflight=fleet.inflight_total(),
             slo_outcomes=lambda: slo_outcomes(session.rows, RATE if rt.scenario.open_loop else CONCURRENCY),

@@ -270,6 +270,16 @@ class Session:
             return "server_over_capacity"
         return None
 
+    def stage_done(self, k: int) -> bool:
+        """Stage ``k`` is final: its window's close was told to every process (``close_seq``) and
+        none runs a request of it (``Fleet.stage_done``). False until this session has acted on
+        the ``WindowClosed``: the plan asks in the very tick that closes the window, before its
+        events reach the session, and a master then knew no closing seq to wait for: every
+        worker's last report counted (one sent before the window's first request, in flight 0),
+        and the stage's row was built before its requests' results came in (seen under load
+        with two workers: a stage of 0 requests whose workers had made 68)."""
+        return k in self.close_seq and self.fleet.stage_done(k, self.close_seq[k])
+
     def _finalize(self, k: int, forced: bool, flag: str = "drain_timeout") -> None:
         rt, sc = self.rt, self.rt.scenario
         info, stats = self.stage_info[k], rt.collector.stages.get(k)

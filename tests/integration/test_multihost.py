@@ -221,12 +221,18 @@ def test_a_master_killed_mid_run_leaves_every_completed_stage(ran):
 @pytest.mark.timeout(180)
 def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
     n = net(subnet=3, workers=3)
-    n.start_master(2, "--stages", "4,8", "--stage-duration", "6")
+    n.start_master(2, "--stages", "4,8", "--stage-duration", "10")
     victim = n.start_worker(n.workers[0])
     n.start_worker(n.workers[1])
     n.start_worker(n.workers[2], via_relay=True)  # joins once its relay is up
-    # stage 0's window opens 2-3 s after its ramp and lasts 6 s; a loss is noticed 3-5 s after it
-    n.wait_after(r"stage 0 C=4: ramp", 3)
+    # stage 0's window opens 2-3 s after its ramp and lasts 10 s; the victim is killed 4.5 s in, so
+    # one of its reports (every 3 s) came after its first 0.6 s requests had finished; the loss is
+    # noticed 3-5 s after, and the new worker joins while stage 0 runs (Locust gives it users at
+    # once), seconds before stage 1's ramp. Killed 3 s in, with a 6 s
+    # window the join fell on stage 1's dispatch on a loaded machine: Locust adds a worker joining
+    # mid-dispatch to the next dispatch only, there was none, and the new worker did nothing (its
+    # empty ledger written under the default results folder: it never had the master's options).
+    n.wait_after(r"stage 0 C=4: ramp", 4.5)
     killed_at = time.time()
     n.lab.kill(victim)
     lost_at = n.wait_line(r"lost during stage", timeout_s=30)

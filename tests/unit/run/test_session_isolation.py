@@ -41,12 +41,17 @@ def report(phase_seq: int, inflight: dict) -> dict:
             "health_now": [None, None], "echo": None}
 
 
-def test_a_stage_is_final_once_every_worker_reported_from_its_closing_phase(tmp_path):
+def master_session(tmp_path) -> tuple[Runtime, MasterFleet, Session]:
+    """A master's Runtime, Fleet (one worker, ``w1``) and Session on the smoke scenario."""
     env = Environment(user_classes=[Idle], host="http://127.0.0.1:9", parsed_options=SimpleNamespace(headless=True))
     env.runner = SimpleNamespace(clients={})  # no worker connected to send the phase to
     rt = env.llm = Runtime(env, load_scenario(ROOT / "config" / "smoke.yaml", {"results_dir": str(tmp_path)}))
     fleet = MasterFleet(rt)
-    s = Session(rt, fleet)
+    return rt, fleet, Session(rt, fleet)
+
+
+def test_a_stage_is_final_once_every_worker_reported_from_its_closing_phase(tmp_path):
+    rt, fleet, s = master_session(tmp_path)
     s.on_event(PhaseStarted(0, Phase.RAMP, 2), 0.0)
     s.on_event(PhaseStarted(0, Phase.MEASURE, 2), 1.0)
     s.on_event(WindowOpened(0, 1.0), 1.0)
@@ -61,3 +66,21 @@ def test_a_stage_is_final_once_every_worker_reported_from_its_closing_phase(tmp_
     assert not fleet.stage_done(0, s.close_seq[0]), "one of its requests still runs"
     fleet.merge_report("w1", report(closing_seq, {0: 0, None: 2}))
     assert fleet.stage_done(0, s.close_seq[0]), "the worker knew the window closed and runs none of it"
+
+
+def test_a_stage_is_not_final_before_the_session_acted_on_its_window_closing(tmp_path):
+    """The plan asks whether a stage is final in the tick that closes its window, before the
+    session has sent the closing phase: a worker's stale report (sent before any request of the
+    stage, in flight 0) must not finalize it then."""
+    rt, fleet, s = master_session(tmp_path)
+    s.on_event(PhaseStarted(0, Phase.RAMP, 2), 0.0)
+    s.on_event(PhaseStarted(0, Phase.MEASURE, 2), 1.0)
+    s.on_event(WindowOpened(0, 1.0), 1.0)
+    fleet.merge_report("w1", report(rt.phase_seq, {None: 2}))  # at the window's open: nothing of stage 0 yet
+    assert not s.stage_done(0), "its window has not closed"
+    s.on_event(PhaseStarted(0, Phase.CLOSING, 2), 5.0)  # the plan's tick: CLOSING, then it asks
+    assert not s.stage_done(0), "the session has not sent the closing phase yet"
+    s.on_event(WindowClosed(0, 5.0, 2), 5.0)
+    assert not s.stage_done(0), "no report since the workers learned the window closed"
+    fleet.merge_report("w1", report(s.close_seq[0], {0: 0, None: 2}))
+    assert s.stage_done(0)

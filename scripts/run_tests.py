@@ -7,9 +7,9 @@ at two (docs/development/benchmarks-log.md, 'The test suite'). pytest-xdist cann
 locust monkey-patches threading with gevent at import, and xdist's worker threads then block
 forever. Instead, each integration file (``tests/integration/``) runs in its own pytest process, ``--jobs`` processes at
 once: the unit tests first (they fail fastest), beside them the integration files slowest first
-(per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone the largest files
-first), then the files marked ``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time
-against a known answer), ``--solo-jobs`` at a time (default two) with nothing else beside them. A
+(per-file times from the last run, kept in ``.pytest_cache``; on a fresh clone those of
+``tests/integration/file_seconds.json``, and a file in neither by its size), then the files marked
+``solo`` (``pytestmark`` with ``pytest.mark.solo``: they time against a known answer), ``--solo-jobs`` at a time (default two) with nothing else beside them. A
 solo file needs the CPU at the instants its client and simulator wake, not much of it (a tenth to a
 half of one core, the CPU seconds printed for each file say), so two of them leave a core free at
 most instants (they passed so beside a process burning a core, too).
@@ -39,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / ".pytest_cache" / "llm-loadgen-file-seconds.json"
+# Per-file times of a quiet fresh-clone run at the defaults, for an order that starts the slowest
+# files first where no run has left times yet (a fresh clone: CI); refresh it by copying TIMES.
+SEED_TIMES = ROOT / "tests" / "integration" / "file_seconds.json"
 EXCLUDED = ("test_deploy_docker",)  # make test-deploy runs these
 NO_TESTS = 5  # pytest's exit code when nothing was collected (a file whose tests are all unit tests)
 
@@ -145,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = {(ROOT / a).resolve() for a in extra if a.endswith(".py") and (ROOT / a).is_file()}
     extra = [a for a in extra if not (a.endswith(".py") and (ROOT / a).resolve() in chosen)]
     TIMES.parent.mkdir(exist_ok=True)
-    seconds = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    seconds = json.loads(SEED_TIMES.read_text()) if SEED_TIMES.exists() else {}
+    seconds.update(json.loads(TIMES.read_text()) if TIMES.exists() else {})
     common = ["-q", "-ra", "-p", "no:cacheprovider", *extra]
     failed: list[str] = []
     t0 = time.monotonic()

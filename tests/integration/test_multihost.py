@@ -97,9 +97,9 @@ def late_run(tmp_path_factory, beside):
         n.start_worker(n.workers[1], via_relay=True)
         n.wait_after(r"stage 0 C=1: ramp", LATE_S)
         # a stage lasts >= 7 s (ramp tick, warmup >= 1 s, window 5 s): 1.5-4 s after a ramp is mid-stage
-        while not 1.5 <= time.time() - max(t for t, line in n.lines if ": ramp" in line) <= 4:
+        while not 1.5 <= time.monotonic() - max(t for t, line in n.lines if ": ramp" in line) <= 4:
             time.sleep(0.1)
-        joined_at = time.time()
+        joined_at = time.monotonic()
         n.relay(n.workers[1], delay_ms=0, jitter_ms=0, seed=0)
         time.sleep(5)  # the join and its re-dispatch take under 3 s (the test below needs a ramp after that)
         beside()
@@ -186,7 +186,7 @@ def run_master_kill(tmp: Path) -> dict:
                 if count >= 3:
                     break
             time.sleep(0.05)
-        killed_at = time.time()
+        killed_at = time.monotonic()
         n.lab.kill(n.master_proc)
         n.master_proc.wait(10)
         time.sleep(0.3)  # the reader thread takes the last lines
@@ -233,7 +233,7 @@ def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
     # mid-dispatch to the next dispatch only, there was none, and the new worker did nothing (its
     # empty ledger written under the default results folder: it never had the master's options).
     n.wait_after(r"stage 0 C=4: ramp", 4.5)
-    killed_at = time.time()
+    killed_at = time.monotonic()
     n.lab.kill(victim)
     lost_at = n.wait_line(r"lost during stage", timeout_s=30)
     n.relay(n.workers[2], delay_ms=0, jitter_ms=0, seed=0)

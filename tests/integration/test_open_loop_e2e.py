@@ -55,11 +55,15 @@ def test_poisson_stage_achieves_its_rate_and_littles_law_holds(tmp_path):
     due = np.array(ArrivalSpec.for_stage(rate, r["arrival"], r["burstiness"], r["seed"], 0).for_part(0, 1).until(300))
     load = sorted((json.loads(line) for line in (run.run_dir / "requests.jsonl").open()), key=lambda x: x["sent_unix_s"])
     load = [x for x in load if x["phase"] == "load"]
-    sent = np.array([x["sent_unix_s"] for x in load])
-    # (sent_unix_s is the scheduled perf_counter time on the wall clock: ms of slew over the run;
-    # one extra or missing request would shift the rest by an arrival gap, 25 ms on average)
-    offset = sent - due[:len(sent)]
-    assert np.abs(offset - np.median(offset)).max() < 0.02, seen
+    wall = np.array([x["sent_unix_s"] for x in load])
+    sent = due[:len(wall)]  # the schedule's own times (perf_counter, from the stage's start), once shown to be followed
+    # sent_unix_s is each scheduled time moved to the wall clock at its send, so consecutive requests
+    # are the schedule's gaps apart; one extra or missing request would misalign every gap after it
+    # (Poisson gaps, 25 ms on average). Gaps, not times: the host's clock sync moves the wall clock
+    # against perf_counter (seen: 5 ms a second of slew, and one 0.79 s step mid-run), which moves
+    # one gap at a step; a send preempted between its two clock reads moves two.
+    gap_error = np.abs(np.diff(wall) - np.diff(sent))
+    assert np.sum(gap_error > 0.02) <= 2, (np.sort(gap_error)[-5:], seen)
     # the window: a run of consecutive arrivals, every one counted as scheduled, opened once the
     # first arrivals had finished (a filled population: the turnover rule ends the warmup ~2 E2E in)
     measured = [k for k, x in enumerate(load) if x["stage"] == 0]
@@ -80,7 +84,7 @@ def test_poisson_stage_achieves_its_rate_and_littles_law_holds(tmp_path):
     assert abs(s["achieved_rate_per_s"] - s["scheduled_rate_per_s"]) < 4 * math.sqrt(2 * rate * e2e) / w, seen
 
     # Little's law, exactly: mean in flight = each request's overlap with the window / w (a
-    # request is in flight from its actual send, a few ms after the scheduled one)
+    # request is in flight from its actual send, a few ms after the scheduled one; both on perf_counter)
     e2es = np.array([x["e2e_s"] for x in load])
     overlap = np.clip(np.minimum(sent + e2es, open_t + w) - np.maximum(sent, open_t), 0, None).sum() / w
     assert s["concurrency_mean"] == pytest.approx(overlap, rel=0.02), (overlap, seen)

@@ -60,7 +60,7 @@ class Net:
 
         def read(stream) -> None:
             for line in stream:
-                self.lines.append((time.time(), line.rstrip("\n")))
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
 
         threading.Thread(target=read, args=(self.master_proc.stderr,), daemon=True).start()
 
@@ -108,7 +108,7 @@ class Net:
     def wait_after(self, pattern: str, seconds: float) -> float:
         """Wait until ``seconds`` after the master printed a line matching ``pattern``; that line's time."""
         t = self.wait_line(pattern)
-        time.sleep(max(0.0, t + seconds - time.time()))
+        time.sleep(max(0.0, t + seconds - time.monotonic()))
         return t
 
     def wait_master(self, timeout_s: float = 120) -> int:

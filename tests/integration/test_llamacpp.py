@@ -138,9 +138,8 @@ def _sweep_checks(run, stages: list[int], out: int = OUT) -> dict:
     return s
 
 
-# output tokens a request in the C=1,2,4 sweep: long enough that the delay of a request's last chunk
-# is a small share of its decode time (the ITL agreement below), short enough that C=4 still fits
-# the two 512-token slots (4 x (32 + 192) = 896 <= 1,024: the guard lets it run, to be queued)
+# output tokens a request in the C=1,2,4 sweep: short enough that C=4 still fits the two 512-token
+# slots (4 x (32 + 192) = 896 <= 1,024: the guard lets it run, to be queued)
 SWEEP_OUT = 192
 
 
@@ -338,25 +337,18 @@ def test_ctrl_c_mid_stream_exits_130_and_writes_the_summary(binary, model_8192, 
     assert totals["output_tokens"] < totals["received_output_tokens"] <= generated
 
 
-def test_the_servers_decode_seconds_per_token_agree_with_the_clients_itl(default_sweep):
+def test_every_stage_gets_the_servers_decode_seconds_per_token_and_an_itl_breakdown(default_sweep):
     """llama.cpp counts decode seconds and tokens (tokens_predicted_seconds_total / _total) when a
-    slot is released: their ratio over a stage's window is its time per token, and the client's
-    per-token ITL mean (gap / tokens, first token excluded) is the same time seen from the stream.
-    At C=1 (one slot, one stream) they differ by the framing: the server divides by all N tokens,
-    the client's gaps span N - 1 (192 / 191: 0.5 %), a request finishing at a window edge on one side
-    only, and the client's and llama.cpp's HTTP thread's own delays per chunk: a request's gaps
-    span its first to its last chunk, so a delay d of its last chunk adds d / (N - 1) to its mean
-    (a token takes ~0.5 ms: at N = 64, 5.5 ms at the last chunk of a loaded machine was 17 %; at
-    192, 6 %). On this shared 2-core machine a busier stage has shown 50 %, which is what the
-    breakdown is for, so only C=1 is held to the bound. Without histograms there is no TTFT or E2E breakdown, said once."""
+    slot is released: their ratio over a stage's window is its time per token, beside the client's
+    per-token ITL in the breakdown. How closely the two agree is a known answer timed on two clocks,
+    checked at C=1 with nothing beside it (tests/integration/test_llamacpp_timing.py, solo): here a
+    busier stage has shown 50 % apart on this shared 2-core machine, which is what the breakdown is
+    for. Without histograms there is no TTFT or E2E breakdown, said once."""
     run, _ = default_sweep
-    stages = run.summary["stages"]
-    for st in stages:
+    for st in run.summary["stages"]:
         assert st["server"]["decode_per_token"]["count"] > 0 and set(st["breakdown"]) == {"itl"}, st["breakdown"]
-    one = stages[0]
-    assert one["concurrency"] == 1
-    assert one["breakdown"]["itl"]["client_mean_s"] == pytest.approx(one["server"]["decode_per_token"]["mean_s"],
-                                                                      rel=0.15), one["breakdown"]
+        itl = st["breakdown"]["itl"]
+        assert itl["client_mean_s"] > 0 and itl["server_mean_s"] > 0, itl
     assert "breakdown off: llama.cpp's counters give means per token only" in run.stderr
 
 

@@ -39,6 +39,7 @@ from tests.support.netcluster import (
 )
 from tests.support.netlag import read_log
 
+EXPORTER_PORT = 9646  # the master's exporter, on its own 127.0.0.1 (a namespace of its own)
 ROW = re.compile(r"^\s+(\d+)\s+(\d+)\s")  # a stage row of the table printed as each stage finishes
 integration = pytest.mark.integration
 
@@ -259,10 +260,14 @@ def test_a_killed_worker_is_recorded_and_a_new_one_carries_the_run(net):
 @pytest.mark.timeout(150)
 def test_a_worker_lost_mid_window_is_booked_against_that_stage(net):
     n = net(subnet=6, workers=2)
-    n.start_master(2, "--stages", "4,8", "--stage-duration", "4")
+    n.start_master(2, "--stages", "4,8", "--stage-duration", "4", "--exporter-port", str(EXPORTER_PORT))
     n.start_worker(n.workers[0])
     quiet = n.start_worker(n.workers[1], locustfile="tests/fixtures/quiet_worker_locustfile.py")
-    n.wait_after(r"stage 0 C=4: ramp", 3.5)  # stage 0's window is open, the quiet worker streams
+    # the loss is booked in the phase the master was in when it last heard the worker (heartbeats
+    # every second): kill it 2 s into stage 0's window. A fixed 3.5 s after the ramp fell in the
+    # warmup once on a loaded machine: the quiet worker never reports, so the turnover waits for the
+    # other worker's report (every 3 s) to count the finished requests that end the warmup.
+    time.sleep(max(0.0, n.wait_phase(EXPORTER_PORT, 0, "measure") + 2 - time.monotonic()))
     n.lab.kill(quiet)
     assert n.wait_master() == 0, n.stderr()[-3000:]
     s = n.summary()

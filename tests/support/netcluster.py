@@ -137,6 +137,25 @@ class Net:
             out[d["client_id"]] = StageStats.from_message(d["totals"])
         return out
 
+    def master_phase(self, exporter_port: int) -> tuple[int | None, str | None]:
+        """(stage, phase) the master's exporter shows now (its ``--exporter-port``, on the master's
+        own 127.0.0.1), (None, None) before it answers."""
+        out = self.lab.run(self.master, [PY, "-c", SCRAPE, f"http://127.0.0.1:{exporter_port}/metrics"])
+        stage = re.search(r"^llm_loadgen_stage\{[^}]*\} (\S+)$", out.stdout, re.M)
+        phase = re.search(r'^llm_loadgen_phase\{[^}]*phase="(\w+)"[^}]*\} 1\.0$', out.stdout, re.M)
+        if out.returncode != 0 or stage is None or phase is None:
+            return None, None
+        return int(float(stage.group(1))), phase.group(1)
+
+    def wait_phase(self, exporter_port: int, stage: int, phase: str, timeout_s: float = 60) -> float:
+        """Wait until the master is in ``phase`` of ``stage`` (its exporter, polled); when it was seen."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.master_proc.poll() is None:
+            if self.master_phase(exporter_port) == (stage, phase):
+                return time.monotonic()
+            time.sleep(0.1)
+        raise AssertionError(f"the master never showed stage {stage} {phase}; stderr:\n{self.stderr()[-3000:]}")
+
     def server_counters(self) -> dict[str, float]:
         """The simulator's own counters, scraped from inside the master's namespace."""
         out = self.lab.run(self.master, [PY, "-c", SCRAPE, self.url + "/metrics"])

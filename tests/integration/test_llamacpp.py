@@ -366,7 +366,7 @@ def test_multi_turn_cached_tokens_are_the_servers_prefix_cache_count(binary, mod
     with LlamaServer(binary, model_8192.path, ctx_tokens=4096, slots=2) as srv:  # 2048 a slot: 3 turns fit
         before = {n: srv.metric(n) for n in (CACHED, EVALUATED)}
         run = run_locust(srv.url, tmp_path / "res", *SHORT, "--stages", "2", "--endpoint", "chat", "--turns", "3",
-                         "--stage-duration", "2", "--set", "guard.watch_interval_s=0.1", "--requests-jsonl")
+                         "--stage-duration", "4", "--set", "guard.watch_interval_s=0.1", "--requests-jsonl")
         wait_until_idle(srv)
         cached, evaluated = (srv.metric(n) - before[n] for n in (CACHED, EVALUATED))
     assert run.code == errors.EXIT_OK, run.stderr[-3000:]
@@ -378,10 +378,20 @@ def test_multi_turn_cached_tokens_are_the_servers_prefix_cache_count(binary, mod
     (stage,) = run.summary["stages"]
     server = stage["server"]
     assert server["prefix_cache_source"] == "counters"
-    assert server["prefix_cache_hit_tokens"] == pytest.approx(stage["cached_prompt_tokens"], rel=0.02)
-    assert server["prefix_cache_hit_rate"] == pytest.approx(stage["cached_share"], rel=0.02)
     lines = [json.loads(x) for x in (run.run_dir / "requests.jsonl").read_text().splitlines()]
     assert sum(x["cached_tokens"] or 0 for x in lines) == cache["cached_prompt_tokens"]
+    # the server counts the requests its counters saw between the window's two reads, the client
+    # those it sent inside the window: they differ by the requests in flight at the two edges, at
+    # most C at each (a fixed 2 % over a 2 s window failed once under load: 7215 against 7379)
+    edges = 2 * stage["concurrency"]
+    load = [x for x in lines if x["phase"] == "load"]
+    edge_cached = sum(sorted(x["cached_tokens"] or 0 for x in load)[-edges:])
+    edge_prompt = sum(sorted(x["input_tokens"] for x in load)[-edges:])
+    measured_prompt = sum(x["input_tokens"] for x in load if x["stage"] == 0)
+    assert abs(server["prefix_cache_hit_tokens"] - stage["cached_prompt_tokens"]) <= edge_cached, (server, edge_cached)
+    assert abs(server["prefix_cache_hit_rate"] - stage["cached_share"]) <= (
+        (edge_cached + edge_prompt) / (measured_prompt - edge_prompt)), (server, stage["cached_share"])
+    assert edge_cached < 0.25 * stage["cached_prompt_tokens"], "the window holds many requests beside its edges"
 
 
 SPEC = ("llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_accepted_tokens_total",

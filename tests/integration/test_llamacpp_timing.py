@@ -10,8 +10,8 @@ and llama.cpp's HTTP thread's own delays per chunk: a request's gaps span its fi
 chunk, so a delay d of its last chunk adds d / (N - 1) to its mean (a token takes 0.3-0.9 ms: 20 ms
 at the last chunk is 5-15 %). Beside four other files (the shared phase) a 192-token run came out
 19 % apart (client 1.04 ms, server 0.87 ms): the client, starved of CPU, read the chunks late. Here
-the stream is 400 tokens on a server of its own, and the bound 15 % (2-5 % apart in four runs, one
-of them beside two processes burning a core each).
+the stream is 400 tokens on a server of its own, and the bound 15 % (0.6 %, 1.9 % and 5 % apart in
+the three runs whose figures were printed, one of them beside two processes burning a core each).
 """
 
 from __future__ import annotations
